@@ -1,0 +1,34 @@
+"""Create the ADMIN account for `make run`, printing a generated password once."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from accounts.services import admin_ensure
+
+
+class Command(BaseCommand):
+    """Ensure the ADMIN ``admin`` exists; its password is STINT_ADMIN_PASSWORD or generated."""
+
+    help = "Create the ADMIN account (default name 'admin') if missing."
+
+    def add_arguments(self, parser: Any) -> None:
+        """Accept --username."""
+        parser.add_argument("--username", default="admin")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Create the account once; print the password only when it was generated now."""
+        given = os.environ.get("STINT_ADMIN_PASSWORD", "")
+        password = given or secrets.token_urlsafe(18)
+        _, created = admin_ensure(username=options["username"], password=password)
+        if not created:
+            self.stdout.write(f"ADMIN account '{options['username']}' already exists.")
+        elif given:
+            self.stdout.write(f"Created ADMIN '{options['username']}' with STINT_ADMIN_PASSWORD.")
+        else:
+            self.stdout.write(self.style.SUCCESS(f"Created ADMIN '{options['username']}' with password: {password}"))
+            self.stdout.write("This password is printed only once.")

@@ -1,0 +1,67 @@
+"""Serializers for the auth endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.password_validation import validate_password
+from rest_framework import serializers
+
+from accounts.models import User
+
+
+class StrictSerializer(serializers.Serializer):
+    """Reject fields the endpoint does not know instead of silently dropping them."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        """Validate as usual, then refuse any key that is not a writable field."""
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - {name for name, f in self.fields.items() if not f.read_only})
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class RegisterSerializer(StrictSerializer):
+    """Body of POST /api/auth/register. A ``role`` key is ignored, never honoured."""
+
+    username = serializers.RegexField(r"^[\w.@+-]{3,150}$", max_length=150)
+    password = serializers.CharField(write_only=True, max_length=128, trim_whitespace=False)
+    email = serializers.EmailField(required=False, allow_blank=True, default="")
+
+    def to_internal_value(self, data: Any) -> Any:
+        """Drop ``role`` (and the staff flags) before strict validation: registration is always USER."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in ("role", "is_staff", "is_superuser")}
+        return super().to_internal_value(data)
+
+    def validate_username(self, value: str) -> str:
+        """Refuse a username that is taken (case-insensitively)."""
+        if User.objects.filter(username__iexact=value).exists():
+            raise serializers.ValidationError("A user with that username already exists.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Run Django's password validators against the would-be user."""
+        from django.core.exceptions import ValidationError as DjangoValidationError
+
+        try:
+            validate_password(attrs["password"], user=User(username=attrs["username"], email=attrs.get("email", "")))
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError({"password": list(exc.messages)}) from exc
+        return attrs
+
+
+class UserSerializer(serializers.ModelSerializer):
+    """A user as the API shows it."""
+
+    class Meta:
+        model = User
+        fields = ["id", "username", "email", "role", "date_joined"]
+        read_only_fields = fields
+
+
+class LogoutSerializer(StrictSerializer):
+    """Body of POST /api/auth/logout."""
+
+    refresh = serializers.CharField()

@@ -1,0 +1,107 @@
+"""Render every API error in one JSON shape: {"error": {"code", "message", "details"}}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+_CODES_BY_STATUS = {
+    400: "validation_error",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def error_body(*, code: str, message: str, details: Any = None) -> dict[str, Any]:
+    """Build the error envelope of DESIGN.md.
+
+    Returns ``{"error": {"code": str, "message": str, "details": Any}}``.
+    """
+    return {"error": {"code": code, "message": message, "details": details}}
+
+
+def _first_message(detail: Any) -> str:
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0])
+    if isinstance(detail, dict) and detail:
+        key, value = next(iter(detail.items()))
+        inner = _first_message(value)
+        return inner if key in ("non_field_errors", "detail") else f"{key}: {inner}"
+    return str(detail)
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler that wraps every error in the envelope of ``error_body``.
+
+    Domain errors (``scheduler.exceptions.StintError`` and subclasses) carry their own
+    ``http_status`` and ``code``; DRF and Django errors keep DRF's status. Returns None for
+    anything else so that a real bug still surfaces as a 500.
+    """
+    http_status = getattr(exc, "http_status", None)
+    if http_status is not None:
+        return Response(
+            error_body(code=exc.code, message=str(exc), details=getattr(exc, "details", None)),
+            status=http_status,
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = response.data
+    code = _CODES_BY_STATUS.get(response.status_code, "error")
+    details: Any = None
+    if isinstance(exc, exceptions.ValidationError):
+        message = _first_message(detail)
+        details = detail
+    else:
+        message = str(detail.get("detail", detail)) if isinstance(detail, dict) else str(detail)
+        exc_code = getattr(getattr(exc, "detail", None), "code", None)
+        if isinstance(detail, dict) and isinstance(detail.get("code"), str):
+            exc_code = detail["code"]
+        if response.status_code == status.HTTP_401_UNAUTHORIZED and exc_code:
+            code = str(exc_code)
+        if isinstance(detail, dict):
+            extra = {k: v for k, v in detail.items() if k not in ("detail", "code")}
+            details = extra or None
+    response.data = error_body(code=code, message=message, details=details)
+    return response
+
+
+def _json_or_html(request: HttpRequest, status_code: int, message: str, default: Any) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        code = _CODES_BY_STATUS.get(status_code, "server_error")
+        return JsonResponse(error_body(code=code, message=message), status=status_code)
+    return default
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Answer 404 as JSON under /api/ and as Django's page elsewhere."""
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return _json_or_html(request, 404, "Not found.", None)
+    return page_not_found(request, exception)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    """Answer 500 as JSON under /api/ and as Django's page elsewhere."""
+    from django.views.defaults import server_error
+
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body(code="server_error", message="Internal server error."), status=500)
+    return server_error(request)

@@ -1,0 +1,1 @@
+"""Stint's job scheduler app."""

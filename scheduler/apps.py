@@ -1,0 +1,12 @@
+"""App config for the scheduler."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class SchedulerConfig(AppConfig):
+    """Jobs, schedules, leasing, execution, outbox and metrics."""
+
+    name = "scheduler"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,168 @@
+"""The JWT auth endpoints and the 401 contract for bad tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+
+import jwt
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from rest_framework_simplejwt.tokens import AccessToken
+
+from accounts.models import Role, User
+from tests.factories import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+def _login(api, username: str, password: str = PASSWORD):
+    return api.post("/api/auth/login", {"username": username, "password": password}, format="json")
+
+
+def test_register_creates_a_user_never_an_admin(api):
+    resp = api.post(
+        "/api/auth/register",
+        {"username": "mallory", "password": PASSWORD, "role": "ADMIN", "is_staff": True, "is_superuser": True},
+        format="json",
+    )
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["role"] == "USER"
+    user = User.objects.get(username="mallory")
+    assert (user.role, user.is_staff, user.is_superuser) == (Role.USER, False, False)
+    assert user.password.startswith("argon2")
+
+
+def test_register_rejects_weak_password_and_duplicate_username(api, user):
+    weak = api.post("/api/auth/register", {"username": "weakling", "password": "123"}, format="json")
+    assert weak.status_code == 400
+    assert weak.json()["error"]["code"] == "validation_error"
+    assert "password" in weak.json()["error"]["details"]
+    dup = api.post("/api/auth/register", {"username": user.username.upper(), "password": PASSWORD}, format="json")
+    assert dup.status_code == 400
+    assert "username" in dup.json()["error"]["details"]
+
+
+def test_register_rejects_unknown_fields(api):
+    resp = api.post("/api/auth/register", {"username": "carol", "password": PASSWORD, "x": 1}, format="json")
+    assert resp.status_code == 400
+    assert "x" in resp.json()["error"]["details"]
+
+
+def test_createsuperuser_makes_an_admin(monkeypatch):
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", PASSWORD)
+    call_command("createsuperuser", "--noinput", "--username", "root", "--email", "root@example.test")
+    assert User.objects.get(username="root").role == Role.ADMIN
+
+
+def test_login_me_refresh_logout_cycle(api, user):
+    tokens = _login(api, user.username).json()
+    assert set(tokens) == {"access", "refresh"}
+
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {tokens['access']}")
+    me = api.get("/api/auth/me")
+    assert me.status_code == 200
+    assert me.json()["username"] == user.username
+
+    rotated = api.post("/api/auth/refresh", {"refresh": tokens["refresh"]}, format="json")
+    assert rotated.status_code == 200
+    new = rotated.json()
+    assert new["refresh"] != tokens["refresh"]
+    # Rotation blacklists the old refresh token.
+    reused = api.post("/api/auth/refresh", {"refresh": tokens["refresh"]}, format="json")
+    assert reused.status_code == 401
+    assert reused.json()["error"]["code"] == "token_not_valid"
+
+    out = api.post("/api/auth/logout", {"refresh": new["refresh"]}, format="json")
+    assert out.status_code == 205
+    refused = api.post("/api/auth/refresh", {"refresh": new["refresh"]}, format="json")
+    assert refused.status_code == 401
+
+
+def test_logout_refuses_someone_elses_refresh_token(api, user, other_user):
+    theirs = _login(api, other_user.username).json()["refresh"]
+    mine = _login(api, user.username).json()["access"]
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {mine}")
+    resp = api.post("/api/auth/logout", {"refresh": theirs}, format="json")
+    assert resp.status_code == 400
+    assert api.post("/api/auth/refresh", {"refresh": theirs}, format="json").status_code == 200
+
+
+def test_login_with_wrong_password_is_401(api, user):
+    resp = _login(api, user.username, "wrong-password-123")
+    assert resp.status_code == 401
+    assert resp.json()["error"]["message"]
+
+
+def _b64(data: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+
+def _claims(user) -> dict:
+    return dict(AccessToken.for_user(user).payload)
+
+
+@pytest.mark.parametrize(
+    "make_header",
+    [
+        pytest.param(lambda u: None, id="missing"),
+        pytest.param(lambda u: "Bearer", id="empty-bearer"),
+        pytest.param(lambda u: "Bearer not.a.jwt", id="malformed"),
+        pytest.param(lambda u: "Basic dXNlcjpwYXNz", id="wrong-scheme"),
+        pytest.param(
+            lambda u: "Bearer " + jwt.encode({**_claims(u), "exp": 1}, settings.SIMPLE_JWT["SIGNING_KEY"], "HS256"),
+            id="expired",
+        ),
+        pytest.param(
+            lambda u: "Bearer " + jwt.encode(_claims(u), "another-key-of-at-least-32-bytes!!", "HS256"),
+            id="wrong-key",
+        ),
+        pytest.param(
+            lambda u: "Bearer " + _b64({"alg": "none", "typ": "JWT"}) + "." + _b64(_claims(u)) + ".",
+            id="alg-none",
+        ),
+        pytest.param(
+            lambda u: "Bearer " + str(AccessToken.for_user(u))[:-4] + "AAAA",
+            id="tampered-signature",
+        ),
+        pytest.param(
+            lambda u: (
+                "Bearer "
+                + (lambda t: t[0] + "." + _b64({**_claims(u), "user_id": str(u.pk + 1)}) + "." + t[2])(
+                    str(AccessToken.for_user(u)).split(".")
+                )
+            ),
+            id="tampered-payload",
+        ),
+    ],
+)
+def test_bad_tokens_get_401_in_the_error_shape(api, user, make_header):
+    header = make_header(user)
+    if header is not None:
+        api.credentials(HTTP_AUTHORIZATION=header)
+    resp = api.get("/api/auth/me")
+    assert resp.status_code == 401, resp.content
+    body = resp.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] in {
+        "not_authenticated",
+        "authentication_failed",
+        "token_not_valid",
+        "bad_authorization_header",
+    }
+
+
+def test_refresh_token_is_not_accepted_as_access(api, user):
+    refresh = _login(api, user.username).json()["refresh"]
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {refresh}")
+    assert api.get("/api/auth/me").status_code == 401
+
+
+def test_expired_access_token_lifetime_is_enforced(api, user):
+    token = AccessToken.for_user(user)
+    token.set_exp(lifetime=-timedelta(seconds=1))
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert api.get("/api/auth/me").status_code == 401
