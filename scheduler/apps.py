@@ -10,3 +10,9 @@ class SchedulerConfig(AppConfig):
 
     name = "scheduler"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Register the handlers of every installed app's ``jobs.py``."""
+        from scheduler.registry import autodiscover
+
+        autodiscover()

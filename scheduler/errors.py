@@ -1,0 +1,7 @@
+"""Handler-facing errors (DESIGN.md names ``scheduler.errors.PermanentError``)."""
+
+from __future__ import annotations
+
+from scheduler.exceptions import JobCancelled, PermanentError, RetryableError
+
+__all__ = ["JobCancelled", "PermanentError", "RetryableError"]

@@ -1,0 +1,321 @@
+"""The one writer of job status: guarded batch transitions that write their outbox events atomically.
+
+Every status change in Stint is a call into this module. Each call is one SQL statement: a
+conditional ``UPDATE ... WHERE status = ANY(expected)`` (optionally fenced by ``lease_token``)
+whose returned rows say which jobs moved, chained by a data-modifying CTE to the ``INSERT`` of
+one ``OutboxEvent`` per moved job, with the job's ``event_sequence`` incremented in the same
+UPDATE so that per-job sequences have no gaps. The caller supplies the transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from psycopg.types.json import Jsonb
+
+from scheduler.exceptions import IllegalTransition
+from scheduler.states import TRANSITIONS, EventType, JobStatus
+
+SCHEMA_VERSION = 1
+
+# Columns a transition may assign besides status (never owner, id or payload).
+ASSIGNABLE = frozenset(
+    {
+        "scheduled_at",
+        "attempts",
+        "attempts_base",
+        "lease_owner",
+        "lease_token",
+        "lease_expires_at",
+        "cancel_requested",
+        "started_at",
+        "finished_at",
+        "last_error",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sql:
+    """A raw SQL expression to assign, e.g. ``Sql("now()")``; ``v.<name>`` reads a per-row input."""
+
+    text: str
+
+
+NOW = Sql("now()")
+NULL = Sql("NULL")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Moved:
+    """A job that moved: its id, the status it left, and the event sequence written."""
+
+    job_id: uuid.UUID
+    from_status: str
+    sequence: int
+    attempts: int
+
+
+def _expected_for(to: JobStatus, expected: JobStatus | Iterable[JobStatus] | None) -> list[str]:
+    if expected is None:
+        sources = [f for (f, t) in TRANSITIONS if t == to]
+    elif isinstance(expected, str):
+        sources = [JobStatus(expected)]
+    else:
+        sources = [JobStatus(s) for s in expected]
+    for source in sources:
+        if (source, to) not in TRANSITIONS:
+            raise IllegalTransition(f"{source} -> {to} is not an allowed transition")
+    return [str(s) for s in sources]
+
+
+def transition(
+    *,
+    job_ids: Sequence[uuid.UUID],
+    to: JobStatus,
+    expected: JobStatus | Iterable[JobStatus] | None = None,
+    event: EventType | None = None,
+    assign: Mapping[str, Any] | None = None,
+    per_row: Mapping[str, tuple[str, Sequence[Any]]] | None = None,
+    lease_tokens: Sequence[uuid.UUID] | None = None,
+    event_payloads: Sequence[Mapping[str, Any]] | None = None,
+) -> list[Moved]:
+    """Move each job in ``job_ids`` whose status is in ``expected`` to ``to``; return the winners.
+
+    - ``expected``: one status, several, or None for every source the table allows; a pair
+      missing from ``TRANSITIONS`` raises ``IllegalTransition`` before touching the database.
+    - ``assign``: column -> a Python value (same for every row) or ``Sql`` expression; columns
+      must be in ``ASSIGNABLE``.
+    - ``per_row``: name -> (PostgreSQL type, values aligned with ``job_ids``), readable in
+      ``assign`` as ``Sql("v.<name>")``.
+    - ``lease_tokens``: when given (aligned with ``job_ids``), a job moves only while it still
+      holds that token (the fencing rule of DESIGN.md).
+    - ``event_payloads``: per-row JSON merged into each event's payload.
+
+    Returns ``Moved`` rows in no particular order; a job absent from them lost the race or was
+    not in an expected state. Rows are locked in id order so concurrent batches cannot deadlock.
+    Must run inside the caller's transaction (events and status commit together).
+    """
+    to = JobStatus(to)
+    sources = _expected_for(to, expected)
+    if not job_ids:
+        return []
+    if len(sources) == 1:
+        event = event or TRANSITIONS[(JobStatus(sources[0]), to)]
+    elif event is None:
+        events = {TRANSITIONS[(JobStatus(s), to)] for s in sources}
+        if len(events) != 1:
+            raise ValueError(f"ambiguous event for {sources} -> {to}; pass event=")
+        event = events.pop()
+    n = len(job_ids)
+    params: dict[str, Any] = {"ids": list(job_ids), "expected": sources, "to": str(to), "event": str(event)}
+    columns = ["id"]
+    casts = ["%(ids)s::uuid[]"]
+    if lease_tokens is not None:
+        if len(lease_tokens) != n:
+            raise ValueError("lease_tokens must align with job_ids")
+        params["tokens"] = list(lease_tokens)
+        columns.append("token")
+        casts.append("%(tokens)s::uuid[]")
+    params["evp"] = [Jsonb(dict(p)) for p in event_payloads] if event_payloads is not None else [Jsonb({})] * n
+    if len(params["evp"]) != n:
+        raise ValueError("event_payloads must align with job_ids")
+    columns.append("evp")
+    casts.append("%(evp)s::jsonb[]")
+    for name, (pg_type, values) in (per_row or {}).items():
+        if not name.isidentifier() or not pg_type.replace("[", "").replace("]", "").replace(" ", "").isalnum():
+            raise ValueError(f"bad per-row input {name}::{pg_type}")
+        if len(values) != n:
+            raise ValueError(f"per_row[{name}] must align with job_ids")
+        params[f"pr_{name}"] = list(values)
+        columns.append(name)
+        casts.append(f"%(pr_{name})s::{pg_type}[]")
+
+    sets = ["status = %(to)s", "updated_at = now()", "event_sequence = j.event_sequence + 1"]
+    for i, (column, value) in enumerate((assign or {}).items()):
+        if column not in ASSIGNABLE:
+            raise ValueError(f"column {column!r} is not assignable by a transition")
+        if isinstance(value, Sql):
+            sets.append(f"{column} = {value.text}")
+        else:
+            params[f"a{i}"] = value
+            sets.append(f"{column} = %(a{i})s")
+    fence = "AND j.lease_token = v.token" if lease_tokens is not None else ""
+    sql = f"""
+        WITH v AS (
+            SELECT * FROM unnest({", ".join(casts)}) AS v({", ".join(columns)})
+        ), locked AS (
+            SELECT j.id, j.status AS old_status
+            FROM stint_job j JOIN v ON v.id = j.id
+            WHERE j.status = ANY(%(expected)s::text[]) {fence}
+            ORDER BY j.id
+            FOR UPDATE OF j
+        ), moved AS (
+            UPDATE stint_job j SET {", ".join(sets)}
+            FROM locked l, v
+            WHERE j.id = l.id AND v.id = j.id
+            RETURNING j.id, l.old_status, j.event_sequence, j.attempts, j.owner_id, j.type, j.queue,
+                      j.priority, v.evp
+        ), ev AS (
+            INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt,
+                                      from_status, to_status, schema_version, payload, occurred_at)
+            SELECT gen_random_uuid(), %(event)s, id, owner_id, event_sequence, attempts, old_status,
+                   %(to)s, {SCHEMA_VERSION},
+                   jsonb_build_object('type', type, 'queue', queue, 'priority', priority) || evp, now()
+            FROM moved
+        )
+        SELECT id, old_status, event_sequence, attempts FROM moved
+    """  # noqa: S608 - identifiers are whitelisted above; values are bound parameters
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [Moved(job_id=r[0], from_status=r[1], sequence=r[2], attempts=r[3]) for r in rows]
+
+
+def transition_one(
+    *,
+    job_id: uuid.UUID,
+    to: JobStatus,
+    expected: JobStatus | Collection[JobStatus] | None = None,
+    event: EventType | None = None,
+    assign: Mapping[str, Any] | None = None,
+    lease_token: uuid.UUID | None = None,
+    event_payload: Mapping[str, Any] | None = None,
+) -> Moved | None:
+    """Move one job; return its ``Moved`` row, or None when it was not in an expected state."""
+    moved = transition(
+        job_ids=[job_id],
+        to=to,
+        expected=expected,
+        event=event,
+        assign=assign,
+        lease_tokens=[lease_token] if lease_token is not None else None,
+        event_payloads=[event_payload] if event_payload is not None else None,
+    )
+    return moved[0] if moved else None
+
+
+def initial_events(
+    *, job_id: uuid.UUID, owner_id: int | None, status: JobStatus, type_: str, queue: str, priority: int
+) -> list[dict[str, Any]]:
+    """Return the two events a newly inserted job writes: JOB_CREATED, then its first transition.
+
+    A job is inserted directly in QUEUED or SCHEDULED; the CREATED -> QUEUED/SCHEDULED step of the
+    table happens inside the inserting transaction, so both events are written with it
+    (sequences 1 and 2). Raises IllegalTransition for any other initial status.
+    """
+    status = JobStatus(status)
+    if (JobStatus.CREATED, status) not in TRANSITIONS or status == JobStatus.CANCELLED:
+        raise IllegalTransition(f"a job cannot be created in {status}")
+    base = {"job_id": job_id, "owner_id": owner_id, "attempt": 0, "schema_version": SCHEMA_VERSION}
+    payload = {"type": type_, "queue": queue, "priority": priority}
+    return [
+        {
+            **base,
+            "event_type": EventType.JOB_CREATED,
+            "sequence": 1,
+            "from_status": "",
+            "to_status": JobStatus.CREATED,
+            "payload": payload,
+        },
+        {
+            **base,
+            "event_type": TRANSITIONS[(JobStatus.CREATED, status)],
+            "sequence": 2,
+            "from_status": JobStatus.CREATED,
+            "to_status": status,
+            "payload": payload,
+        },
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A job to insert. ``scheduled_at`` None (or not in the future, by the database clock) queues it now."""
+
+    id: uuid.UUID
+    owner_id: int | None
+    name: str
+    type: str
+    payload: Any
+    priority: int
+    queue: str
+    scheduled_at: Any  # aware datetime or None
+    max_retries: int
+    timeout_seconds: int
+    idempotency_key: str | None = None
+    schedule_id: int | None = None
+    fire_time: Any = None  # aware datetime or None
+
+
+def create_jobs(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
+    """Insert ``jobs`` in one statement with their JOB_CREATED and JOB_QUEUED/JOB_SCHEDULED events.
+
+    A job whose ``scheduled_at`` is missing or already due (by the database's ``now()``) is
+    inserted QUEUED, otherwise SCHEDULED; ``scheduled_at`` defaults to ``now()``. A job whose
+    (schedule, fire_time) already exists is skipped (the cron guard). Returns (id, status) for
+    each inserted job. Must run inside the caller's transaction.
+    """
+    if not jobs:
+        return []
+    params = {
+        "ids": [j.id for j in jobs],
+        "owners": [j.owner_id for j in jobs],
+        "names": [j.name for j in jobs],
+        "types": [j.type for j in jobs],
+        "payloads": [Jsonb(j.payload) for j in jobs],
+        "prios": [j.priority for j in jobs],
+        "queues": [j.queue for j in jobs],
+        "sched": [j.scheduled_at for j in jobs],
+        "maxr": [j.max_retries for j in jobs],
+        "tmo": [j.timeout_seconds for j in jobs],
+        "keys": [j.idempotency_key for j in jobs],
+        "schedules": [j.schedule_id for j in jobs],
+        "fires": [j.fire_time for j in jobs],
+        "created": str(EventType.JOB_CREATED),
+        "ev_queued": str(TRANSITIONS[(JobStatus.CREATED, JobStatus.QUEUED)]),
+        "ev_scheduled": str(TRANSITIONS[(JobStatus.CREATED, JobStatus.SCHEDULED)]),
+    }
+    sql = f"""
+        WITH v AS (
+            SELECT * FROM unnest(%(ids)s::uuid[], %(owners)s::bigint[], %(names)s::text[], %(types)s::text[],
+                                 %(payloads)s::jsonb[], %(prios)s::smallint[], %(queues)s::text[],
+                                 %(sched)s::timestamptz[], %(maxr)s::smallint[], %(tmo)s::int[],
+                                 %(keys)s::text[], %(schedules)s::bigint[], %(fires)s::timestamptz[])
+                AS v(id, owner_id, name, type, payload, priority, queue, sched, max_retries, timeout_seconds,
+                     idem, schedule_id, fire_time)
+        ), ins AS (
+            INSERT INTO stint_job (id, owner_id, name, type, payload, status, priority, queue, scheduled_at,
+                                   attempts, attempts_base, max_retries, timeout_seconds, cancel_requested,
+                                   idempotency_key, schedule_id, fire_time, event_sequence, created_at,
+                                   updated_at, last_error)
+            SELECT id, owner_id, name, type, payload,
+                   CASE WHEN sched IS NULL OR sched <= now() THEN 'QUEUED' ELSE 'SCHEDULED' END,
+                   priority, queue, coalesce(sched, now()), 0, 0, max_retries, timeout_seconds, false,
+                   idem, schedule_id, fire_time, 2, now(), now(), ''
+            FROM v
+            ON CONFLICT (schedule_id, fire_time) DO NOTHING
+            RETURNING id, owner_id, status, type, queue, priority
+        ), ev AS (
+            INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status,
+                                      to_status, schema_version, payload, occurred_at)
+            SELECT gen_random_uuid(),
+                   CASE WHEN s.n = 1 THEN %(created)s
+                        WHEN ins.status = 'QUEUED' THEN %(ev_queued)s ELSE %(ev_scheduled)s END,
+                   ins.id, ins.owner_id, s.n, 0,
+                   CASE WHEN s.n = 1 THEN '' ELSE 'CREATED' END,
+                   CASE WHEN s.n = 1 THEN 'CREATED' ELSE ins.status END,
+                   {SCHEMA_VERSION},
+                   jsonb_build_object('type', ins.type, 'queue', ins.queue, 'priority', ins.priority),
+                   now()
+            FROM ins CROSS JOIN (VALUES (1), (2)) AS s(n)
+        )
+        SELECT id, status FROM ins
+    """  # noqa: S608 - only a constant is interpolated
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(r[0], r[1]) for r in cursor.fetchall()]

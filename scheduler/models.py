@@ -1,0 +1,285 @@
+"""Tables of the job system: jobs, attempts, results, idempotency, schedules, outbox, workers, queues.
+
+Models hold data and constraints only; every status change goes through ``scheduler.lifecycle``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_TIMEOUT_SECONDS = 300  # seconds
+
+
+class Job(models.Model):
+    """One unit of work. ``scheduled_at`` is when it becomes due (creation time for immediate jobs)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+    )
+    name = models.CharField(max_length=200, blank=True, default="")
+    type = models.CharField(max_length=100)
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.CREATED)
+    priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.MEDIUM)
+    queue = models.CharField(max_length=100, default=DEFAULT_QUEUE)
+    scheduled_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    # Attempts made before the last manual retry/recover: the budget counts from here.
+    attempts_base = models.PositiveIntegerField(default=0)
+    max_retries = models.PositiveSmallIntegerField(default=DEFAULT_MAX_RETRIES)
+    timeout_seconds = models.PositiveIntegerField(default=DEFAULT_TIMEOUT_SECONDS)
+    lease_owner = models.CharField(max_length=100, null=True, blank=True)
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    schedule = models.ForeignKey(
+        "scheduler.CronSchedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    fire_time = models.DateTimeField(null=True, blank=True)
+    # Last lifecycle event sequence written for this job; incremented by the same UPDATE.
+    event_sequence = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "stint_job"
+        indexes = [
+            models.Index(
+                fields=["priority", "scheduled_at", "created_at"],
+                name="job_claim_scan",
+                condition=Q(status=JobStatus.QUEUED),
+            ),
+            models.Index(
+                fields=["scheduled_at"],
+                name="job_due_scan",
+                condition=Q(status__in=[JobStatus.SCHEDULED, JobStatus.RETRYING]),
+            ),
+            models.Index(fields=["lease_expires_at"], name="job_lease_scan", condition=Q(status=JobStatus.RUNNING)),
+            models.Index(fields=["owner", "-created_at"], name="job_owner_recent"),
+            models.Index(fields=["status", "queue"], name="job_status_queue"),
+            models.Index(fields=["-created_at"], name="job_recent"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["schedule", "fire_time"], name="job_unique_schedule_fire"),
+            models.CheckConstraint(condition=Q(max_retries__gte=0, max_retries__lte=10), name="job_max_retries_range"),
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=3600), name="job_timeout_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.id} ({self.status})"
+
+    @property
+    def priority_name(self) -> str:
+        """HIGH, MEDIUM or LOW."""
+        return Priority(self.priority).name
+
+    @property
+    def attempts_left(self) -> int:
+        """Attempts remaining in the current budget of 1 + max_retries."""
+        return max(0, 1 + self.max_retries - (self.attempts - self.attempts_base))
+
+
+class JobAttempt(models.Model):
+    """One execution of a job by a worker."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    attempt_number = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=AttemptStatus.choices, default=AttemptStatus.RUNNING)
+    worker = models.CharField(max_length=100, blank=True, default="")
+    lease_token = models.UUIDField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "stint_job_attempt"
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt_number"], name="attempt_unique_number"),
+        ]
+        ordering = ["job", "attempt_number"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} #{self.attempt_number} {self.status}"
+
+
+class JobResult(models.Model):
+    """The outcome of a job's latest finished attempt (one row per job)."""
+
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="result")
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=AttemptStatus.choices)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "stint_job_result"
+
+    def __str__(self) -> str:
+        return f"{self.job_id} #{self.attempt} {self.status}"
+
+
+class IdempotencyRecord(models.Model):
+    """An owner's ``Idempotency-Key`` and the fingerprint of the request that first used it."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "stint_idempotency"
+        constraints = [models.UniqueConstraint(fields=["owner", "key"], name="idempotency_unique_owner_key")]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}:{self.key}"
+
+
+class MisfirePolicy(models.TextChoices):
+    """What to fire for times missed while no leader ran."""
+
+    SKIP = "skip"  # fire once, for the latest missed time
+    CATCH_UP = "catch_up"  # fire every missed time, up to a bound
+    NONE = "none"  # fire nothing missed
+
+
+class OverlapPolicy(models.TextChoices):
+    """Whether a fire may start while the previous fire's job is unfinished."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+
+
+class CronSchedule(models.Model):
+    """A recurring job: a cron expression or a fixed interval, in an IANA time zone."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="schedules")
+    name = models.CharField(max_length=200)
+    cron = models.CharField(max_length=200, null=True, blank=True)
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    job_type = models.CharField(max_length=100)
+    job_payload = models.JSONField(default=dict, blank=True)
+    job_priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.MEDIUM)
+    job_queue = models.CharField(max_length=100, default=DEFAULT_QUEUE)
+    job_max_retries = models.PositiveSmallIntegerField(default=DEFAULT_MAX_RETRIES)
+    job_timeout_seconds = models.PositiveIntegerField(default=DEFAULT_TIMEOUT_SECONDS)
+    enabled = models.BooleanField(default=True)
+    misfire_policy = models.CharField(max_length=10, choices=MisfirePolicy.choices, default=MisfirePolicy.SKIP)
+    overlap_policy = models.CharField(max_length=10, choices=OverlapPolicy.choices, default=OverlapPolicy.ALLOW)
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    last_fired_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "stint_schedule"
+        indexes = [models.Index(fields=["next_fire_at"], name="schedule_due_scan", condition=Q(enabled=True))]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(cron__isnull=False) & Q(interval_seconds__isnull=True))
+                | (Q(cron__isnull=True) & Q(interval_seconds__isnull=False)),
+                name="schedule_cron_xor_interval",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LeaderFence(models.Model):
+    """The newest fencing token the database has accepted for a leadership role."""
+
+    role = models.CharField(max_length=50, primary_key=True)
+    token = models.BigIntegerField(default=0)
+    holder = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "stint_leader_fence"
+
+    def __str__(self) -> str:
+        return f"{self.role}@{self.token}"
+
+
+class OutboxEvent(models.Model):
+    """A lifecycle event written in the same transaction as its transition, relayed to Kafka."""
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(unique=True, default=uuid.uuid4)
+    event_type = models.CharField(max_length=32, choices=EventType.choices)
+    job_id = models.UUIDField()
+    owner_id = models.BigIntegerField(null=True, blank=True)
+    sequence = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(default=0)
+    from_status = models.CharField(max_length=10, blank=True, default="")
+    to_status = models.CharField(max_length=10)
+    schema_version = models.PositiveSmallIntegerField(default=1)
+    payload = models.JSONField(default=dict, blank=True)
+    occurred_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "stint_outbox"
+        indexes = [
+            models.Index(fields=["id"], name="outbox_unpublished", condition=Q(published_at__isnull=True)),
+            models.Index(fields=["published_at"], name="outbox_published_at", condition=Q(published_at__isnull=False)),
+            models.Index(fields=["job_id", "sequence"], name="outbox_job_sequence"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.job_id} #{self.sequence}"
+
+
+class WorkerNode(models.Model):
+    """A running ``run_workers`` process, alive while it heartbeats."""
+
+    id = models.CharField(max_length=100, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list, blank=True)
+    concurrency = models.PositiveIntegerField()
+    pool = models.CharField(max_length=10)
+    busy_slots = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "stint_worker_node"
+        indexes = [models.Index(fields=["last_heartbeat_at"], name="worker_heartbeat")]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Queue(models.Model):
+    """A named queue, created on first use; a paused queue is not leased from."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "stint_queue"
+
+    def __str__(self) -> str:
+        return self.name

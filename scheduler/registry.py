@@ -1,0 +1,133 @@
+"""Handler registry: ``@handler("TYPE")`` functions, discovered from each installed app's ``jobs.py``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from scheduler.exceptions import JobCancelled, UnknownJobType
+
+HandlerFunc = Callable[[Any, "JobContext"], Any]
+
+
+class CancelFlag(Protocol):
+    """Anything with ``is_set()``: a threading.Event, a multiprocessing Event."""
+
+    def is_set(self) -> bool: ...  # noqa: D102
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerSpec:
+    """A registered handler and its per-type defaults (None: use the job's or global value)."""
+
+    name: str
+    func: HandlerFunc
+    timeout_seconds: int | None = None
+    max_retries: int | None = None
+    backoff_base_seconds: float | None = None
+    backoff_max_seconds: float | None = None
+    backoff_jitter: bool | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class JobContext:
+    """What a handler gets besides its payload.
+
+    ``job_id`` (UUID), ``attempt`` (1-based), ``owner_id`` (int or None), ``logger`` (a
+    LoggerAdapter carrying job_id/attempt), and ``cancelled`` (True once cancellation was
+    requested; long handlers should check it or use ``sleep``).
+    """
+
+    job_id: uuid.UUID
+    attempt: int
+    owner_id: int | None
+    logger: logging.LoggerAdapter
+    cancel_flag: CancelFlag = field(default_factory=threading.Event)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job's cancellation was requested."""
+        return self.cancel_flag.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise ``JobCancelled`` if cancellation was requested."""
+        if self.cancelled:
+            raise JobCancelled()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (float), waking every 50 ms to raise ``JobCancelled`` when cancelled."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.check_cancelled()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            wait = getattr(self.cancel_flag, "wait", None)
+            if wait is not None:
+                wait(min(remaining, 0.05))
+            else:
+                time.sleep(min(remaining, 0.05))
+
+
+_REGISTRY: dict[str, HandlerSpec] = {}
+_LOCK = threading.Lock()
+
+
+def handler(
+    name: str,
+    *,
+    timeout_seconds: int | None = None,
+    max_retries: int | None = None,
+    backoff_base_seconds: float | None = None,
+    backoff_max_seconds: float | None = None,
+    backoff_jitter: bool | None = None,
+) -> Callable[[HandlerFunc], HandlerFunc]:
+    """Register the decorated ``func(payload, ctx) -> JSON-serializable result`` for job type ``name``.
+
+    Per-type defaults apply when a job is enqueued without its own value. Raises ValueError if
+    ``name`` is already registered to another function.
+    """
+
+    def decorate(func: HandlerFunc) -> HandlerFunc:
+        spec = HandlerSpec(
+            name=name,
+            func=func,
+            timeout_seconds=timeout_seconds,
+            max_retries=max_retries,
+            backoff_base_seconds=backoff_base_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            backoff_jitter=backoff_jitter,
+        )
+        with _LOCK:
+            existing = _REGISTRY.get(name)
+            if existing is not None and existing.func.__qualname__ != func.__qualname__:
+                raise ValueError(f"job type {name!r} is already registered to {existing.func!r}")
+            _REGISTRY[name] = spec
+        return func
+
+    return decorate
+
+
+def get_handler(name: str) -> HandlerSpec:
+    """Return the spec for ``name``; raise ``UnknownJobType`` when none is registered."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownJobType(f"Unknown job type {name!r}.", details={"type": [f"Unknown job type {name!r}."]}) from None
+
+
+def registered_types() -> list[str]:
+    """Return the registered job type names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def autodiscover() -> None:
+    """Import ``jobs`` from every installed app so their ``@handler``s register."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("jobs")

@@ -1,0 +1,389 @@
+"""Job services: enqueue (with idempotency), cancel, retry, recover. Views, admin and commands call these."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from scheduler import lifecycle
+from scheduler.conf import conf
+from scheduler.exceptions import (
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidJob,
+    JobNotFound,
+    PayloadTooLarge,
+)
+from scheduler.lifecycle import NOW, NULL, NewJob
+from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_SECONDS, Job, Queue
+from scheduler.notify import notify_queued
+from scheduler.registry import get_handler
+from scheduler.states import CANCELLABLE, EventType, JobStatus, Priority
+
+logger = logging.getLogger(__name__)
+
+MAX_RETRIES_RANGE = (1, 10)
+TIMEOUT_RANGE = (1, 3600)  # seconds
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")
+
+_known_queues: set[str] = set()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOutcome:
+    """The job an enqueue produced and whether it was an idempotent replay of an earlier request."""
+
+    job: Job
+    replayed: bool
+
+
+def _priority_value(priority: str | int | Priority) -> int:
+    if isinstance(priority, Priority):
+        return int(priority)
+    if isinstance(priority, str) and priority in Priority.names:
+        return int(Priority[priority])
+    if isinstance(priority, int) and not isinstance(priority, bool) and priority in Priority.values:
+        return priority
+    raise InvalidJob("priority must be HIGH, MEDIUM or LOW", details={"priority": ["Must be HIGH, MEDIUM or LOW."]})
+
+
+def payload_size(payload: Any) -> int:
+    """Return the size in bytes of ``payload`` as compact UTF-8 JSON; raise InvalidJob if not JSON."""
+    try:
+        return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob("payload must be JSON", details={"payload": [str(exc)]}) from exc
+
+
+def _validated(
+    *,
+    type_: str,
+    payload: Any,
+    priority: str | int,
+    queue: str,
+    scheduled_at: dt.datetime | None,
+    max_retries: int | None,
+    timeout_seconds: int | None,
+    name: str,
+) -> dict[str, Any]:
+    spec = get_handler(type_)
+    size = payload_size(payload)
+    limit = conf().max_payload_bytes
+    if size > limit:
+        raise PayloadTooLarge(
+            f"payload is {size} bytes; the limit is {limit} bytes", details={"payload": [f"At most {limit} bytes."]}
+        )
+    errors: dict[str, list[str]] = {}
+    if max_retries is None:
+        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
+    if timeout_seconds is None:
+        timeout_seconds = spec.timeout_seconds if spec.timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+    if not isinstance(max_retries, int) or not MAX_RETRIES_RANGE[0] <= max_retries <= MAX_RETRIES_RANGE[1]:
+        errors["max_retries"] = ["Must be an integer from 1 to 10."]
+    if not isinstance(timeout_seconds, int) or not TIMEOUT_RANGE[0] <= timeout_seconds <= TIMEOUT_RANGE[1]:
+        errors["timeout_seconds"] = ["Must be an integer from 1 to 3600."]
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        errors["queue"] = ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]
+    if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime) or timezone.is_naive(scheduled_at)):
+        errors["scheduled_at"] = ["Must be a datetime with a time zone offset."]
+    if not isinstance(name, str) or len(name) > 200:
+        errors["name"] = ["At most 200 characters."]
+    if errors:
+        raise InvalidJob(next(iter(errors.values()))[0], details=errors)
+    return {
+        "priority": _priority_value(priority),
+        "max_retries": max_retries,
+        "timeout_seconds": timeout_seconds,
+    }
+
+
+def fingerprint(fields: dict[str, Any]) -> str:
+    """Return the SHA-256 hex digest of ``fields`` as canonical JSON (sorted keys, compact)."""
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _ensure_queues(names: Iterable[str]) -> None:
+    new = [n for n in set(names) if n not in _known_queues]
+    if not new:
+        return
+    Queue.objects.bulk_create([Queue(name=n) for n in new], ignore_conflicts=True)
+    _known_queues.update(new)
+
+
+def enqueue_request(
+    type_: str,
+    payload: Any = None,
+    *,
+    priority: str | int = "MEDIUM",
+    queue: str = DEFAULT_QUEUE,
+    scheduled_at: dt.datetime | None = None,
+    max_retries: int | None = None,
+    timeout_seconds: int | None = None,
+    idempotency_key: str | None = None,
+    owner: Any = None,
+    name: str = "",
+) -> EnqueueOutcome:
+    """Create a job (QUEUED now, or SCHEDULED for a future ``scheduled_at``) and say if it was a replay.
+
+    ``payload`` is any JSON value of at most ``SCHEDULER["MAX_PAYLOAD_BYTES"]`` bytes (10 KB);
+    ``scheduled_at`` an aware datetime or None; ``max_retries`` 1-10 and ``timeout_seconds``
+    1-3600 default to the handler's, then 3 and 300. With ``idempotency_key`` (1-255 printable
+    ASCII characters, unique per owner for ``IDEMPOTENCY_TTL_SECONDS``), a repeat of the same
+    request returns the original job with ``replayed=True``; the unique (owner, key) index
+    decides between concurrent first requests, and the loser waits for and reads the winner.
+
+    Raises UnknownJobType, InvalidJob (400), PayloadTooLarge (413), IdempotencyConflict (409:
+    same key, different request).
+    """
+    payload = {} if payload is None else payload
+    valid = _validated(
+        type_=type_,
+        payload=payload,
+        priority=priority,
+        queue=queue,
+        scheduled_at=scheduled_at,
+        max_retries=max_retries,
+        timeout_seconds=timeout_seconds,
+        name=name,
+    )
+    owner_id = getattr(owner, "pk", owner)
+    if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
+        raise InvalidJob(
+            "Idempotency-Key must be 1-255 printable ASCII characters",
+            details={"idempotency_key": ["1-255 printable ASCII characters."]},
+        )
+    if idempotency_key is not None and owner_id is None:
+        raise InvalidJob("an idempotency key needs an owner", details={"idempotency_key": ["Needs an owner."]})
+    new = NewJob(
+        id=uuid.uuid4(),
+        owner_id=owner_id,
+        name=name,
+        type=type_,
+        payload=payload,
+        priority=valid["priority"],
+        queue=queue,
+        scheduled_at=scheduled_at,
+        max_retries=valid["max_retries"],
+        timeout_seconds=valid["timeout_seconds"],
+        idempotency_key=idempotency_key,
+    )
+    _ensure_queues([queue])
+    if idempotency_key is None:
+        with transaction.atomic():
+            _insert([new])
+        return EnqueueOutcome(job=Job.objects.get(id=new.id), replayed=False)
+
+    digest = fingerprint(
+        {
+            "type": type_,
+            "payload": payload,
+            "priority": valid["priority"],
+            "queue": queue,
+            "scheduled_at": scheduled_at.isoformat() if scheduled_at else None,
+            "max_retries": valid["max_retries"],
+            "timeout_seconds": valid["timeout_seconds"],
+            "name": name,
+        }
+    )
+    ttl = conf().idempotency_ttl_seconds
+    for _ in range(3):
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                # ON CONFLICT waits for a concurrent inserter of the same key to commit, so the loser
+                # then reads a record that already names its job.
+                cursor.execute(
+                    """
+                    INSERT INTO stint_idempotency (owner_id, key, fingerprint, job_id, created_at, expires_at)
+                    VALUES (%s, %s, %s, NULL, now(), now() + make_interval(secs => %s))
+                    ON CONFLICT (owner_id, key) DO NOTHING
+                    RETURNING id
+                    """,
+                    [owner_id, idempotency_key, digest, ttl],
+                )
+                won = cursor.fetchone()
+                if won is not None:
+                    _insert([new])
+                    cursor.execute("UPDATE stint_idempotency SET job_id = %s WHERE id = %s", [new.id, won[0]])
+                    return EnqueueOutcome(job=Job.objects.get(id=new.id), replayed=False)
+                cursor.execute(
+                    "SELECT fingerprint, job_id, expires_at <= now() FROM stint_idempotency"
+                    " WHERE owner_id = %s AND key = %s",
+                    [owner_id, idempotency_key],
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    continue  # pruned between our two statements: try again
+                stored, job_id, expired = row
+                if expired or job_id is None:
+                    cursor.execute(
+                        "DELETE FROM stint_idempotency WHERE owner_id = %s AND key = %s AND (expires_at <= now()"
+                        " OR job_id IS NULL)",
+                        [owner_id, idempotency_key],
+                    )
+                    continue
+        if stored != digest:
+            raise IdempotencyConflict(details={"idempotency_key": [idempotency_key]})
+        job = Job.objects.filter(id=job_id).first()
+        if job is None:
+            raise JobNotFound("The job this Idempotency-Key created no longer exists.")
+        return EnqueueOutcome(job=job, replayed=True)
+    raise IntegrityError("could not settle the idempotency key after 3 tries")
+
+
+def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
+    created = lifecycle.create_jobs(jobs)
+    queued = {j.queue for j, (_, status) in zip(jobs, created, strict=False) if status == JobStatus.QUEUED}
+    if queued:
+        by_id = {j.id: j.queue for j in jobs}
+        notify_queued(by_id[i] for i, status in created if status == JobStatus.QUEUED)
+    return created
+
+
+def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
+    """Create a job and return it (the original one on an idempotent replay).
+
+    Options and errors as ``enqueue_request``: ``priority`` ("HIGH", "MEDIUM", "LOW"),
+    ``queue``, ``scheduled_at`` (aware datetime), ``max_retries``, ``timeout_seconds``,
+    ``idempotency_key``, ``owner`` (a user or user id), ``name``.
+    """
+    return enqueue_request(type_, payload, **options).job
+
+
+def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[uuid.UUID]:
+    """Create many jobs in one transaction and one statement, with one NOTIFY; return their ids.
+
+    Each item has ``type`` and optionally ``payload``, ``priority``, ``queue``, ``scheduled_at``,
+    ``max_retries``, ``timeout_seconds``, ``name`` (no idempotency keys). Raises as ``enqueue``.
+    """
+    owner_id = getattr(owner, "pk", owner)
+    rows = []
+    for item in jobs:
+        payload = item.get("payload") or {}
+        valid = _validated(
+            type_=item["type"],
+            payload=payload,
+            priority=item.get("priority", "MEDIUM"),
+            queue=item.get("queue", DEFAULT_QUEUE),
+            scheduled_at=item.get("scheduled_at"),
+            max_retries=item.get("max_retries"),
+            timeout_seconds=item.get("timeout_seconds"),
+            name=item.get("name", ""),
+        )
+        rows.append(
+            NewJob(
+                id=uuid.uuid4(),
+                owner_id=owner_id,
+                name=item.get("name", ""),
+                type=item["type"],
+                payload=payload,
+                priority=valid["priority"],
+                queue=item.get("queue", DEFAULT_QUEUE),
+                scheduled_at=item.get("scheduled_at"),
+                max_retries=valid["max_retries"],
+                timeout_seconds=valid["timeout_seconds"],
+            )
+        )
+    _ensure_queues(r.queue for r in rows)
+    with transaction.atomic():
+        created = _insert(rows)
+    return [i for i, _ in created]
+
+
+def _current_status(job_id: uuid.UUID) -> str:
+    status = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
+    if status is None:
+        raise JobNotFound()
+    return status
+
+
+@transaction.atomic
+def job_cancel(*, job_id: uuid.UUID) -> Job:
+    """Cancel a job: CREATED/SCHEDULED/QUEUED/RETRYING move to CANCELLED at once; RUNNING gets
+    ``cancel_requested`` and moves to CANCELLED when its handler stops (DESIGN.md).
+
+    Returns the job as it is now. Raises JobNotFound, or IllegalTransition (409) from a finished
+    state.
+    """
+    moved = lifecycle.transition_one(
+        job_id=job_id,
+        to=JobStatus.CANCELLED,
+        expected=CANCELLABLE,
+        assign={"finished_at": NOW},
+    )
+    if moved is None:
+        updated = Job.objects.filter(id=job_id, status=JobStatus.RUNNING).update(cancel_requested=True)
+        if not updated:
+            status = _current_status(job_id)
+            raise IllegalTransition(f"A {status} job cannot be cancelled.", details={"status": status})
+    return Job.objects.get(id=job_id)
+
+
+@transaction.atomic
+def job_retry(*, job_id: uuid.UUID) -> Job:
+    """Retry a FAILED job now with a fresh attempt budget (FAILED -> RETRYING, due immediately).
+
+    Raises JobNotFound, or IllegalTransition (409) from any other state.
+    """
+    moved = lifecycle.transition_one(
+        job_id=job_id,
+        to=JobStatus.RETRYING,
+        expected=JobStatus.FAILED,
+        assign={"scheduled_at": NOW, "attempts_base": lifecycle.Sql("j.attempts"), "finished_at": NULL},
+        event_payload={"reason": "manual_retry"},
+    )
+    if moved is None:
+        status = _current_status(job_id)
+        raise IllegalTransition(f"Only a FAILED job can be retried; this one is {status}.", details={"status": status})
+    return Job.objects.get(id=job_id)
+
+
+@transaction.atomic
+def job_recover(*, job_id: uuid.UUID) -> Job:
+    """Put a DEAD job back on its queue with a fresh attempt budget (DEAD -> QUEUED, admin only).
+
+    Raises JobNotFound, or IllegalTransition (409) from any other state.
+    """
+    moved = lifecycle.transition_one(
+        job_id=job_id,
+        to=JobStatus.QUEUED,
+        expected=JobStatus.DEAD,
+        event=EventType.JOB_RECOVERED,
+        assign={
+            "scheduled_at": NOW,
+            "attempts_base": lifecycle.Sql("j.attempts"),
+            "finished_at": NULL,
+            "cancel_requested": False,
+        },
+    )
+    if moved is None:
+        status = _current_status(job_id)
+        raise IllegalTransition(f"Only a DEAD job can be recovered; this one is {status}.", details={"status": status})
+    job = Job.objects.get(id=job_id)
+    notify_queued([job.queue])
+    return job
+
+
+def idempotency_prune(*, now: dt.datetime | None = None, limit: int = 10_000) -> int:
+    """Delete up to ``limit`` expired idempotency records; return how many. ``now`` defaults to the DB clock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            DELETE FROM stint_idempotency WHERE id IN (
+                SELECT id FROM stint_idempotency WHERE expires_at <= coalesce(%s, now()) LIMIT %s
+            )
+            """,
+            [now, limit],
+        )
+        return cursor.rowcount
