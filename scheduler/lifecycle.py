@@ -9,6 +9,7 @@ UPDATE so that per-job sequences have no gaps. The caller supplies the transacti
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -319,3 +320,110 @@ def create_jobs(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [(r[0], r[1]) for r in cursor.fetchall()]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claimed:
+    """A job a worker now holds: everything it needs to run it without another query."""
+
+    id: uuid.UUID
+    type: str
+    payload: Any
+    attempt: int
+    lease_token: uuid.UUID
+    timeout_seconds: int
+    owner_id: int | None
+    max_retries: int
+    attempts_base: int
+    queue: str
+    priority: int
+    scheduled_at: Any  # aware datetime: when it became due
+    started_at: Any  # aware datetime, database clock
+
+    @property
+    def attempts_left(self) -> int:
+        """Attempts remaining after this one in the budget of 1 + max_retries."""
+        return max(0, 1 + self.max_retries - (self.attempt - self.attempts_base))
+
+
+def claim(
+    *, worker_id: str, limit: int, lease_seconds: float, queues: Sequence[str] | None, paused: Sequence[str] = ()
+) -> list[Claimed]:
+    """Lease up to ``limit`` QUEUED jobs in one statement (QUEUED -> RUNNING) and return them.
+
+    Candidates are ordered HIGH > MEDIUM > LOW, then ``scheduled_at``, then ``created_at``, and
+    locked with ``FOR UPDATE SKIP LOCKED`` so concurrent workers never claim the same job. Each
+    claimed job gets attempts + 1, a new fencing ``lease_token``, ``lease_owner = worker_id``
+    and ``lease_expires_at = now() + lease_seconds``; its RUNNING ``JobAttempt`` row and its
+    JOB_STARTED event are written by the same statement. ``queues`` None means every queue;
+    ``paused`` queues are skipped. Must run inside the caller's (short) transaction.
+    """
+    if limit <= 0:
+        return []
+    queue_filter = "AND queue = ANY(%(queues)s::text[])" if queues else ""
+    paused_filter = "AND NOT (queue = ANY(%(paused)s::text[]))" if paused else ""
+    sql = f"""
+        WITH cand AS (
+            SELECT id FROM stint_job
+            WHERE status = 'QUEUED' {queue_filter} {paused_filter}
+            ORDER BY priority, scheduled_at, created_at
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ), moved AS (
+            UPDATE stint_job j
+            SET status = 'RUNNING', attempts = j.attempts + 1, lease_owner = %(worker)s,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + make_interval(secs => %(lease)s),
+                started_at = now(), finished_at = NULL, updated_at = now(),
+                event_sequence = j.event_sequence + 1
+            FROM cand WHERE j.id = cand.id
+            RETURNING j.id, j.type, j.payload, j.attempts, j.lease_token, j.timeout_seconds, j.owner_id,
+                      j.max_retries, j.attempts_base, j.queue, j.priority, j.scheduled_at, j.started_at,
+                      j.event_sequence
+        ), att AS (
+            INSERT INTO stint_job_attempt (job_id, attempt_number, status, worker, lease_token, started_at,
+                                           error, traceback)
+            SELECT id, attempts, 'RUNNING', %(worker)s, lease_token, started_at, '', '' FROM moved
+        ), ev AS (
+            INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status,
+                                      to_status, schema_version, payload, occurred_at)
+            SELECT gen_random_uuid(), %(event)s, id, owner_id, event_sequence, attempts, 'QUEUED', 'RUNNING',
+                   {SCHEMA_VERSION},
+                   jsonb_build_object('type', type, 'queue', queue, 'priority', priority, 'worker', %(worker)s),
+                   started_at
+            FROM moved
+        )
+        SELECT id, type, payload, attempts, lease_token, timeout_seconds, owner_id, max_retries, attempts_base,
+               queue, priority, scheduled_at, started_at
+        FROM moved
+    """  # noqa: S608 - only constant filters are interpolated
+    params = {
+        "limit": limit,
+        "worker": worker_id,
+        "lease": float(lease_seconds),
+        "queues": list(queues or []),
+        "paused": list(paused),
+        "event": str(TRANSITIONS[(JobStatus.QUEUED, JobStatus.RUNNING)]),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [
+        Claimed(
+            id=r[0],
+            type=r[1],
+            # Django's psycopg backend loads jsonb as text; decode it here once.
+            payload=json.loads(r[2]) if isinstance(r[2], str) else r[2],
+            attempt=r[3],
+            lease_token=r[4],
+            timeout_seconds=r[5],
+            owner_id=r[6],
+            max_retries=r[7],
+            attempts_base=r[8],
+            queue=r[9],
+            priority=r[10],
+            scheduled_at=r[11],
+            started_at=r[12],
+        )
+        for r in rows
+    ]

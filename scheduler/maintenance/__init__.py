@@ -1,0 +1,40 @@
+"""Background services run by ``run_scheduler``: each is ``run_once(now) -> count`` plus a thin loop.
+
+A service is any object with ``name`` (str), ``interval_seconds`` (float), ``leader_only``
+(bool: run only while this process holds cron leadership) and ``run_once(now=None) -> int``
+(rows changed; ``now`` is an aware UTC datetime for tests, None for the database clock).
+``default_services()`` is the list ``run_scheduler`` runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Protocol
+
+
+class Service(Protocol):
+    """One maintenance duty of the scheduler process."""
+
+    name: str
+    interval_seconds: float
+    leader_only: bool
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Do one round of work; return how many rows it changed."""
+        ...
+
+
+def default_services() -> list[Service]:
+    """Return the services ``run_scheduler`` runs, in tick order."""
+    from scheduler.maintenance.promoter import DuePromoter
+    from scheduler.maintenance.pruner import Pruner
+    from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper
+
+    services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
+    # Later services (cron firer, outbox relay) register here.
+    return services
+
+
+def leader_services(leadership: object) -> list[Service]:
+    """Return the services that run only while ``leadership`` is held (the cron firer)."""
+    return []

@@ -1,0 +1,47 @@
+"""``manage.py run_scheduler``: promote due jobs, rescue expired leases, fire cron as leader, relay the outbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from scheduler.maintenance import default_services, leader_services
+from scheduler.maintenance.loop import SchedulerLoop
+from scheduler.management.commands._signals import configure_verbosity, install_stop_handlers, port, positive_float
+
+
+class Command(BaseCommand):
+    """Run the scheduler's maintenance loop until SIGTERM/SIGINT. Any number may run at once."""
+
+    help = "Promote due jobs, rescue expired leases, fire cron schedules (leader only), relay the outbox."
+
+    def add_arguments(self, parser: Any) -> None:
+        """Declare the options."""
+        parser.add_argument("--tick-seconds", type=positive_float, default=0.2, help="loop tick (default 0.2 s)")
+        parser.add_argument("--metrics-port", type=port, default=0, help="serve Prometheus metrics (0: off)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Build the loop, install signal handlers, run it."""
+        configure_verbosity(options["verbosity"])
+        leadership = _leadership()
+        loop = SchedulerLoop(
+            services=default_services(),
+            leader_services=leader_services(leadership) if leadership is not None else [],
+            leadership=leadership,
+            tick_seconds=options["tick_seconds"],
+        )
+        if options["metrics_port"]:
+            from prometheus_client import start_http_server
+
+            start_http_server(options["metrics_port"], addr="127.0.0.1")
+        install_stop_handlers(loop.stop, name="run_scheduler")
+        loop.run()
+
+
+def _leadership() -> Any:
+    try:
+        from scheduler.leadership import Leadership
+    except ImportError:  # cron leadership not installed yet
+        return None
+    return Leadership(role="cron")

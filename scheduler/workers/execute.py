@@ -1,0 +1,53 @@
+"""Run one handler for one claimed job and turn whatever happened into a ``Report``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+
+from django.db import close_old_connections
+
+from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
+from scheduler.leasing import Outcome, Report
+from scheduler.lifecycle import Claimed
+from scheduler.registry import CancelFlag, JobContext, get_handler
+
+logger = logging.getLogger("scheduler.handler")
+
+
+def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
+    """Call the handler registered for ``job.type`` with (payload, context); never raises.
+
+    Returns SUCCEEDED with the (JSON-checked) result; CANCELLED when the handler raised
+    ``JobCancelled``; PERMANENT for ``PermanentError``, an unknown type or a result that is not
+    JSON; RETRYABLE for any other exception, with its traceback.
+    """
+    ctx = JobContext(
+        job_id=job.id,
+        attempt=job.attempt,
+        owner_id=job.owner_id,
+        logger=logging.LoggerAdapter(logger, {"job_id": str(job.id), "attempt": job.attempt}),
+        cancel_flag=cancel_flag,
+    )
+    try:
+        spec = get_handler(job.type)
+        result = spec.func(job.payload, ctx)
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return Report(job=job, outcome=Outcome.PERMANENT, error=f"result is not JSON: {exc}")
+        return Report(job=job, outcome=Outcome.SUCCEEDED, result=result)
+    except JobCancelled:
+        return Report(job=job, outcome=Outcome.CANCELLED, error="cancelled")
+    except (PermanentError, UnknownJobType) as exc:
+        return Report(job=job, outcome=Outcome.PERMANENT, error=_describe(exc), traceback=traceback.format_exc())
+    except Exception as exc:  # any handler error is retryable unless it says otherwise
+        return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=traceback.format_exc())
+    finally:
+        close_old_connections()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

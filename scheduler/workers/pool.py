@@ -1,0 +1,250 @@
+"""Bounded execution pools: daemon threads, or one child process per slot that can be killed.
+
+Both pools run ``run_handler`` for a claimed job and call ``on_done(entry, report)`` when it
+returns. ``busy()`` counts slots whose handler has not returned yet, including a thread that
+overran its timeout: a thread cannot be killed, so it keeps its slot until it returns
+(DESIGN.md). A process slot is freed by killing its child and starting a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from scheduler.leasing import Outcome, Report
+from scheduler.lifecycle import Claimed
+
+logger = logging.getLogger(__name__)
+
+CHILD_START_TIMEOUT = 60.0  # seconds to wait for a child process to say it is ready
+
+
+@dataclass(slots=True, eq=False)
+class Running:
+    """A job this worker holds: its lease, deadline (monotonic seconds), cancel flag and state."""
+
+    job: Claimed
+    deadline: float
+    started: float
+    cancel_flag: threading.Event = field(default_factory=threading.Event)
+    finalized: bool = False  # an outcome was reported; any later result is discarded
+    slot: int | None = None  # process pool: the child running it
+
+
+DoneCallback = Callable[[Running, Report], None]
+
+
+class ThreadPool:
+    """``slots`` daemon threads taking jobs from a queue."""
+
+    kind = "threads"
+
+    def __init__(self, slots: int, on_done: DoneCallback) -> None:
+        self.slots = slots
+        self._on_done = on_done
+        self._tasks: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self._busy = 0
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, name=f"stint-slot-{i}", daemon=True) for i in range(slots)]
+        for thread in self._threads:
+            thread.start()
+
+    def busy(self) -> int:
+        """Slots whose handler has not returned."""
+        return self._busy
+
+    def submit(self, entry: Running) -> None:
+        """Run ``entry.job`` on a free thread. The caller never submits more than ``slots - busy()``."""
+        with self._lock:
+            self._busy += 1
+        self._tasks.put(entry)
+
+    def abort(self, entry: Running) -> bool:
+        """Threads cannot be killed: set the cancel flag and return False."""
+        entry.cancel_flag.set()
+        return False
+
+    def close(self) -> None:
+        """Stop idle threads; threads still running a handler die with the process (daemon)."""
+        for _ in self._threads:
+            self._tasks.put(None)
+
+    def _loop(self) -> None:
+        from scheduler.workers.execute import run_handler
+
+        while True:
+            entry = self._tasks.get()
+            if entry is None:
+                return
+            try:
+                report = run_handler(entry.job, entry.cancel_flag)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+            self._on_done(entry, report)
+
+
+def _child_main(conn: Connection) -> None:
+    """Entry point of a pool child: set Django up once, then run jobs sent by the parent."""
+    import django
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when children stop
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    django.setup()
+    from scheduler.workers.execute import run_handler
+
+    conn.send("ready")
+    flag = threading.Event()
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        report = run_handler(job, flag)
+        conn.send((report.outcome.value, report.result, report.error, report.traceback))
+
+
+@dataclass(slots=True, eq=False)
+class _Child:
+    process: Any
+    conn: Connection
+    entry: Running | None = None
+    ready: bool = False
+
+
+class ProcessPool:
+    """One spawned child process per slot; a timed-out or cancelled job's child is killed and replaced."""
+
+    kind = "processes"
+
+    def __init__(self, slots: int, on_done: DoneCallback) -> None:
+        self.slots = slots
+        self._on_done = on_done
+        self._ctx = multiprocessing.get_context("spawn")
+        self._lock = threading.Lock()
+        self._children: list[_Child] = [self._spawn() for _ in range(slots)]
+        self._closing = False
+        self._reader = threading.Thread(target=self._read_loop, name="stint-pool-reader", daemon=True)
+        self._reader.start()
+        self._wait_ready()
+
+    def _spawn(self) -> _Child:
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(target=_child_main, args=(child,), daemon=True, name="stint-pool-child")
+        process.start()
+        child.close()
+        return _Child(process=process, conn=parent)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + CHILD_START_TIMEOUT
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(c.ready for c in self._children):
+                    return
+            time.sleep(0.02)
+        logger.warning("not every pool child was ready within %.0f s", CHILD_START_TIMEOUT)
+
+    def busy(self) -> int:
+        """Slots running a job, plus slots whose child is (re)starting."""
+        with self._lock:
+            return sum(1 for c in self._children if c.entry is not None or not c.ready)
+
+    def submit(self, entry: Running) -> None:
+        """Send ``entry.job`` to an idle ready child. Raises RuntimeError if none is idle."""
+        with self._lock:
+            for index, child in enumerate(self._children):
+                if child.ready and child.entry is None:
+                    child.entry = entry
+                    entry.slot = index
+                    child.conn.send(entry.job)
+                    return
+        raise RuntimeError("no idle pool child: the caller over-submitted")
+
+    def abort(self, entry: Running) -> bool:
+        """Kill the child running ``entry`` (SIGKILL) and start a replacement; return True."""
+        entry.cancel_flag.set()
+        with self._lock:
+            if entry.slot is None or self._children[entry.slot].entry is not entry:
+                return False
+            old = self._children[entry.slot]
+            old.process.kill()
+            old.conn.close()
+            self._children[entry.slot] = self._spawn()
+        old.process.join(timeout=5)
+        return True
+
+    def close(self) -> None:
+        """Ask idle children to exit and kill the busy ones."""
+        self._closing = True
+        with self._lock:
+            children = list(self._children)
+        for child in children:
+            try:
+                if child.entry is None:
+                    child.conn.send(None)
+                else:
+                    child.process.kill()
+            except (OSError, ValueError):
+                pass
+        for child in children:
+            child.process.join(timeout=5)
+            if child.process.is_alive():
+                child.process.kill()
+
+    def _read_loop(self) -> None:
+        while not self._closing:
+            with self._lock:
+                conns = {c.conn: c for c in self._children if not c.conn.closed}
+            if not conns:
+                time.sleep(0.05)
+                continue
+            try:
+                ready = wait(list(conns), timeout=0.2)
+            except (OSError, ValueError):  # a connection closed by abort() under us
+                continue
+            for conn in ready:
+                child = conns[conn]
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    self._child_died(child)
+                    continue
+                if message == "ready":
+                    with self._lock:
+                        child.ready = True
+                    continue
+                with self._lock:
+                    entry, child.entry = child.entry, None
+                if entry is None:
+                    continue
+                outcome, result, error, tb = message
+                self._on_done(
+                    entry, Report(job=entry.job, outcome=Outcome(outcome), result=result, error=error, traceback=tb)
+                )
+
+    def _child_died(self, child: _Child) -> None:
+        with self._lock:
+            if child not in self._children or self._closing:
+                return  # killed on purpose by abort() or close()
+            index = self._children.index(child)
+            entry = child.entry
+            child.conn.close()
+            self._children[index] = self._spawn()
+        exitcode = child.process.exitcode
+        logger.error("pool child %s died (exit code %s)", child.process.pid, exitcode)
+        if entry is not None:
+            self._on_done(
+                entry,
+                Report(job=entry.job, outcome=Outcome.RETRYABLE, error=f"worker child process died (exit {exitcode})"),
+            )

@@ -1,0 +1,385 @@
+"""The worker: claims due jobs into free slots, enforces timeouts and cancellation, and writes outcomes in batches.
+
+Threads of one worker process:
+- main: the claim loop. It wakes on a NOTIFY, on a freed slot or after ``poll_seconds``,
+  claims up to the free slots in one statement, enforces deadlines, polls cancellations and
+  paused queues.
+- listener: ``LISTEN stint_jobs`` on its own connection; a notification wakes the main loop.
+- flusher: collects reports for a few milliseconds and records each batch in one transaction.
+- heartbeat: extends every held lease in one statement per interval and refreshes the node.
+No database transaction is open while a handler runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
+from django.db.models.functions import Now
+
+from scheduler import leasing, metrics
+from scheduler.leasing import Outcome, Report
+from scheduler.models import WorkerNode
+from scheduler.notify import CHANNEL
+from scheduler.states import Priority
+from scheduler.workers.pool import ProcessPool, Running, ThreadPool
+
+logger = logging.getLogger(__name__)
+
+FLUSH_WINDOW = 0.002  # seconds a flush waits to gather more reports
+FLUSH_MAX = 1000  # reports per outcome transaction
+DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
+_DB_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """How a worker runs. Seconds everywhere; ``queues`` None means all queues."""
+
+    concurrency: int = 5
+    queues: Sequence[str] | None = None
+    pool: str = "threads"
+    poll_seconds: float = 1.0
+    heartbeat_seconds: float = 10.0
+    grace_seconds: float = 25.0
+
+
+class Worker:
+    """One ``run_workers`` process. ``run()`` blocks until ``stop()`` and returns the exit code (0)."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        if options.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.options = options
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._force = threading.Event()
+        self._done = threading.Event()
+        self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running: dict[uuid.UUID, Running] = {}
+        self._paused: list[str] = []
+        self._stuck = 0
+        pool_cls = ProcessPool if options.pool == "processes" else ThreadPool
+        self._pool_cls = pool_cls
+        self.pool: ThreadPool | ProcessPool | None = None
+
+    # -- control ---------------------------------------------------------------------------
+
+    def stop(self, *, force: bool = False) -> None:
+        """Stop claiming; finish running jobs within the grace period (``force``: hand them back now)."""
+        if self._stopping.is_set() or force:
+            self._force.set()
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self) -> int:
+        """Run until stopped; hand back what did not finish within the grace period; return 0."""
+        self.pool = self._pool_cls(self.options.concurrency, self._on_done)
+        metrics.worker_slots_total.set(self.options.concurrency)
+        self._register()
+        threads = [
+            threading.Thread(target=self._listen, name="stint-listen", daemon=True),
+            threading.Thread(target=self._flush_loop, name="stint-flush", daemon=True),
+            threading.Thread(target=self._heartbeat_loop, name="stint-heartbeat", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        logger.info(
+            "worker %s started: %d %s slots, queues %s",
+            self.id,
+            self.options.concurrency,
+            self.pool.kind,
+            ",".join(self.options.queues or ["*"]),
+        )
+        try:
+            self._claim_loop()
+            self._drain()
+        finally:
+            self._done.set()
+            threads[1].join(timeout=30)
+            self.pool.close()
+            self._unregister()
+            close_old_connections()
+        logger.info("worker %s stopped", self.id)
+        return 0
+
+    # -- main loop -------------------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        next_poll = 0.0
+        while not self._stopping.is_set():
+            self._wake.clear()
+            now = time.monotonic()
+            try:
+                if now >= next_poll:
+                    self._poll_control()
+                    next_poll = now + self.options.poll_seconds
+                self._enforce_deadlines()
+                free = self.options.concurrency - self.pool.busy()
+                claimed = self._claim(free) if free > 0 else 0
+            except _DB_ERRORS:
+                logger.exception("worker %s: database error in the claim loop; retrying", self.id)
+                connection.close()
+                self._stopping.wait(DB_RETRY_SECONDS)
+                continue
+            if free > 0 and claimed == free:
+                continue  # the queue may hold more: claim again once a slot frees (busy is now full)
+            self._wake.wait(self._next_timeout(next_poll))
+
+    def _next_timeout(self, next_poll: float) -> float:
+        now = time.monotonic()
+        timeout = max(0.0, next_poll - now)
+        with self._lock:
+            for entry in self._running.values():
+                if not entry.finalized:
+                    timeout = min(timeout, max(0.0, entry.deadline - now))
+        return timeout
+
+    def _claim(self, free: int) -> int:
+        jobs = leasing.claim_jobs(worker_id=self.id, limit=free, queues=self.options.queues, paused=self._paused)
+        now = time.monotonic()
+        for job in jobs:
+            entry = Running(job=job, deadline=now + job.timeout_seconds, started=now)
+            with self._lock:
+                self._running[job.id] = entry
+            lag = max(0.0, (job.started_at - job.scheduled_at).total_seconds())
+            metrics.jobs_schedule_lag_seconds.labels(job.queue, Priority(job.priority).name).observe(lag)
+            self.pool.submit(entry)
+        return len(jobs)
+
+    def _poll_control(self) -> None:
+        from scheduler.models import Queue
+
+        self._paused = list(Queue.objects.filter(paused=True).values_list("name", flat=True))
+        with self._lock:
+            ids = [i for i, e in self._running.items() if not e.finalized]
+        for job_id in leasing.cancel_requested(ids):
+            self._cancel(job_id)
+
+    def _cancel(self, job_id: uuid.UUID) -> None:
+        with self._lock:
+            entry = self._running.get(job_id)
+        if entry is None or entry.finalized:
+            return
+        entry.cancel_flag.set()
+        if self.pool.kind == "processes" and self._finalize(entry):
+            self.pool.abort(entry)
+            self._report(Report(job=entry.job, outcome=Outcome.CANCELLED, error="cancelled: child process killed"))
+
+    def _enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            late = [e for e in self._running.values() if not e.finalized and e.deadline <= now]
+        for entry in late:
+            if not self._finalize(entry):
+                continue
+            job = entry.job
+            metrics.jobs_timed_out_total.labels(job.type, job.queue).inc()
+            killed = self.pool.abort(entry)
+            if not killed:
+                with self._lock:
+                    self._stuck += 1
+                    metrics.worker_stuck_threads.set(self._stuck)
+                logger.warning(
+                    "job %s overran its %d s timeout; its thread keeps its slot until the handler returns",
+                    job.id,
+                    job.timeout_seconds,
+                    extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self.id},
+                )
+            self._report(Report(job=job, outcome=Outcome.TIMED_OUT, error=f"timed out after {job.timeout_seconds} s"))
+
+    def _finalize(self, entry: Running) -> bool:
+        """Mark ``entry`` reported; return False if someone already reported it."""
+        with self._lock:
+            if entry.finalized:
+                return False
+            entry.finalized = True
+            self._running.pop(entry.job.id, None)
+            return True
+
+    def _on_done(self, entry: Running, report: Report) -> None:
+        """Pool callback: a handler returned (possibly after its timeout, then it is discarded)."""
+        late = not self._finalize(entry)
+        if late:
+            if self.pool.kind == "threads" and report.outcome != Outcome.HANDED_BACK:
+                with self._lock:
+                    self._stuck = max(0, self._stuck - 1)
+                    metrics.worker_stuck_threads.set(self._stuck)
+            self._wake.set()
+            return
+        metrics.jobs_execution_duration_seconds.labels(entry.job.type, entry.job.queue).observe(
+            time.monotonic() - entry.started
+        )
+        self._report(report)
+        self._wake.set()
+
+    def _report(self, report: Report) -> None:
+        self._reports.put(report)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.options.grace_seconds
+        while not self._force.is_set():
+            with self._lock:
+                pending = [e for e in self._running.values() if not e.finalized]
+            if not pending or time.monotonic() >= deadline:
+                break
+            self._enforce_deadlines()
+            self._wake.clear()
+            self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+        with self._lock:
+            leftovers = [e for e in self._running.values() if not e.finalized]
+        for entry in leftovers:
+            if self._finalize(entry):
+                self.pool.abort(entry)
+                self._report(Report(job=entry.job, outcome=Outcome.HANDED_BACK, error="worker shut down"))
+        if leftovers:
+            logger.warning("worker %s handed back %d unfinished jobs", self.id, len(leftovers))
+
+    # -- background threads ----------------------------------------------------------------
+
+    def _listen(self) -> None:
+        params = connection.settings_dict
+        conninfo = {
+            "dbname": params["NAME"],
+            "user": params.get("USER") or None,
+            "password": params.get("PASSWORD") or None,
+            "host": params.get("HOST") or None,
+            "port": params.get("PORT") or None,
+        }
+        wanted = set(self.options.queues or [])
+        while not self._done.is_set():
+            try:
+                with psycopg.connect(autocommit=True, **{k: v for k, v in conninfo.items() if v}) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._wake.set()  # anything enqueued while we were not listening
+                    while not self._done.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if not wanted or wanted.intersection(note.payload.split(",")) or not note.payload:
+                                self._wake.set()
+            except psycopg.Error:
+                logger.warning("worker %s: LISTEN connection lost; polling until it is back", self.id)
+                self._done.wait(DB_RETRY_SECONDS)
+
+    def _flush_loop(self) -> None:
+        while True:
+            try:
+                first = self._reports.get(timeout=0.1)
+            except queue.Empty:
+                if self._done.is_set():
+                    return
+                continue
+            batch = [first]
+            deadline = time.monotonic() + FLUSH_WINDOW
+            while len(batch) < FLUSH_MAX:
+                try:
+                    batch.append(self._reports.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            self._flush(batch)
+
+    def _flush(self, batch: list[Report]) -> None:
+        while True:
+            try:
+                accepted = leasing.record_outcomes(batch)
+                break
+            except _DB_ERRORS:
+                logger.exception("worker %s: could not record %d outcomes; retrying", self.id, len(batch))
+                connection.close()
+                if self._force.is_set() and self._done.is_set():
+                    return  # the leases expire and the rescuer takes over
+                time.sleep(DB_RETRY_SECONDS)
+        for report in batch:
+            job = report.job
+            labels = (job.type, job.queue)
+            if job.id not in accepted:
+                logger.info(
+                    "job %s: outcome %s discarded (lease no longer held)",
+                    job.id,
+                    report.outcome,
+                    extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self.id},
+                )
+                continue
+            if report.outcome == Outcome.SUCCEEDED:
+                metrics.jobs_completed_total.labels(*labels).inc()
+            elif report.outcome == Outcome.CANCELLED:
+                metrics.jobs_cancelled_total.labels(*labels).inc()
+            elif report.outcome != Outcome.HANDED_BACK:
+                metrics.jobs_failed_total.labels(*labels).inc()
+                if report.outcome == Outcome.PERMANENT:
+                    pass
+                elif job.attempts_left > 0:
+                    metrics.jobs_retried_total.labels(*labels).inc()
+                else:
+                    metrics.jobs_dead_total.labels(*labels).inc()
+            logger.info(
+                "job %s %s attempt %d: %s%s",
+                job.id,
+                job.type,
+                job.attempt,
+                report.outcome,
+                f" ({report.error})" if report.error else "",
+                extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self.id},
+            )
+
+    def _heartbeat_loop(self) -> None:
+        while not self._done.wait(self.options.heartbeat_seconds):
+            try:
+                self._heartbeat()
+            except _DB_ERRORS:
+                logger.exception("worker %s: heartbeat failed", self.id)
+                connection.close()
+        close_old_connections()
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            held = [(i, e.job.lease_token) for i, e in self._running.items() if not e.finalized]
+        still, cancel = leasing.heartbeat(worker_id=self.id, jobs=held)
+        for job_id, _ in held:
+            if job_id not in still:
+                with self._lock:
+                    entry = self._running.get(job_id)
+                if entry is not None and self._finalize(entry):
+                    self.pool.abort(entry)
+                    logger.warning(
+                        "job %s: lease lost; its result will be discarded",
+                        job_id,
+                        extra={"job_id": str(job_id), "worker": self.id},
+                    )
+        for job_id in cancel:
+            self._cancel(job_id)
+        busy = self.pool.busy()
+        metrics.worker_slots_busy.set(busy)
+        WorkerNode.objects.filter(id=self.id).update(last_heartbeat_at=Now(), busy_slots=busy, stopped_at=None)
+
+    # -- registration ----------------------------------------------------------------------
+
+    def _register(self) -> None:
+        WorkerNode.objects.create(
+            id=self.id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=list(self.options.queues or []),
+            concurrency=self.options.concurrency,
+            pool=self.pool.kind,
+            started_at=Now(),
+            last_heartbeat_at=Now(),
+        )
+
+    def _unregister(self) -> None:
+        try:
+            WorkerNode.objects.filter(id=self.id).update(stopped_at=Now(), busy_slots=0)
+        except _DB_ERRORS:
+            logger.warning("worker %s: could not mark itself stopped", self.id)

@@ -1,0 +1,215 @@
+"""Tests for config.devstack: real embedded servers started as subprocesses in a tmp state dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from config import devstack
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 30  # seconds any one devstack invocation may take
+SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")
+
+PING_CHILD = """
+import os, sys, redis
+url = os.environ["REDIS_URL"]
+print("URL", url, "PING", redis.Redis.from_url(url).ping(), flush=True)
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+# Touches <name>.ready, waits for <name>.go, pings Redis, exits; lets a test interleave two runs.
+STEP_CHILD = """
+import os, sys, time, redis
+from pathlib import Path
+base = Path(sys.argv[1])
+(base / (sys.argv[2] + ".ready")).write_text(os.environ["REDIS_URL"])
+while not (base / (sys.argv[2] + ".go")).exists():
+    time.sleep(0.02)
+print("PING", redis.Redis.from_url(os.environ["REDIS_URL"]).ping(), flush=True)
+"""
+
+SIGNAL_CHILD = """
+import signal, sys, time
+def stop(signum, frame):
+    print("GOT", signum, flush=True)
+    sys.exit(9)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+print("READY", flush=True)
+time.sleep(20)
+sys.exit(1)
+"""
+
+
+@pytest.fixture
+def stack_dir(tmp_path: Path) -> Iterator[Path]:
+    """Yield a private devstack state dir; stop whatever was left in it afterwards."""
+    directory = tmp_path / "devstack"
+    yield directory
+    devstack_cmd(directory, "down", check=False)
+
+
+def stack_env(directory: Path, *, only: tuple[str, ...] = ("REDIS_URL",)) -> dict[str, str]:
+    """Return an environment in which devstack starts only the servers for ``only``."""
+    env = {k: v for k, v in os.environ.items() if k not in SERVER_VARS}
+    env[devstack.DIR_ENV] = str(directory)
+    for var in SERVER_VARS:
+        if var not in only:
+            env[var] = "unused://set-by-test"
+    return env
+
+
+def devstack_cmd(
+    directory: Path, *args: str, only: tuple[str, ...] = ("REDIS_URL",), check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m config.devstack ARGS`` to completion and return its result."""
+    result = subprocess.run(
+        [sys.executable, "-m", "config.devstack", *args],
+        cwd=ROOT,
+        env=stack_env(directory, only=only),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    if check:
+        assert result.returncode in (0, 7), result.stderr
+    return result
+
+
+def record(directory: Path, name: str) -> dict[str, object] | None:
+    """Return the JSON record for server ``name``, or None."""
+    path = directory / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def wait_for(path: Path, timeout: float = TIMEOUT) -> None:
+    """Wait until ``path`` exists."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_run_starts_redis_exports_url_and_stops_it_after(stack_dir: Path) -> None:
+    result = devstack_cmd(stack_dir, "run", "--", sys.executable, "-c", PING_CHILD, "7")
+
+    assert result.returncode == 7  # the command's exit code
+    url = result.stdout.split()[1]
+    assert url.startswith("redis://127.0.0.1:")
+    assert "PING True" in result.stdout
+    pid = int(result.stderr.split("started redis (pid ")[1].split(")")[0])
+    assert not devstack.pid_alive(pid)
+    assert record(stack_dir, "redis") is None
+    assert not (stack_dir / "pg").exists()  # DATABASE_URL was set: no PostgreSQL
+
+
+def test_run_starts_all_three_servers_that_answer(stack_dir: Path) -> None:
+    child = (
+        "import os; from config import devstack as d\n"
+        "for cls in d.SERVERS: assert cls(directory=d.state_dir()).probe(os.environ[cls.env_var]), cls.name\n"
+        "print('ALL OK')"
+    )
+    result = devstack_cmd(stack_dir, "run", "--", sys.executable, "-c", child, only=SERVER_VARS)
+
+    assert result.returncode == 0, result.stderr
+    assert "ALL OK" in result.stdout
+    assert "stopping pg" in result.stderr
+    assert not (stack_dir / "pg" / "postmaster.pid").exists()
+
+
+def test_up_then_run_reuses_the_same_server_and_leaves_it_running(stack_dir: Path) -> None:
+    up = devstack_cmd(stack_dir, "up")
+    started = record(stack_dir, "redis")
+    assert started is not None
+    assert up.stdout == f"export REDIS_URL={started['url']}\n"
+
+    run = devstack_cmd(stack_dir, "run", "--", sys.executable, "-c", PING_CHILD)
+
+    assert f"URL {started['url']} PING True" in run.stdout
+    assert "reusing redis" in run.stderr
+    assert record(stack_dir, "redis") == {**started, "users": []}
+    assert devstack.pid_alive(int(started["pid"]))  # type: ignore[call-overload]
+    assert devstack_cmd(stack_dir, "env").stdout == up.stdout
+
+    devstack_cmd(stack_dir, "down")
+
+    assert not devstack.pid_alive(int(started["pid"]))  # type: ignore[call-overload]
+    assert record(stack_dir, "redis") is None
+    assert devstack_cmd(stack_dir, "env").stdout == ""
+
+
+def test_stale_record_is_replaced_without_touching_the_recorded_pid(stack_dir: Path) -> None:
+    # The recorded pid now belongs to an unrelated process: it must be left alone.
+    with subprocess.Popen(["sleep", "30"]) as bystander:
+        stack_dir.mkdir()
+        stale = {"name": "redis", "pid": bystander.pid, "port": 1, "url": "redis://127.0.0.1:1/0",
+                 "env_var": "REDIS_URL", "persistent": True, "users": []}  # fmt: skip
+        (stack_dir / "redis.json").write_text(json.dumps(stale))
+
+        result = devstack_cmd(stack_dir, "run", "--", sys.executable, "-c", PING_CHILD)
+
+        assert "clearing stale redis record" in result.stderr
+        assert "PING True" in result.stdout
+        assert bystander.poll() is None
+        bystander.kill()
+    assert record(stack_dir, "redis") is None
+
+
+def test_racing_runs_share_one_server_until_the_last_leaves(stack_dir: Path) -> None:
+    def start(name: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "config.devstack", "run", "--", sys.executable, "-c", STEP_CHILD,
+             str(stack_dir.parent), name],
+            cwd=ROOT, env=stack_env(stack_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    base = stack_dir.parent
+    with start("a") as first, start("b") as second:
+        wait_for(base / "a.ready")
+        wait_for(base / "b.ready")
+        assert (base / "a.ready").read_text() == (base / "b.ready").read_text()
+        shared = record(stack_dir, "redis")
+        assert shared is not None
+        assert sorted(shared["users"]) == sorted([first.pid, second.pid])  # type: ignore[type-var]
+
+        (base / "a.go").touch()
+        out, err = first.communicate(timeout=TIMEOUT)
+        assert first.returncode == 0, err
+        assert devstack.pid_alive(int(shared["pid"]))  # type: ignore[call-overload]  # b still uses it
+
+        (base / "b.go").touch()
+        out, err = second.communicate(timeout=TIMEOUT)
+        assert second.returncode == 0, err
+        assert "PING True" in out
+    assert not devstack.pid_alive(int(shared["pid"]))  # type: ignore[call-overload]
+    assert record(stack_dir, "redis") is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_devstack_reaches_the_command_once_then_servers_stop(stack_dir: Path, signum: int) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "config.devstack", "run", "--", sys.executable, "-c", SIGNAL_CHILD],
+        cwd=ROOT, env=stack_env(stack_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "READY\n"
+        server = record(stack_dir, "redis")
+        assert server is not None
+
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=TIMEOUT)
+
+    assert out == f"GOT {signum}\n"
+    assert proc.returncode == 9, err
+    assert not devstack.pid_alive(int(server["pid"]))  # type: ignore[call-overload]
+    assert record(stack_dir, "redis") is None
