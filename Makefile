@@ -33,6 +33,10 @@ serve:
 test: $(VENV)/.dev
 	@$(DEVSTACK) $(PY) -m pytest --create-db $(PYTEST_ARGS)
 
+# Benchmark (not a test): real worker processes, 10,000 jobs; ARGS="--noop --jobs 20000" etc.
+loadtest: $(VENV)/.dev
+	@$(DEVSTACK) $(PY) bench/loadtest.py $(ARGS)
+
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
