@@ -299,7 +299,7 @@ def create_jobs(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
                    priority, queue, coalesce(sched, now()), 0, 0, max_retries, timeout_seconds, false,
                    idem, schedule_id, fire_time, 2, now(), now(), ''
             FROM v
-            ON CONFLICT (schedule_id, fire_time) DO NOTHING
+            ON CONFLICT (schedule_id, fire_time) WHERE schedule_id IS NOT NULL DO NOTHING
             RETURNING id, owner_id, status, type, queue, priority
         ), ev AS (
             INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status,

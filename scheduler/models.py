@@ -69,11 +69,15 @@ class Job(models.Model):
             ),
             models.Index(fields=["lease_expires_at"], name="job_lease_scan", condition=Q(status=JobStatus.RUNNING)),
             models.Index(fields=["owner", "-created_at"], name="job_owner_recent"),
-            models.Index(fields=["status", "queue"], name="job_status_queue"),
             models.Index(fields=["-created_at"], name="job_recent"),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["schedule", "fire_time"], name="job_unique_schedule_fire"),
+            # Partial, so the many jobs without a schedule never touch this index.
+            models.UniqueConstraint(
+                fields=["schedule", "fire_time"],
+                name="job_unique_schedule_fire",
+                condition=Q(schedule__isnull=False),
+            ),
             models.CheckConstraint(condition=Q(max_retries__gte=0, max_retries__lte=10), name="job_max_retries_range"),
             models.CheckConstraint(
                 condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=3600), name="job_timeout_range"
