@@ -8,7 +8,10 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: run serve test lint fmt loadtest bench clean
+OBSERVE_DIR ?= .observe
+OBSERVE_PORT ?= 9090
+
+.PHONY: run serve test lint fmt loadtest bench clean observe observe-config prometheus-tools fuzz
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,16 +33,30 @@ serve:
 	@echo "Stint: http://127.0.0.1:$(PORT)/  (API /api/, admin /admin/, docs /api/docs/)"
 	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
 
-test: $(VENV)/.dev
+test: $(VENV)/.dev prometheus-tools
 	@$(DEVSTACK) $(PY) -m pytest --create-db $(PYTEST_ARGS)
 
 # Benchmark (not a test): real worker processes, 10,000 jobs; ARGS="--noop --jobs 20000" etc.
 loadtest: $(VENV)/.dev
 	@$(DEVSTACK) $(PY) bench/loadtest.py $(ARGS)
 
+# ruff; bandit failing on any high-severity finding (lower ones are printed: read them); pip-audit of
+# the pinned requirements, --strict so a package it could not look up fails the run instead of
+# passing unchecked. Known exceptions are listed with reasons in docs/security.md (--ignore-vuln).
+BANDIT_EXCLUDE := ./.venv,./.devstack,./tests,./node_modules
+PIP_AUDIT_FLAGS ?= --strict
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/bandit -q -r . -x $(BANDIT_EXCLUDE) --severity-level high
+	$(VENV)/bin/pip-audit --progress-spinner off $(PIP_AUDIT_FLAGS) -r requirements.txt -r requirements-dev.txt
+
+# Schemathesis against /api/schema/ with every phase and 200 fuzzed cases per operation (the
+# default suite runs 20 without the coverage phase); STINT_FUZZ_EXAMPLES overrides.
+STINT_FUZZ_EXAMPLES ?= 200
+fuzz: $(VENV)/.dev
+	@STINT_FUZZ_EXAMPLES=$(STINT_FUZZ_EXAMPLES) STINT_FUZZ_PHASES=examples,coverage,fuzzing \
+	  $(DEVSTACK) $(PY) -m pytest --create-db tests/config/test_schemathesis.py $(PYTEST_ARGS)
 
 fmt: $(VENV)/.dev
 	$(VENV)/bin/ruff format .
@@ -47,4 +64,34 @@ fmt: $(VENV)/.dev
 
 clean:
 	-$(PY) -m config.devstack down
-	rm -rf $(VENV) .devstack .pytest_cache .hypothesis
+	rm -rf $(VENV) .devstack .pytest_cache .hypothesis $(OBSERVE_DIR)
+
+# prometheus and promtool come from Debian's `prometheus` package: the tests run `promtool check`
+# on docker/prometheus/, and `make observe` runs a real Prometheus. Installed with apt-get when
+# missing and we are root; otherwise say so (the promtool tests then fail with a clear message).
+prometheus-tools:
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "prometheus/promtool not found: installing Debian's prometheus package (apt-get update && apt-get install prometheus)"; \
+	  { apt-get -o DPkg::Lock::Timeout=300 update -qq \
+	    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends prometheus; \
+	  } >/dev/null || echo "WARNING: could not install Debian's prometheus package: promtool checks will fail"; \
+	else \
+	  echo "WARNING: promtool not found and cannot install it (needs root and apt-get): promtool checks will fail"; \
+	fi
+
+# Prometheus scraping the processes of `make run` (run it in another terminal) with Stint's alert
+# rules: web :$(PORT)/metrics, run_scheduler :9101, run_workers :9102, run_audit_consumer :9103
+# (the Procfile's --metrics-port). UI on http://127.0.0.1:$(OBSERVE_PORT)/; data in $(OBSERVE_DIR)/.
+observe-config:
+	@mkdir -p $(OBSERVE_DIR)
+	@sed -e 's|@WEB_TARGET@|127.0.0.1:$(PORT)|' -e 's|@RULES@|$(CURDIR)/docker/prometheus/alerts.yml|' \
+	  docker/prometheus/observe.yml > $(OBSERVE_DIR)/prometheus.yml
+	@echo "wrote $(OBSERVE_DIR)/prometheus.yml"
+
+observe: prometheus-tools observe-config
+	@command -v prometheus >/dev/null 2>&1 || { echo "prometheus is not installed (Debian: apt-get install prometheus)"; exit 1; }
+	promtool check config $(OBSERVE_DIR)/prometheus.yml
+	@echo "Prometheus: http://127.0.0.1:$(OBSERVE_PORT)/  scraping web :$(PORT), scheduler :9101, workers :9102, audit :9103"
+	prometheus --config.file=$(OBSERVE_DIR)/prometheus.yml --storage.tsdb.path=$(OBSERVE_DIR)/data \
+	  --web.listen-address=127.0.0.1:$(OBSERVE_PORT) --log.level=warn

@@ -55,6 +55,9 @@ class RegisterSerializer(StrictSerializer):
 class UserSerializer(serializers.ModelSerializer):
     """A user as the API shows it."""
 
+    # Not an EmailField: registration allows no email, and "" is no valid "format: email".
+    email = serializers.CharField(read_only=True, help_text="Email address, or empty when none was given.")
+
     class Meta:
         model = User
         fields = ["id", "username", "email", "role", "date_joined"]

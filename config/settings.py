@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from ipaddress import ip_network as _ip_network
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -23,8 +25,6 @@ JWT_SIGNING_KEY = env.str("JWT_SIGNING_KEY", default="" if PRODUCTION else _DEV_
 MIN_KEY_BYTES = 32  # bytes
 
 if PRODUCTION:
-    from django.core.exceptions import ImproperlyConfigured
-
     for _name, _value in (("SECRET_KEY", SECRET_KEY), ("JWT_SIGNING_KEY", JWT_SIGNING_KEY)):
         if len(_value.encode()) < MIN_KEY_BYTES:
             raise ImproperlyConfigured(f"{_name} must be set to at least {MIN_KEY_BYTES} bytes in production")
@@ -32,11 +32,13 @@ if PRODUCTION:
         raise ImproperlyConfigured("JWT_SIGNING_KEY must differ from SECRET_KEY")
 
 DEBUG = env.bool("DEBUG", default=not PRODUCTION)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DEBUG must be off in production")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=[] if PRODUCTION else ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config.admin_site.StintAdminConfig",  # django.contrib.admin, open only to staff ADMINs
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -47,19 +49,28 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_prometheus",  # /metrics: HTTP metrics middleware + exposition (config.metrics_view)
     "accounts",
     "scheduler",
     "audit",
+    "pages",
 ]
+# Extra apps, e.g. ``bench`` for the load test's handler (STINT_EXTRA_APPS=bench).
+INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
+    "config.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "config.throttling.RateLimitHeadersMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",  # last: sees the view and its response
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -108,6 +119,12 @@ KAFKA_BOOTSTRAP_SERVERS = env.str("KAFKA_BOOTSTRAP_SERVERS", default="127.0.0.1:
 KAFKA_TOPIC = env.str("KAFKA_TOPIC", default="job-lifecycle-events")
 KAFKA_TOPIC_PARTITIONS = env.int("KAFKA_TOPIC_PARTITIONS", default=6)
 KAFKA_SESSION_TIMEOUT_MS = env.int("KAFKA_SESSION_TIMEOUT_MS", default=6000)
+KAFKA_AUDIT_GROUP = env.str("KAFKA_AUDIT_GROUP", default="stint-audit")
+# Outbox relay and pruner (scheduler.outbox): every delivery report arrives within the timeout.
+KAFKA_DELIVERY_TIMEOUT_MS = env.int("KAFKA_DELIVERY_TIMEOUT_MS", default=5000)
+OUTBOX_BATCH_SIZE = env.int("STINT_OUTBOX_BATCH_SIZE", default=500)
+OUTBOX_RELAY_INTERVAL_SECONDS = env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS", default=0.1)
+OUTBOX_RETENTION_DAYS = env.int("STINT_OUTBOX_RETENTION_DAYS", default=7)
 
 AUTH_USER_MODEL = "accounts.User"
 
@@ -147,7 +164,19 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "config.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["config.throttling.SlidingWindowThrottle"],
 }
+
+# API rate limits (config.throttling): "<count>/<s|min|hour|day>" per throttle scope; a view's
+# throttle_scope picks one, "user" is the default and the fallback, None turns a scope off.
+# "auth" (login, register) counts per client address, the others per user.
+STINT_RATE_LIMITS: dict[str, str | None] = {
+    "user": env.str("STINT_RATE_LIMIT_USER", default="100/min"),
+    "auth": env.str("STINT_RATE_LIMIT_AUTH", default="10/min"),
+}
+# Reverse proxies in front of the web process that append to X-Forwarded-For. 0: the client
+# address is the socket peer and X-Forwarded-For is ignored.
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 
 SIMPLE_JWT = {
     "ACCESS_TOKEN_LIFETIME": timedelta(seconds=env.int("JWT_ACCESS_LIFETIME_SECONDS", default=300)),
@@ -170,6 +199,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.openapi.document_error_responses",  # the error envelope and 429 on every operation
+    ],
 }
 
 # Job system tunables; read through scheduler.conf, never directly.
@@ -187,14 +220,44 @@ SCHEDULER = {
 }
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# json: one JSON object per line (python-json-logger) for log shippers; plain: for a terminal.
+LOG_FORMAT = env.str("LOG_FORMAT", default="json" if PRODUCTION else "plain")
+if LOG_FORMAT not in ("json", "plain"):
+    raise ImproperlyConfigured("LOG_FORMAT must be json or plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # request_id, job_id, attempt, worker on every line where they apply (config.log_context).
+    "filters": {"context": {"()": "config.log_context.ContextFilter"}},
+    "formatters": {
+        "plain": {"()": "config.log_context.PlainFormatter", "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(levelname)s %(name)s %(message)s",
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,  # ISO 8601, UTC
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Metrics (docs/observability.md). The web process serves /metrics (config.metrics_view); when
+# METRICS_RESTRICTED (the production default) only peers in METRICS_ALLOWED_IPS (addresses or
+# CIDR networks) or requests bearing METRICS_BEARER_TOKEN may read it. run_workers,
+# run_scheduler and run_audit_consumer serve theirs on --metrics-port at METRICS_BIND_ADDRESS.
+METRICS_RESTRICTED = env.bool("METRICS_RESTRICTED", default=PRODUCTION)
+METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=[])
+METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="")
+METRICS_BIND_ADDRESS = env.str("METRICS_BIND_ADDRESS", default="127.0.0.1")
+for _entry in METRICS_ALLOWED_IPS:
+    try:
+        _ip_network(_entry.strip(), strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"METRICS_ALLOWED_IPS: {_entry!r} is not an address or network") from None
+if METRICS_BEARER_TOKEN and len(METRICS_BEARER_TOKEN.encode()) < MIN_KEY_BYTES:
+    raise ImproperlyConfigured(f"METRICS_BEARER_TOKEN must be at least {MIN_KEY_BYTES} bytes")
 
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="stint@localhost")
@@ -204,8 +267,15 @@ if PRODUCTION:
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = True
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
+    # In-cluster probes and scrapes speak plain HTTP to the pod; everything else is redirected.
+    SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[r"^api/health$", r"^metrics$"])
     SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = "same-origin"
+    SESSION_COOKIE_HTTPONLY = True
+    X_FRAME_OPTIONS = "DENY"
+    # Trust X-Forwarded-Proto only when configured: behind a TLS-terminating proxy that always
+    # sets it. Set without such a proxy, any client could claim HTTPS.
     if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

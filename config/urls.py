@@ -6,7 +6,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from audit.api import JobEventListView
 from config.health import HealthView
+from config.metrics_view import metrics_view
+from scheduler.api import queues as queue_api
+from scheduler.api import schedules as schedule_api
 
 handler404 = "config.errors.handler404"
 handler500 = "config.errors.handler500"
@@ -14,7 +18,19 @@ handler500 = "config.errors.handler500"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/health", HealthView.as_view(), name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/auth/", include("accounts.urls")),
+    path("api/admin/queues/<str:name>/pause", queue_api.QueuePauseView.as_view(), name="admin-queue-pause"),
+    path("api/admin/queues/<str:name>/resume", queue_api.QueueResumeView.as_view(), name="admin-queue-resume"),
+    path("api/schedules", schedule_api.ScheduleListCreateView.as_view(), name="schedule-list"),
+    path("api/schedules/preview", schedule_api.SchedulePreviewView.as_view(), name="schedule-preview"),
+    path("api/schedules/<int:schedule_id>", schedule_api.ScheduleDetailView.as_view(), name="schedule-detail"),
+    path(
+        "api/schedules/<int:schedule_id>/trigger", schedule_api.ScheduleTriggerView.as_view(), name="schedule-trigger"
+    ),
+    path("api/jobs/<uuid:job_id>/events", JobEventListView.as_view(), name="job-events"),
+    path("api/", include("scheduler.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("", include("pages.urls")),  # user pages: last, so every explicit path above wins
 ]

@@ -75,3 +75,24 @@ class PermanentError(Exception):
 
 class JobCancelled(Exception):  # noqa: N818
     """A handler stopped because its job's cancellation was requested."""
+
+
+class InvalidSchedule(StintError):  # noqa: N818
+    """The schedule's fields are not valid."""
+
+    http_status = 400
+    code = "validation_error"
+
+
+class ScheduleNotFound(StintError):  # noqa: N818
+    """No such schedule."""
+
+    http_status = 404
+    code = "not_found"
+
+
+class InvalidQueue(StintError):  # noqa: N818
+    """The queue name is not valid."""
+
+    http_status = 400
+    code = "validation_error"

@@ -140,15 +140,18 @@ def record_outcomes(reports: Sequence[Report]) -> set[uuid.UUID]:
     (RUNNING -> SUCCESS / RETRYING with ``scheduled_at = now() + backoff`` / DEAD / FAILED /
     CANCELLED), then one statement updates their attempts and one upserts their results. A
     report whose lease token lost (rescued, or already reported) is dropped. A HANDED_BACK run
-    becomes due at once and does not consume the attempt budget.
+    becomes due at once and does not consume the attempt budget. A run that would be retried
+    or dead-lettered ends CANCELLED instead when its cancellation was requested.
     """
     if not reports:
         return set()
-    groups: dict[tuple[JobStatus, EventType | None], list[Report]] = {}
-    for report in reports:
-        groups.setdefault(_plan(report), []).append(report)
     accepted: set[uuid.UUID] = set()
     with transaction.atomic():
+        stopping = _locked_cancel_requests([r for r in reports if r.outcome in _RETRY_OUTCOMES])
+        groups: dict[tuple[JobStatus, EventType | None], list[Report]] = {}
+        for report in reports:
+            plan = (JobStatus.CANCELLED, None) if report.job.id in stopping else _plan(report)
+            groups.setdefault(plan, []).append(report)
         for (to, event), group in groups.items():
             ids = [r.job.id for r in group]
             tokens = [r.job.lease_token for r in group]
@@ -193,6 +196,34 @@ def record_outcomes(reports: Sequence[Report]) -> set[uuid.UUID]:
             if to != JobStatus.RETRYING:
                 _store_results(mine)
     return accepted
+
+
+# Outcomes that would run the job again (or dead-letter it) unless its cancellation was requested.
+_RETRY_OUTCOMES = frozenset({Outcome.RETRYABLE, Outcome.TIMED_OUT, Outcome.HANDED_BACK})
+
+
+def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
+    """Lock the jobs of ``reports`` that this run still holds; return those whose cancel was requested.
+
+    A run that failed, timed out or was handed back after its owner asked to cancel it ends
+    CANCELLED, never RETRYING or DEAD (the lease rescuer follows the same rule). ``FOR UPDATE``
+    (in id order, as ``lifecycle.transition`` locks) makes a concurrent ``job_cancel`` either
+    commit its request before we read it, or wait and then find the job no longer RUNNING.
+    """
+    if not reports:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT j.id, j.cancel_requested FROM stint_job j
+            JOIN unnest(%s::uuid[], %s::uuid[]) AS v(id, token) ON v.id = j.id
+            WHERE j.lease_token = v.token AND j.status = 'RUNNING'
+            ORDER BY j.id
+            FOR UPDATE OF j
+            """,
+            [[r.job.id for r in reports], [r.job.lease_token for r in reports]],
+        )
+        return {r[0] for r in cursor.fetchall() if r[1]}
 
 
 def _finish_attempts(reports: Sequence[Report]) -> None:

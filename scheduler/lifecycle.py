@@ -19,9 +19,11 @@ from django.db import connection
 from psycopg.types.json import Jsonb
 
 from scheduler.exceptions import IllegalTransition
-from scheduler.states import TRANSITIONS, EventType, JobStatus
+from scheduler.states import TRANSITIONS, EventType, JobStatus, Priority
 
 SCHEMA_VERSION = 1
+# SQL turning a priority column into its name (HIGH/MEDIUM/LOW), built from the enum.
+PRIORITY_NAME = "(ARRAY[" + ", ".join(f"'{p.name}'" for p in sorted(Priority, key=int)) + "])[{} + 1]"
 
 # Columns a transition may assign besides status (never owner, id or payload).
 ASSIGNABLE = frozenset(
@@ -166,7 +168,9 @@ def transition(
                                       from_status, to_status, schema_version, payload, occurred_at)
             SELECT gen_random_uuid(), %(event)s, id, owner_id, event_sequence, attempts, old_status,
                    %(to)s, {SCHEMA_VERSION},
-                   jsonb_build_object('type', type, 'queue', queue, 'priority', priority) || evp, now()
+                   jsonb_build_object('type', type, 'queue', queue,
+                                      'priority', {PRIORITY_NAME.format("priority")}) || evp,
+                   now()
             FROM moved
         )
         SELECT id, old_status, event_sequence, attempts FROM moved
@@ -311,7 +315,8 @@ def create_jobs(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
                    CASE WHEN s.n = 1 THEN '' ELSE 'CREATED' END,
                    CASE WHEN s.n = 1 THEN 'CREATED' ELSE ins.status END,
                    {SCHEMA_VERSION},
-                   jsonb_build_object('type', ins.type, 'queue', ins.queue, 'priority', ins.priority),
+                   jsonb_build_object('type', ins.type, 'queue', ins.queue,
+                                      'priority', {PRIORITY_NAME.format("ins.priority")}),
                    now()
             FROM ins CROSS JOIN (VALUES (1), (2)) AS s(n)
         )
@@ -389,7 +394,8 @@ def claim(
                                       to_status, schema_version, payload, occurred_at)
             SELECT gen_random_uuid(), %(event)s, id, owner_id, event_sequence, attempts, 'QUEUED', 'RUNNING',
                    {SCHEMA_VERSION},
-                   jsonb_build_object('type', type, 'queue', queue, 'priority', priority, 'worker', %(worker)s),
+                   jsonb_build_object('type', type, 'queue', queue, 'priority', {PRIORITY_NAME.format("priority")},
+                                      'worker', %(worker)s),
                    started_at
             FROM moved
         )

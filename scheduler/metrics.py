@@ -1,11 +1,34 @@
 """The one registry of Stint's Prometheus metrics (prometheus-client); every process imports from here.
 
 Labels are low-cardinality only (type, queue, priority, scope, status): never a job id or owner.
+
+Who exports what (docs/observability.md has the full list):
+
+- Counters and histograms live in the process that does the work: ``run_workers`` (job
+  outcomes, durations, lag, slots), ``run_scheduler`` (rescues, cron fires, leadership, outbox
+  lag), ``run_audit_consumer`` (stored audit events), the web process (rate limits, HTTP via
+  django-prometheus) and every process that enqueues (``jobs_created_total``). Sum them across
+  instances in PromQL.
+- ``jobs_queue_depth``, ``workers_active``, ``workers_heartbeat_overdue`` and ``outbox_backlog``
+  describe the whole cluster and are read from PostgreSQL at scrape time by
+  ``ClusterStateCollector``, registered only in the scheduler processes (``serve(...,
+  cluster_state=True)``). Every scheduler reports the same numbers: aggregate them with
+  ``max``, never ``sum``.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import collections
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
 
 # Latency buckets in seconds, from 1 ms to 10 min.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -26,15 +49,12 @@ jobs_schedule_lag_seconds = Histogram(
     ["queue", "priority"],
     buckets=LATENCY_BUCKETS,
 )
-workers_active = Gauge("workers_active", "Worker processes heartbeating (read at scrape time).")
 worker_slots_busy = Gauge("worker_slots_busy", "Pool slots running a handler in this worker process.")
 worker_slots_total = Gauge("worker_slots_total", "Pool slots of this worker process.")
 worker_stuck_threads = Gauge("worker_stuck_threads", "Threads still running a handler past its timeout.")
-jobs_queue_depth = Gauge("jobs_queue_depth", "Jobs by queue and status (read at scrape time).", ["queue", "status"])
 leases_rescued_total = Counter("leases_rescued_total", "RUNNING jobs rescued after their lease expired.")
 cron_fires_total = Counter("cron_fires_total", "Jobs materialized from schedules.")
 scheduler_is_leader = Gauge("scheduler_is_leader", "1 while this scheduler process holds cron leadership.")
-outbox_backlog = Gauge("outbox_backlog", "Unpublished outbox events (read at scrape time).")
 outbox_publish_lag_seconds = Histogram(
     "outbox_publish_lag_seconds", "Event commit to Kafka delivery, in seconds.", buckets=LATENCY_BUCKETS
 )
@@ -43,3 +63,183 @@ rate_limit_rejections_total = Counter("rate_limit_rejections_total", "Requests r
 rate_limit_backend_errors_total = Counter(
     "rate_limit_backend_errors_total", "Rate-limit checks that failed open because Redis was unreachable."
 )
+
+# -- jobs created ---------------------------------------------------------------------------
+
+
+class _NewJob(Protocol):
+    id: Any
+    type: str
+    queue: str
+    priority: int
+
+
+def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) -> None:
+    """Count ``created_ids`` (a subset of ``jobs``) in ``jobs_created_total`` once the transaction commits.
+
+    Labels: type, queue and priority name (HIGH/MEDIUM/LOW). A rolled-back insert counts
+    nothing; outside a transaction the count is immediate (Django's ``on_commit``).
+    """
+    from django.db import transaction
+
+    from scheduler.states import Priority
+
+    by_id = {job.id: job for job in jobs}
+    counts = collections.Counter(
+        (by_id[i].type, by_id[i].queue, Priority(by_id[i].priority).name) for i in created_ids if i in by_id
+    )
+    if not counts:
+        return
+
+    def count() -> None:
+        for labels, n in counts.items():
+            jobs_created_total.labels(*labels).inc(n)
+
+    transaction.on_commit(count)
+
+
+# -- cluster state, read at scrape time -------------------------------------------------------
+
+# Statuses a job waits or runs in; CREATED never outlives its transaction, the rest are final
+# or wait for a person (FAILED, DEAD).
+QUEUE_DEPTH_STATUSES = ("SCHEDULED", "QUEUED", "RUNNING", "RETRYING")
+HEARTBEATS_MISSED = 3  # a worker silent for this many heartbeat intervals is overdue, not active
+OVERDUE_REMEMBERED_SECONDS = 600  # a worker reaped as silent stays counted as overdue this long
+STATEMENT_TIMEOUT_MS = 2000  # a scrape never waits longer than this on the database
+
+# One round trip. Each arm of the depth count repeats the predicate of one partial index
+# (job_claim_scan, job_due_scan, job_lease_scan), so terminal rows, the bulk of the table, are
+# never read; the unpublished-outbox count walks the outbox_unpublished partial index.
+_CLUSTER_STATE_SQL = """
+    SELECT 'depth', queue, status, count(*) FROM stint_job WHERE status = 'QUEUED' GROUP BY queue, status
+    UNION ALL
+    SELECT 'depth', queue, status, count(*) FROM stint_job
+        WHERE status IN ('SCHEDULED', 'RETRYING') GROUP BY queue, status
+    UNION ALL
+    SELECT 'depth', queue, status, count(*) FROM stint_job WHERE status = 'RUNNING' GROUP BY queue, status
+    UNION ALL
+    SELECT 'queue', name, NULL, 0 FROM stint_queue
+    UNION ALL
+    SELECT 'active', NULL, NULL, count(*) FROM stint_worker_node
+        WHERE stopped_at IS NULL AND last_heartbeat_at >= now() - make_interval(secs => %(silent)s)
+    UNION ALL
+    SELECT 'overdue', NULL, NULL, count(*) FROM stint_worker_node
+        WHERE last_heartbeat_at < now() - make_interval(secs => %(silent)s)
+          AND (stopped_at IS NULL
+               OR (stopped_at > now() - make_interval(secs => %(remembered)s)
+                   AND stopped_at - last_heartbeat_at > make_interval(secs => %(silent)s)))
+    UNION ALL
+    SELECT 'outbox', NULL, NULL, count(*) FROM stint_outbox WHERE published_at IS NULL
+"""
+
+
+class ClusterStateCollector(Collector):
+    """Report queue depth, live workers and the outbox backlog from PostgreSQL at each scrape.
+
+    Families: ``jobs_queue_depth{queue,status}`` (every known queue gets a sample for each
+    non-terminal status, zeros included), ``workers_active`` (not stopped, heartbeat within
+    ``HEARTBEATS_MISSED`` intervals), ``workers_heartbeat_overdue`` (silent longer than that and
+    either not stopped or reaped as silent within ``OVERDUE_REMEMBERED_SECONDS``) and
+    ``outbox_backlog`` (unpublished events). A database error is logged and the scrape carries
+    these families without samples, so Prometheus sees them go stale instead of a false zero.
+
+    The scrape runs on the exporter's own thread, so by default the Django connection it opened
+    is closed afterwards (``close_connection``); tests inside a transaction pass False.
+    """
+
+    def __init__(self, *, close_connection: bool = True) -> None:
+        self.close_connection = close_connection
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the families without samples, so registering never queries the database."""
+        yield from self._families()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Query the database once and yield the four families."""
+        depth, active, overdue, backlog = self._families()
+        try:
+            rows = self._query()
+        except Exception:  # the DB may be down or slow: report nothing rather than fail the scrape
+            logger.warning("cluster-state metrics: database query failed; samples skipped", exc_info=True)
+            yield from (depth, active, overdue, backlog)
+            return
+        counts: dict[tuple[str, str], int] = {}
+        queues: set[str] = set()
+        for kind, queue, status, n in rows:
+            if kind == "depth":
+                counts[(queue, status)] = int(n)
+                queues.add(queue)
+            elif kind == "queue":
+                queues.add(queue)
+            elif kind == "active":
+                active.add_metric([], int(n))
+            elif kind == "overdue":
+                overdue.add_metric([], int(n))
+            elif kind == "outbox":
+                backlog.add_metric([], int(n))
+        for queue in sorted(queues):
+            for status in QUEUE_DEPTH_STATUSES:
+                depth.add_metric([queue, status], counts.get((queue, status), 0))
+        yield from (depth, active, overdue, backlog)
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "jobs_queue_depth",
+                "Jobs by queue and non-terminal status (read at scrape time).",
+                labels=["queue", "status"],
+            ),
+            GaugeMetricFamily("workers_active", "Worker processes heartbeating (read at scrape time)."),
+            GaugeMetricFamily(
+                "workers_heartbeat_overdue",
+                "Worker processes that missed heartbeats: still registered but silent, or reaped as silent recently.",
+            ),
+            GaugeMetricFamily("outbox_backlog", "Unpublished outbox events (read at scrape time)."),
+        )
+
+    def _query(self) -> list[tuple[str, str | None, str | None, int]]:
+        from django.db import connection, transaction
+
+        from scheduler.conf import conf
+
+        silent = HEARTBEATS_MISSED * conf().heartbeat_seconds
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(STATEMENT_TIMEOUT_MS)])
+                cursor.execute(_CLUSTER_STATE_SQL, {"silent": silent, "remembered": OVERDUE_REMEMBERED_SECONDS})
+                return cursor.fetchall()
+        finally:
+            if self.close_connection:
+                connection.close()
+
+
+_registered: dict[int, ClusterStateCollector] = {}
+_register_lock = threading.Lock()
+
+
+def register_cluster_state(registry: CollectorRegistry = REGISTRY) -> ClusterStateCollector:
+    """Register one ``ClusterStateCollector`` in ``registry`` (idempotent) and return it."""
+    with _register_lock:
+        collector = _registered.get(id(registry))
+        if collector is None:
+            collector = ClusterStateCollector()
+            registry.register(collector)
+            _registered[id(registry)] = collector
+        return collector
+
+
+def serve(port: int, *, cluster_state: bool = False) -> None:
+    """Serve this process's metrics at ``http://METRICS_BIND_ADDRESS:port/metrics`` from a daemon thread.
+
+    ``cluster_state`` also registers the scrape-time database gauges (scheduler processes
+    only). ``METRICS_BIND_ADDRESS`` is 127.0.0.1 by default, 0.0.0.0 in the containers where
+    Prometheus scrapes over the compose network. Raises OSError if the port is taken.
+    """
+    from django.conf import settings
+
+    if cluster_state:
+        register_cluster_state()
+    address = getattr(settings, "METRICS_BIND_ADDRESS", "127.0.0.1")
+    start_http_server(port, addr=address)
+    logger.info("metrics on http://%s:%d/metrics", address, port)

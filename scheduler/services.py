@@ -12,10 +12,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from scheduler import lifecycle
+from scheduler import lifecycle, metrics, selectors
 from scheduler.conf import conf
 from scheduler.exceptions import (
     IdempotencyConflict,
@@ -36,8 +37,8 @@ MAX_RETRIES_RANGE = (1, 10)
 TIMEOUT_RANGE = (1, 3600)  # seconds
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")
-
-_known_queues: set[str] = set()
+# A cancel that races a job's own moves (e.g. RUNNING -> RETRYING between our two statements) retries.
+CANCEL_TRIES = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,9 +90,9 @@ def _validated(
         max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
     if timeout_seconds is None:
         timeout_seconds = spec.timeout_seconds if spec.timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
-    if not isinstance(max_retries, int) or not MAX_RETRIES_RANGE[0] <= max_retries <= MAX_RETRIES_RANGE[1]:
+    if not _is_int_in(max_retries, MAX_RETRIES_RANGE):
         errors["max_retries"] = ["Must be an integer from 1 to 10."]
-    if not isinstance(timeout_seconds, int) or not TIMEOUT_RANGE[0] <= timeout_seconds <= TIMEOUT_RANGE[1]:
+    if not _is_int_in(timeout_seconds, TIMEOUT_RANGE):
         errors["timeout_seconds"] = ["Must be an integer from 1 to 3600."]
     if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
         errors["queue"] = ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]
@@ -108,6 +109,11 @@ def _validated(
     }
 
 
+def _is_int_in(value: Any, bounds: tuple[int, int]) -> bool:
+    # bool is an int subclass; True must not pass for 1.
+    return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
+
+
 def fingerprint(fields: dict[str, Any]) -> str:
     """Return the SHA-256 hex digest of ``fields`` as canonical JSON (sorted keys, compact)."""
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
@@ -115,11 +121,10 @@ def fingerprint(fields: dict[str, Any]) -> str:
 
 
 def _ensure_queues(names: Iterable[str]) -> None:
-    new = [n for n in set(names) if n not in _known_queues]
-    if not new:
-        return
-    Queue.objects.bulk_create([Queue(name=n) for n in new], ignore_conflicts=True)
-    _known_queues.update(new)
+    # In the inserting transaction, not cached per process: a rolled-back enqueue leaves no row
+    # and a committed one always has its row. Sorted, so two batches naming the same new queues
+    # wait on each other instead of deadlocking.
+    Queue.objects.bulk_create([Queue(name=n) for n in sorted(set(names))], ignore_conflicts=True)
 
 
 def enqueue_request(
@@ -179,7 +184,6 @@ def enqueue_request(
         timeout_seconds=valid["timeout_seconds"],
         idempotency_key=idempotency_key,
     )
-    _ensure_queues([queue])
     if idempotency_key is None:
         with transaction.atomic():
             _insert([new])
@@ -191,7 +195,8 @@ def enqueue_request(
             "payload": payload,
             "priority": valid["priority"],
             "queue": queue,
-            "scheduled_at": scheduled_at.isoformat() if scheduled_at else None,
+            # One instant, one fingerprint, whatever offset the caller wrote it in.
+            "scheduled_at": scheduled_at.astimezone(dt.UTC).isoformat() if scheduled_at else None,
             "max_retries": valid["max_retries"],
             "timeout_seconds": valid["timeout_seconds"],
             "name": name,
@@ -243,7 +248,9 @@ def enqueue_request(
 
 
 def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
+    _ensure_queues(j.queue for j in jobs)
     created = lifecycle.create_jobs(jobs)
+    metrics.jobs_created_on_commit(jobs, (i for i, _ in created))
     queued = {j.queue for j, (_, status) in zip(jobs, created, strict=False) if status == JobStatus.QUEUED}
     if queued:
         by_id = {j.id: j.queue for j in jobs}
@@ -270,7 +277,8 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
     owner_id = getattr(owner, "pk", owner)
     rows = []
     for item in jobs:
-        payload = item.get("payload") or {}
+        payload = item.get("payload")
+        payload = {} if payload is None else payload
         valid = _validated(
             type_=item["type"],
             payload=payload,
@@ -295,7 +303,6 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
                 timeout_seconds=valid["timeout_seconds"],
             )
         )
-    _ensure_queues(r.queue for r in rows)
     with transaction.atomic():
         created = _insert(rows)
     return [i for i, _ in created]
@@ -308,39 +315,71 @@ def _current_status(job_id: uuid.UUID) -> str:
     return status
 
 
+def _authorize(*, job_id: uuid.UUID, actor: Any, admin_only: bool = False) -> None:
+    """Check that ``actor`` may act on the job; None is a trusted caller (admin site, command, code).
+
+    A job the actor cannot see raises JobNotFound (404, never 403, so ids cannot be probed);
+    an ``admin_only`` action on a job they can see raises PermissionDenied (403).
+    """
+    if actor is None:
+        return
+    if not selectors.job_visible_to(actor=actor).filter(id=job_id).exists():
+        raise JobNotFound()
+    if admin_only and not getattr(actor, "is_admin", False):
+        raise PermissionDenied("Only an ADMIN may do this.")
+
+
 @transaction.atomic
-def job_cancel(*, job_id: uuid.UUID) -> Job:
+def job_cancel(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     """Cancel a job: CREATED/SCHEDULED/QUEUED/RETRYING move to CANCELLED at once; RUNNING gets
     ``cancel_requested`` and moves to CANCELLED when its handler stops (DESIGN.md).
 
-    Returns the job as it is now. Raises JobNotFound, or IllegalTransition (409) from a finished
-    state.
+    ``actor`` (a User, or None for a trusted caller) must own the job or be an ADMIN. Returns the
+    job as it is now: still RUNNING (with ``cancel_requested``) when the stop is up to its worker.
+    Raises JobNotFound, or IllegalTransition (409) from a finished state.
     """
-    moved = lifecycle.transition_one(
-        job_id=job_id,
-        to=JobStatus.CANCELLED,
-        expected=CANCELLABLE,
-        assign={"finished_at": NOW},
-    )
-    if moved is None:
-        updated = Job.objects.filter(id=job_id, status=JobStatus.RUNNING).update(cancel_requested=True)
-        if not updated:
-            status = _current_status(job_id)
+    _authorize(job_id=job_id, actor=actor)
+    for _ in range(CANCEL_TRIES):
+        moved = lifecycle.transition_one(
+            job_id=job_id,
+            to=JobStatus.CANCELLED,
+            expected=CANCELLABLE,
+            assign={"finished_at": NOW},
+        )
+        if moved is not None:
+            break
+        # Not a status write: the worker that holds the lease makes the RUNNING -> CANCELLED move.
+        if Job.objects.filter(id=job_id, status=JobStatus.RUNNING).update(cancel_requested=True):
+            break
+        status = _current_status(job_id)
+        if status not in CANCELLABLE and status != JobStatus.RUNNING:
             raise IllegalTransition(f"A {status} job cannot be cancelled.", details={"status": status})
+        # The job moved between our two statements into a state we can act on: go again.
+    else:
+        status = _current_status(job_id)
+        raise IllegalTransition(f"The job kept changing state ({status}); try again.", details={"status": status})
     return Job.objects.get(id=job_id)
 
 
 @transaction.atomic
-def job_retry(*, job_id: uuid.UUID) -> Job:
+def job_retry(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     """Retry a FAILED job now with a fresh attempt budget (FAILED -> RETRYING, due immediately).
 
+    ``actor`` (a User, or None for a trusted caller) must own the job or be an ADMIN. A stale
+    ``cancel_requested`` from the failed run is cleared so the new run is not cancelled at once.
     Raises JobNotFound, or IllegalTransition (409) from any other state.
     """
+    _authorize(job_id=job_id, actor=actor)
     moved = lifecycle.transition_one(
         job_id=job_id,
         to=JobStatus.RETRYING,
         expected=JobStatus.FAILED,
-        assign={"scheduled_at": NOW, "attempts_base": lifecycle.Sql("j.attempts"), "finished_at": NULL},
+        assign={
+            "scheduled_at": NOW,
+            "attempts_base": lifecycle.Sql("j.attempts"),
+            "finished_at": NULL,
+            "cancel_requested": False,
+        },
         event_payload={"reason": "manual_retry"},
     )
     if moved is None:
@@ -350,11 +389,14 @@ def job_retry(*, job_id: uuid.UUID) -> Job:
 
 
 @transaction.atomic
-def job_recover(*, job_id: uuid.UUID) -> Job:
-    """Put a DEAD job back on its queue with a fresh attempt budget (DEAD -> QUEUED, admin only).
+def job_recover(*, job_id: uuid.UUID, actor: Any = None) -> Job:
+    """Put a DEAD job back on its queue with a fresh attempt budget (DEAD -> QUEUED).
 
-    Raises JobNotFound, or IllegalTransition (409) from any other state.
+    ``actor`` (a User, or None for a trusted caller) must be an ADMIN: a USER gets JobNotFound
+    for another's job and PermissionDenied (403) for their own. Raises JobNotFound, or
+    IllegalTransition (409) from any state but DEAD.
     """
+    _authorize(job_id=job_id, actor=actor, admin_only=True)
     moved = lifecycle.transition_one(
         job_id=job_id,
         to=JobStatus.QUEUED,

@@ -60,3 +60,25 @@ def other_api(other_user) -> APIClient:
 def admin_api(admin_user) -> APIClient:
     """An API client authenticated as ``admin_user``."""
     return _client_for(admin_user)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Start each test with empty rate-limit budgets: every test client calls from 127.0.0.1.
+
+    Tests that exercise the limits set their own rates (``settings.STINT_RATE_LIMITS``).
+    """
+    from redis.exceptions import RedisError
+
+    from config.throttling import rate_limits_clear
+
+    try:
+        rate_limits_clear()
+    except (RedisError, OSError):
+        pass  # Redis down: the throttle fails open anyway
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hasher(settings) -> None:
+    """Hash test users' passwords with a fast hasher; production keeps Argon2 (tested explicitly)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
+
 import factory
+from django.utils import timezone
 
 from accounts.models import Role, User
+from scheduler.models import Job
+from scheduler.states import JobStatus
 
 PASSWORD = "correct-Horse-battery-9"
 
@@ -28,3 +34,48 @@ class UserFactory(factory.django.DjangoModelFactory):
     def _save(obj: User, create: bool, extracted: object, **kwargs: object) -> None:  # noqa: N805
         if create:
             obj.save()
+
+
+def _in(seconds: float):
+    return factory.LazyFunction(lambda: timezone.now() + dt.timedelta(seconds=seconds))
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    """A QUEUED DEMO_TASK row written directly: no outbox events (``scheduler.enqueue`` writes those).
+
+    Traits give a consistent row per state: ``scheduled``, ``running``, ``succeeded``, ``failed``,
+    ``dead``, ``cancelled``. Test fixtures only: production code moves status through lifecycle.
+    """
+
+    class Meta:
+        model = Job
+
+    owner = factory.SubFactory(UserFactory)
+    type = "DEMO_TASK"
+    payload = factory.LazyFunction(dict)
+    status = JobStatus.QUEUED
+    scheduled_at = factory.LazyFunction(timezone.now)
+
+    class Params:
+        scheduled = factory.Trait(status=JobStatus.SCHEDULED, scheduled_at=_in(3600))
+        running = factory.Trait(
+            status=JobStatus.RUNNING,
+            attempts=1,
+            lease_owner="test-worker",
+            lease_token=factory.LazyFunction(uuid.uuid4),
+            lease_expires_at=_in(30),
+            started_at=factory.LazyFunction(timezone.now),
+        )
+        succeeded = factory.Trait(
+            status=JobStatus.SUCCESS,
+            attempts=1,
+            started_at=factory.LazyFunction(timezone.now),
+            finished_at=factory.LazyFunction(timezone.now),
+        )
+        failed = factory.Trait(
+            status=JobStatus.FAILED, attempts=1, finished_at=factory.LazyFunction(timezone.now), last_error="boom"
+        )
+        dead = factory.Trait(
+            status=JobStatus.DEAD, attempts=4, finished_at=factory.LazyFunction(timezone.now), last_error="boom"
+        )
+        cancelled = factory.Trait(status=JobStatus.CANCELLED, finished_at=factory.LazyFunction(timezone.now))

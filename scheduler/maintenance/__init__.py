@@ -9,7 +9,10 @@ A service is any object with ``name`` (str), ``interval_seconds`` (float), ``lea
 from __future__ import annotations
 
 import datetime as dt
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from scheduler.leadership import Leadership
 
 
 class Service(Protocol):
@@ -29,12 +32,16 @@ def default_services() -> list[Service]:
     from scheduler.maintenance.promoter import DuePromoter
     from scheduler.maintenance.pruner import Pruner
     from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper
+    from scheduler.outbox import OutboxPruner, OutboxRelay
 
     services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
-    # Later services (cron firer, outbox relay) register here.
+    # The cron firer needs leadership: see leader_services().
+    services += [OutboxRelay(), OutboxPruner()]
     return services
 
 
-def leader_services(leadership: object) -> list[Service]:
+def leader_services(leadership: Leadership) -> list[Service]:
     """Return the services that run only while ``leadership`` is held (the cron firer)."""
-    return []
+    from scheduler.maintenance.cron_firer import CronFirer
+
+    return [CronFirer(leadership=leadership)]

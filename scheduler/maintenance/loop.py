@@ -1,4 +1,9 @@
-"""The ``run_scheduler`` loop: runs each service at its interval; leader-only services only while leading."""
+"""The ``run_scheduler`` loop: each service runs at its interval in its own thread; leader-only ones only while leading.
+
+One thread per service keeps a slow one (the outbox relay waiting on an unreachable broker)
+from delaying promotion, lease rescue or the renewal of cron leadership. Each thread has its
+own database connection (Django's connections are per thread).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 from scheduler import metrics
 from scheduler.maintenance import Service
@@ -17,12 +22,12 @@ logger = logging.getLogger(__name__)
 
 
 class SchedulerLoop:
-    """Tick every ``tick_seconds``; run each service whose interval has elapsed.
+    """Run services at their intervals until stopped.
 
-    ``leadership`` is an object with ``acquire_or_renew() -> bool``, ``is_leader`` and
-    ``release()`` (``scheduler.leadership.Leadership``) or None, in which case leader-only
-    services never run. A failing service is logged and retried at its next interval; a
-    database outage closes the connection so the next tick reconnects.
+    ``leadership`` is an object with ``acquire_or_renew() -> bool`` and ``release()``
+    (``scheduler.leadership.Leadership``) or None, in which case leader-only services never run.
+    A failing service is logged and retried at its next interval; a database error closes that
+    thread's connection so its next run reconnects.
     """
 
     def __init__(
@@ -38,37 +43,82 @@ class SchedulerLoop:
         self.leadership = leadership
         self.tick_seconds = tick_seconds
         self._stop = threading.Event()
+        self._leading = threading.Event()
         self._next: dict[str, float] = {}
 
     def stop(self) -> None:
-        """Finish the current tick and return from ``run``."""
+        """Let every service finish its current run, then return from ``run``."""
         self._stop.set()
 
     def run(self) -> int:
         """Run until stopped; release leadership on the way out; return 0."""
+        leader_names = {s.name for s in self.leader_services}
+        threads = [
+            threading.Thread(
+                target=self._service_loop, args=(s, s.name in leader_names), name=f"stint-{s.name}", daemon=True
+            )
+            for s in self.services + (self.leader_services if self.leadership is not None else [])
+        ]
+        for thread in threads:
+            thread.start()
         try:
             while not self._stop.is_set():
-                self.tick()
+                self._renew_leadership()
                 self._stop.wait(self.tick_seconds)
         finally:
+            for thread in threads:
+                thread.join(timeout=30)
             if self.leadership is not None:
+                self._leading.clear()
                 try:
                     self.leadership.release()
                 except Exception:  # releasing is best effort; the TTL frees it anyway
                     logger.warning("could not release leadership", exc_info=True)
+            close_old_connections()
+        return 0
+
+    def _renew_leadership(self) -> bool:
+        if self.leadership is None or not self.leader_services:
+            return False
+        try:
+            leading = bool(self.leadership.acquire_or_renew())
+        except Exception:  # leadership backends fail independently; never crash the loop
+            logger.exception("leadership check failed")
+            leading = False
+        if leading:
+            self._leading.set()
+        else:
+            self._leading.clear()
+        metrics.scheduler_is_leader.set(1 if leading else 0)
+        return leading
+
+    def _service_loop(self, service: Service, leader_only: bool) -> None:
+        while not self._stop.is_set():
+            if leader_only and not self._leading.is_set():
+                self._stop.wait(self.tick_seconds)
+                continue
+            started = time.monotonic()
+            self._run_one(service)
+            self._stop.wait(max(self.tick_seconds / 4, service.interval_seconds - (time.monotonic() - started)))
+        close_old_connections()
+
+    def _run_one(self, service: Service) -> int:
+        try:
+            return service.run_once()
+        except (OperationalError, InterfaceError) as exc:
+            logger.warning("%s: database unavailable (%s); retrying", service.name, exc)
+            connection.close()
+        except DatabaseError:
+            logger.exception("%s failed", service.name)
+            connection.close()
+        except Exception:  # one service's bug must not stop the others
+            logger.exception("%s failed", service.name)
         return 0
 
     def tick(self) -> int:
-        """Run every due service once; return rows changed."""
+        """Run every due service once in this thread (leader-only ones if leadership is held); return rows changed."""
+        leading = self._renew_leadership()
         changed = 0
-        leading = False
-        if self.leadership is not None and self.leader_services:
-            try:
-                leading = bool(self.leadership.acquire_or_renew())
-            except Exception:  # leadership backends fail independently; never crash the loop
-                logger.exception("leadership check failed")
-                leading = False
-            metrics.scheduler_is_leader.set(1 if leading else 0)
         now = time.monotonic()
         for service in self.services + (self.leader_services if leading else []):
             if self._stop.is_set():
@@ -76,14 +126,5 @@ class SchedulerLoop:
             if self._next.get(service.name, 0.0) > now:
                 continue
             self._next[service.name] = now + service.interval_seconds
-            try:
-                changed += service.run_once()
-            except (OperationalError, InterfaceError) as exc:
-                logger.warning("%s: database unavailable (%s); retrying", service.name, exc)
-                connection.close()
-            except DatabaseError:
-                logger.exception("%s failed", service.name)
-                connection.close()
-            except Exception:  # one service's bug must not stop the others
-                logger.exception("%s failed", service.name)
+            changed += self._run_one(service)
         return changed

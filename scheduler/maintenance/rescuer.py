@@ -7,7 +7,7 @@ import logging
 
 from django.db import connection, transaction
 
-from scheduler import lifecycle
+from scheduler import lifecycle, metrics
 from scheduler.conf import conf
 from scheduler.lifecycle import NOW, NULL, Sql
 from scheduler.registry import get_handler
@@ -55,7 +55,7 @@ class LeaseRescuer:
                 with connection.cursor() as cursor:
                     cursor.execute(
                         """
-                        SELECT id, type, lease_token, attempts, attempts_base, max_retries, cancel_requested
+                        SELECT id, type, lease_token, attempts, attempts_base, max_retries, cancel_requested, queue
                         FROM stint_job
                         WHERE status = 'RUNNING' AND lease_expires_at < coalesce(%s, now())
                         ORDER BY lease_expires_at
@@ -69,7 +69,7 @@ class LeaseRescuer:
                     break
                 retry, dead, cancel = [], [], []
                 for row in rows:
-                    _, _, _, attempts, base, max_retries, cancelled = row
+                    _, _, _, attempts, base, max_retries, cancelled, _ = row
                     if cancelled:
                         cancel.append(row)
                     elif 1 + max_retries - (attempts - base) > 0:
@@ -124,14 +124,28 @@ class LeaseRescuer:
                             [error, [m.job_id for m in moved], [m.attempts for m in moved]],
                         )
                 total += len(moved)
+                _count(moved, {r[0]: (r[1], r[7]) for r in rows}, retry, dead)
             if len(rows) < self.batch:
                 break
         if total:
             logger.warning("rescued %d jobs with expired leases", total)
-            from scheduler import metrics
-
             metrics.leases_rescued_total.inc(total)
         return total
+
+
+def _count(moved: list, labels: dict, retry: list, dead: list) -> None:
+    """Count rescued jobs as retried, dead or cancelled, labelled by type and queue."""
+    retry_ids = {r[0] for r in retry}
+    dead_ids = {r[0] for r in dead}
+    for m in moved:
+        job_type, queue = labels[m.job_id]
+        metrics.jobs_failed_total.labels(job_type, queue).inc()
+        if m.job_id in retry_ids:
+            metrics.jobs_retried_total.labels(job_type, queue).inc()
+        elif m.job_id in dead_ids:
+            metrics.jobs_dead_total.labels(job_type, queue).inc()
+        else:
+            metrics.jobs_cancelled_total.labels(job_type, queue).inc()
 
 
 class WorkerReaper:

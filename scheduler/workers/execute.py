@@ -8,6 +8,7 @@ import traceback
 
 from django.db import close_old_connections
 
+from config.log_context import log_context
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
@@ -32,7 +33,9 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     )
     try:
         spec = get_handler(job.type)
-        result = spec.func(job.payload, ctx)
+        # Every line the handler logs, through any logger, carries the job id and attempt.
+        with log_context(job_id=str(job.id), attempt=job.attempt):
+            result = spec.func(job.payload, ctx)
         try:
             json.dumps(result, allow_nan=False)
         except (TypeError, ValueError) as exc:

@@ -26,6 +26,7 @@ from scheduler.lifecycle import Claimed
 logger = logging.getLogger(__name__)
 
 CHILD_START_TIMEOUT = 60.0  # seconds to wait for a child process to say it is ready
+PARENT_CHECK_SECONDS = 0.5  # seconds between a child's checks that its worker process still lives
 
 
 @dataclass(slots=True, eq=False)
@@ -93,11 +94,27 @@ class ThreadPool:
             self._on_done(entry, report)
 
 
-def _child_main(conn: Connection) -> None:
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit this child once its worker process is gone (re-parented: the worker was SIGKILLed).
+
+    Nothing else would stop it: its handler would run on beside the attempt that the lease
+    rescue starts, and a hung one forever.
+    """
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(1)
+
+
+def _child_main(conn: Connection, parent_pid: int) -> None:
     """Entry point of a pool child: set Django up once, then run jobs sent by the parent."""
     import django
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when children stop
+    # The parent decides when children stop (a message, or SIGKILL). Process managers signal the
+    # whole process group (honcho, systemd's KillMode=control-group, Ctrl-C in a terminal): a
+    # child that died of that SIGTERM would fail its job before the parent's graceful drain.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="stint-parent-watch", daemon=True).start()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
     from scheduler.workers.execute import run_handler
@@ -141,7 +158,7 @@ class ProcessPool:
 
     def _spawn(self) -> _Child:
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_child_main, args=(child,), daemon=True, name="stint-pool-child")
+        process = self._ctx.Process(target=_child_main, args=(child, os.getpid()), daemon=True, name="stint-pool-child")
         process.start()
         child.close()
         return _Child(process=process, conn=parent)

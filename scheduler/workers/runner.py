@@ -165,7 +165,12 @@ class Worker:
                 self._running[job.id] = entry
             lag = max(0.0, (job.started_at - job.scheduled_at).total_seconds())
             metrics.jobs_schedule_lag_seconds.labels(job.queue, Priority(job.priority).name).observe(lag)
-            self.pool.submit(entry)
+            try:
+                self.pool.submit(entry)
+            except RuntimeError:
+                # A process-pool child died between busy() and submit(): give the job straight back.
+                if self._finalize(entry):
+                    self._report(Report(job=job, outcome=Outcome.HANDED_BACK, error="no idle pool slot"))
         return len(jobs), free
 
     def _poll_control(self) -> None:

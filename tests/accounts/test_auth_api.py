@@ -22,7 +22,8 @@ def _login(api, username: str, password: str = PASSWORD):
     return api.post("/api/auth/login", {"username": username, "password": password}, format="json")
 
 
-def test_register_creates_a_user_never_an_admin(api):
+def test_register_creates_a_user_never_an_admin(api, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.Argon2PasswordHasher"]
     resp = api.post(
         "/api/auth/register",
         {"username": "mallory", "password": PASSWORD, "role": "ADMIN", "is_staff": True, "is_superuser": True},

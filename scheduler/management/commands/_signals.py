@@ -4,30 +4,61 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
+# The wakeup socket pair of the installed handlers, kept open for the life of the process.
+_wakeup: list[socket.socket] = []
+
 
 def install_stop_handlers(stop: Callable[..., None], *, name: str) -> None:
-    """On SIGTERM/SIGINT call ``stop()``; on a second signal call ``stop(force=True)`` if accepted."""
-    state = {"count": 0}
+    """On SIGTERM/SIGINT call ``stop()``; on a second signal call ``stop(force=True)`` if accepted.
 
-    def handle(signum: int, frame: Any) -> None:
-        state["count"] += 1
-        if state["count"] == 1:
-            logger.info("%s: %s received, shutting down gracefully", name, signal.Signals(signum).name)
-            stop()
-        else:
-            logger.warning("%s: second signal, forcing shutdown", name)
+    ``stop`` runs on a watcher thread, never inside a signal handler: a Python signal handler runs
+    on the main thread between two bytecodes, possibly while that thread holds a non-reentrant
+    lock (an ``Event``'s, inside the ``wait``/``clear`` of every run loop), and ``stop`` sets
+    Events, so calling it there can deadlock the process for good. The handlers installed here do
+    nothing; the interpreter's C-level handler writes each signal's number to a wakeup socket
+    (``signal.set_wakeup_fd``), which the watcher reads. Call from the main thread, once.
+    """
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    _wakeup[:] = [reader, writer]
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    wanted = {int(signal.SIGTERM), int(signal.SIGINT)}
+
+    def watch() -> None:
+        count = 0
+        while True:
             try:
-                stop(force=True)
-            except TypeError:
-                stop()
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in (s for s in data if s in wanted):
+                count += 1
+                if count == 1:
+                    logger.info("%s: %s received, shutting down gracefully", name, signal.Signals(signum).name)
+                    stop()
+                    continue
+                logger.warning("%s: second signal, forcing shutdown", name)
+                try:
+                    stop(force=True)
+                except TypeError:
+                    stop()
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    threading.Thread(target=watch, name=f"{name}-signals", daemon=True).start()
+    signal.signal(signal.SIGTERM, _acted_on_by_watcher)
+    signal.signal(signal.SIGINT, _acted_on_by_watcher)
+
+
+def _acted_on_by_watcher(signum: int, frame: Any) -> None:
+    """Replace the default action (exit, KeyboardInterrupt); the watcher thread acts on the signal."""
 
 
 def configure_verbosity(verbosity: int) -> None:

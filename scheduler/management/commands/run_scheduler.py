@@ -32,9 +32,9 @@ class Command(BaseCommand):
             tick_seconds=options["tick_seconds"],
         )
         if options["metrics_port"]:
-            from prometheus_client import start_http_server
+            from scheduler.metrics import serve
 
-            start_http_server(options["metrics_port"], addr="127.0.0.1")
+            serve(options["metrics_port"], cluster_state=True)  # the scheduler also reports cluster gauges
         install_stop_handlers(loop.stop, name="run_scheduler")
         loop.run()
 

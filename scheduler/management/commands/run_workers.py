@@ -57,8 +57,8 @@ class Command(BaseCommand):
             )
         )
         if options["metrics_port"]:
-            from prometheus_client import start_http_server
+            from scheduler.metrics import serve
 
-            start_http_server(options["metrics_port"], addr="127.0.0.1")
+            serve(options["metrics_port"])
         install_stop_handlers(worker.stop, name="run_workers")
         worker.run()

@@ -1,0 +1,362 @@
+"""Consume ``job-lifecycle-events`` into the audit table: every event stored once, offsets committed after the DB.
+
+``AuditConsumer`` is one member of the consumer group ``stint-audit`` (``KAFKA_AUDIT_GROUP``);
+run as many as the topic has partitions. Each round polls up to ``batch_size`` messages, stores
+them with one ``INSERT ... ON CONFLICT (event_id) DO NOTHING`` in one transaction, and only then
+commits the batch's offsets synchronously. A consumer killed anywhere in that sequence leaves
+either an uncommitted offset (the batch is delivered again and the insert skips what is already
+stored) or nothing at all: nothing is lost and nothing is stored twice (DESIGN.md, Events).
+
+A message that is not a valid ``LifecycleEvent`` is logged and skipped (its offset is committed):
+one bad message must not stop the trail. A database error stores nothing, rewinds the batch's
+partitions and retries with backoff.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, connection, transaction
+from psycopg.types.json import Jsonb
+
+from scheduler import metrics
+from scheduler.outbox import ensure_topic
+from scheduler.retry import backoff
+
+logger = logging.getLogger(__name__)
+kafka_logger = logging.getLogger("audit.consumer.kafka")
+
+BATCH_SIZE = 500  # messages per poll, stored in one statement
+POLL_TIMEOUT_SECONDS = 1.0  # a poll waits at most this long; also bounds how long a stop takes
+FETCH_WAIT_MS = 50  # ms; librdkafka's default of 500 ms adds ~125 ms p50 delivery latency (measured)
+RETRY_BASE_SECONDS = 0.5  # database-error backoff
+RETRY_MAX_SECONDS = 30.0
+START_TIMEOUT_SECONDS = 5.0  # topic check at start-up; retried with backoff
+
+# Column limits of audit.AuditEvent: a message that would violate them is malformed, not a DB error.
+MAX_EVENT_TYPE = 32
+MAX_STATUS = 10
+MAX_INT = 2**31 - 1
+
+
+class MalformedEvent(ValueError):  # noqa: N818 - the message is malformed
+    """The message is not a valid lifecycle event."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRow:
+    """One lifecycle event as it is stored in ``stint_audit_event``."""
+
+    event_id: uuid.UUID
+    job_id: uuid.UUID
+    event_type: str
+    owner_id: int | None
+    sequence: int
+    attempt: int
+    from_status: str
+    to_status: str
+    schema_version: int
+    payload: Any
+    occurred_at: dt.datetime
+
+
+def _int(doc: dict[str, Any], key: str, *, nullable: bool = False) -> int | None:
+    value = doc.get(key)
+    if value is None and nullable:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_INT:
+        raise MalformedEvent(f"{key} must be a non-negative integer")
+    return value
+
+
+def _text(doc: dict[str, Any], key: str, limit: int, *, nullable: bool = False) -> str:
+    value = doc.get(key)
+    if value in (None, "") and nullable:
+        return ""
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise MalformedEvent(f"{key} must be a string of 1-{limit} characters")
+    return value
+
+
+def parse_event(value: bytes | None) -> AuditRow:
+    """Decode one message value (a ``scheduler.outbox.LifecycleEvent``) into an ``AuditRow``.
+
+    Raises MalformedEvent when the value is not JSON, a field is missing or has the wrong type,
+    or ``occurred_at`` has no time zone offset.
+    """
+    try:
+        doc = json.loads(value or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedEvent(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise MalformedEvent("not a JSON object")
+    try:
+        event_id = uuid.UUID(str(doc["event_id"]))
+        job_id = uuid.UUID(str(doc["job_id"]))
+        occurred_at = dt.datetime.fromisoformat(str(doc["occurred_at"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError) as exc:
+        raise MalformedEvent(f"bad event_id, job_id or occurred_at: {exc}") from exc
+    if occurred_at.tzinfo is None:
+        raise MalformedEvent("occurred_at needs a time zone offset")
+    return AuditRow(
+        event_id=event_id,
+        job_id=job_id,
+        event_type=_text(doc, "event_type", MAX_EVENT_TYPE),
+        owner_id=_int(doc, "owner_id", nullable=True),
+        sequence=_int(doc, "sequence"),
+        attempt=_int(doc, "attempt"),
+        from_status=_text(doc, "from_status", MAX_STATUS, nullable=True),
+        to_status=_text(doc, "to_status", MAX_STATUS),
+        schema_version=_int(doc, "schema_version"),
+        payload=doc.get("payload") if doc.get("payload") is not None else {},
+        occurred_at=occurred_at,
+    )
+
+
+def audit_events_store(*, rows: Sequence[AuditRow]) -> int:
+    """Insert ``rows`` with one ``INSERT ... ON CONFLICT (event_id) DO NOTHING``; return how many were new.
+
+    ``received_at`` is the database's ``clock_timestamp()``. Runs in the caller's transaction.
+    """
+    if not rows:
+        return 0
+    unique = list({row.event_id: row for row in rows}.values())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO stint_audit_event (event_id, job_id, event_type, owner_id, sequence, attempt, from_status,
+                                           to_status, schema_version, payload, occurred_at, received_at)
+            SELECT v.*, clock_timestamp()
+            FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::bigint[], %s::int[], %s::int[], %s::text[],
+                        %s::text[], %s::smallint[], %s::jsonb[], %s::timestamptz[])
+                AS v(event_id, job_id, event_type, owner_id, sequence, attempt, from_status, to_status,
+                     schema_version, payload, occurred_at)
+            ON CONFLICT (event_id) DO NOTHING
+            """,
+            [
+                [r.event_id for r in unique],
+                [r.job_id for r in unique],
+                [r.event_type for r in unique],
+                [r.owner_id for r in unique],
+                [r.sequence for r in unique],
+                [r.attempt for r in unique],
+                [r.from_status for r in unique],
+                [r.to_status for r in unique],
+                [r.schema_version for r in unique],
+                [Jsonb(r.payload) for r in unique],
+                [r.occurred_at for r in unique],
+            ],
+        )
+        return cursor.rowcount
+
+
+class AuditConsumer:
+    """Consumer-group member that stores lifecycle events in the audit table (see module docstring).
+
+    ``run()`` loops until ``stop_event`` is set (the management command sets it on SIGTERM/SIGINT),
+    finishing the batch in hand first. Tests drive it with ``start()``, ``run_once()`` and
+    ``close()``. Counters: ``received`` (messages), ``stored`` (new rows), ``skipped`` (malformed).
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | None = None,
+        topics: Sequence[str] | None = None,
+        group_id: str | None = None,
+        batch_size: int = BATCH_SIZE,
+        poll_timeout: float = POLL_TIMEOUT_SECONDS,
+        session_timeout_ms: int | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS
+        self.topics = list(topics or [settings.KAFKA_TOPIC])
+        self.group_id = group_id or getattr(settings, "KAFKA_AUDIT_GROUP", "stint-audit")
+        self.batch_size = batch_size
+        self.poll_timeout = poll_timeout
+        self.session_timeout_ms = session_timeout_ms or settings.KAFKA_SESSION_TIMEOUT_MS
+        self.stop_event = stop_event or threading.Event()
+        self._consumer: Consumer | None = None
+        self.received = 0
+        self.stored = 0
+        self.skipped = 0
+
+    def start(self) -> None:
+        """Create the topics if missing, then join the group (the first poll completes the join).
+
+        Raises KafkaException when the broker does not answer within 5 s.
+        """
+        for topic in self.topics:
+            ensure_topic(
+                bootstrap_servers=self.bootstrap_servers,
+                topic=topic,
+                partitions=settings.KAFKA_TOPIC_PARTITIONS,
+                timeout=START_TIMEOUT_SECONDS,
+            )
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": self.group_id,
+                "client.id": f"stint-audit-{socket.gethostname()}-{os.getpid()}",
+                "enable.auto.commit": False,
+                # We commit explicit offsets; nothing is stored implicitly by a poll.
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": self.session_timeout_ms,
+                "logger": kafka_logger,
+                # Reconnect within a second of the broker's return, not librdkafka's default 10 s.
+                "reconnect.backoff.max.ms": 1000,
+                # The broker holds an empty fetch this long: bounds the added latency (default 500 ms).
+                "fetch.wait.max.ms": FETCH_WAIT_MS,
+            }
+        )
+        self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def run(self) -> None:
+        """Consume until ``stop_event`` is set, then leave the group.
+
+        Kafka unreachable at start-up and database errors back off (0.5 s doubling to 30 s) and
+        retry; they never end the process.
+        """
+        failures = 0
+        while self._consumer is None and not self.stop_event.is_set():
+            try:
+                self.start()
+            except KafkaException as exc:
+                failures += 1
+                delay = backoff(failures, base=RETRY_BASE_SECONDS, cap=RETRY_MAX_SECONDS)
+                logger.warning("audit consumer: Kafka unavailable at start-up (%s); retry in %.1f s", exc, delay)
+                self.stop_event.wait(delay)
+        failures = 0
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self.run_once()
+                except (DatabaseError, InterfaceError) as exc:
+                    failures += 1
+                    delay = backoff(failures, base=RETRY_BASE_SECONDS, cap=RETRY_MAX_SECONDS)
+                    logger.warning("audit consumer: database error (%s); batch rewound; retry in %.1f s", exc, delay)
+                    connection.close()  # reconnect on the next batch
+                    self.stop_event.wait(delay)
+                else:
+                    failures = 0
+        finally:
+            self.close()
+        logger.info(
+            "audit consumer stopped: %d received, %d stored, %d skipped", self.received, self.stored, self.skipped
+        )
+
+    def run_once(self, timeout: float | None = None) -> int:
+        """Poll one batch, store it, then commit its offsets; return how many events were new.
+
+        Raises DatabaseError or InterfaceError after rewinding the batch's partitions (nothing of it
+        was stored: the next poll returns the same messages).
+        """
+        consumer = self._require()
+        # Wait for the first message, then take what is already fetched, up to a batch: a batch is
+        # whatever arrived meanwhile, so a quiet topic adds no wait for a batch to fill.
+        messages = consumer.consume(num_messages=1, timeout=self.poll_timeout if timeout is None else timeout)
+        if not messages:
+            return 0
+        if self.batch_size > 1:
+            messages += consumer.consume(num_messages=self.batch_size - 1, timeout=0)
+        rows: list[AuditRow] = []
+        batch: list[Message] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaException(error)
+                logger.warning("audit consumer: %s", error)
+                continue
+            batch.append(message)
+            try:
+                rows.append(parse_event(message.value()))
+            except MalformedEvent as exc:
+                self.skipped += 1
+                logger.error(
+                    "audit consumer: skipping malformed event at %s[%d]@%d: %s",
+                    message.topic(),
+                    message.partition(),
+                    message.offset(),
+                    exc,
+                )
+        if not batch:
+            return 0
+        self.received += len(batch)
+        try:
+            with transaction.atomic():
+                stored = audit_events_store(rows=rows)
+        except (DatabaseError, InterfaceError):
+            self._rewind(batch)
+            raise
+        self.stored += stored
+        metrics.audit_events_stored_total.inc(stored)
+        self._commit(batch)
+        logger.debug("audit consumer: %d events received, %d new", len(batch), stored)
+        return stored
+
+    def stop(self) -> None:
+        """Ask ``run()`` to return after the batch in hand."""
+        self.stop_event.set()
+
+    def close(self) -> None:
+        """Leave the group (so its partitions move to other members at once) and drop the client."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _require(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("AuditConsumer.start() was not called")
+        return self._consumer
+
+    def _commit(self, batch: Sequence[Message]) -> None:
+        last: dict[tuple[str, int], int] = {}
+        for message in batch:
+            key = (message.topic(), message.partition())
+            last[key] = max(last.get(key, -1), message.offset())
+        offsets = [TopicPartition(topic, partition, offset + 1) for (topic, partition), offset in last.items()]
+        try:
+            self._require().commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # Stored but not committed: after a rebalance these are delivered again and skipped.
+            logger.warning("audit consumer: offset commit failed (%s); the batch may be delivered again", exc)
+
+    def _rewind(self, batch: Sequence[Message]) -> None:
+        first: dict[tuple[str, int], int] = {}
+        for message in batch:
+            key = (message.topic(), message.partition())
+            first[key] = min(first.get(key, message.offset()), message.offset())
+        for (topic, partition), offset in first.items():
+            try:
+                self._require().seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # Revoked meanwhile: its new owner starts from the committed offset anyway.
+                logger.info("audit consumer: cannot rewind %s[%d]: %s", topic, partition, exc)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        logger.info("audit consumer %s: assigned %s", self.group_id, _describe(partitions))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        logger.info("audit consumer %s: revoked %s", self.group_id, _describe(partitions))
+
+
+def _describe(partitions: Sequence[TopicPartition]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(f"{t}{sorted(p)}" for t, p in sorted(by_topic.items())) or "nothing"

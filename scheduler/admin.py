@@ -1,0 +1,768 @@
+"""The operator console: jobs, schedules, workers, queues and the outbox in Django's admin.
+
+Every model here is read-only in the admin: the only writes are the actions, and each action
+calls the same services as the API (``scheduler.services`` through ``scheduler.bulk``,
+``scheduler.schedules``, ``scheduler.queues``), so no admin path can set a status by hand.
+Access is the site's rule (``config.admin_site``: active staff with role ADMIN); the
+permission hooks below repeat it so that an ADMIN who is not a superuser needs no Django
+model permissions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.core.exceptions import PermissionDenied
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    Count,
+    ExpressionWrapper,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models import DateTimeField as DateTimeOutput
+from django.db.models.functions import Cast, Coalesce, Now
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from scheduler import queues, schedules
+from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, job_bulk_apply_filtered
+from scheduler.conf import conf
+from scheduler.exceptions import StintError
+from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
+from scheduler.registry import registered_types
+from scheduler.states import JobStatus, Priority
+from scheduler.templatetags.stint_ui import status_badge
+from scheduler.timeline import job_timeline
+
+BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every matching job"
+
+
+class OperatorAdmin(admin.ModelAdmin):
+    """Read-only admin whose view and ``operate`` (action) permission is the site's ADMIN rule."""
+
+    show_full_result_count = False  # one COUNT(*) per page, not two, on large tables
+
+    def _is_operator(self, request: HttpRequest) -> bool:
+        return self.admin_site.has_permission(request)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        """Operators see every Stint model."""
+        return self._is_operator(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Operators may view."""
+        return self._is_operator(request)
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Operators may run the actions (which call services)."""
+        return self._is_operator(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Rows are created by services, never by an admin form."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Rows change only through actions (services), never by an admin form."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Nothing is deleted from here: pruning is the scheduler's."""
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """A read-only inline, visible to operators."""
+
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Operators may view."""
+        return self.admin_site.has_permission(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Never."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Never."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Never."""
+        return False
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+
+
+class JobAttemptInline(ReadOnlyInline):
+    """A job's attempts, first first."""
+
+    model = JobAttempt
+    fields = ("attempt_number", "status", "worker", "started_at", "finished_at", "error")
+    readonly_fields = fields
+    ordering = ("attempt_number",)
+
+
+class JobResultInline(ReadOnlyInline):
+    """A job's result (one row, once it has one)."""
+
+    model = JobResult
+    fields = ("attempt", "status", "result", "created_at")
+    readonly_fields = fields
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Filter jobs by queue, offering the known queues (``Queue`` rows) rather than scanning jobs."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Every known queue name."""
+        return [(n, n) for n in Queue.objects.order_by("name").values_list("name", flat=True)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        """Jobs of the chosen queue."""
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class TypeFilter(admin.SimpleListFilter):
+    """Filter jobs by type, offering the registered handler names."""
+
+    title = "type"
+    parameter_name = "type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Every registered job type."""
+        return [(t, t) for t in registered_types()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        """Jobs of the chosen type (any string: a type whose handler was removed still filters)."""
+        return queryset.filter(type=self.value()) if self.value() else queryset
+
+
+@admin.register(Job)
+class JobAdmin(OperatorAdmin):
+    """Jobs: badges, filters, search by id/name/idempotency key, read-only detail, service actions."""
+
+    list_display = (
+        "short_id",
+        "name",
+        "type",
+        "status_badge",
+        "priority_label",
+        "queue",
+        "owner",
+        "attempts",
+        "created_at",
+        "scheduled_at",
+        "finished_at",
+    )
+    list_display_links = ("short_id",)
+    list_filter = (
+        "status",
+        "priority",
+        QueueFilter,
+        TypeFilter,
+        ("owner", admin.RelatedOnlyFieldListFilter),
+        "created_at",
+        "scheduled_at",
+        "finished_at",
+    )
+    search_fields = ("name", "=idempotency_key")
+    search_help_text = "A job id (full, or its first 8+ hex digits), part of a name, or an exact idempotency key."
+    list_select_related = ("owner",)
+    ordering = ("-created_at", "-id")
+    list_per_page = 50
+    actions = ("cancel_jobs", "retry_jobs", "recover_jobs")
+    inlines = (JobAttemptInline, JobResultInline)
+    readonly_fields = ("status_badge", "priority_label", "timeline")
+    fieldsets = (
+        (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner")}),
+        ("Payload", {"fields": ("payload",)}),
+        (
+            "Timing",
+            {"fields": ("scheduled_at", "created_at", "updated_at", "started_at", "finished_at")},
+        ),
+        (
+            "Execution",
+            {
+                "fields": (
+                    "attempts",
+                    "attempts_base",
+                    "max_retries",
+                    "timeout_seconds",
+                    "last_error",
+                    "lease_owner",
+                    "lease_token",
+                    "lease_expires_at",
+                    "cancel_requested",
+                )
+            },
+        ),
+        ("Origin", {"fields": ("idempotency_key", "schedule", "fire_time")}),
+        ("Timeline", {"fields": ("timeline",)}),
+    )
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, job: Job) -> str:
+        """The first 8 hex digits of the id."""
+        return str(job.id)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, job: Job) -> SafeString:
+        """The status as a coloured badge."""
+        return status_badge(job.status)
+
+    @admin.display(description="priority", ordering="priority")
+    def priority_label(self, job: Job) -> str:
+        """HIGH, MEDIUM or LOW."""
+        return Priority(job.priority).name
+
+    @admin.display(description="event timeline")
+    def timeline(self, job: Job) -> SafeString:
+        """The job's lifecycle events in sequence order (audit trail, completed from the outbox)."""
+        events = job_timeline(job_id=job.id)
+        if not events:
+            return format_html("<p>{}</p>", "No events yet.")
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    e.sequence,
+                    e.event_type,
+                    e.from_status or "-",
+                    e.to_status,
+                    e.attempt,
+                    e.occurred_at.isoformat(timespec="milliseconds"),
+                )
+                for e in events
+            ),
+        )
+        return format_html(
+            '<table class="stint-timeline"><caption>{}</caption><thead><tr><th scope="col">#</th>'
+            '<th scope="col">event</th><th scope="col">from</th><th scope="col">to</th>'
+            '<th scope="col">attempt</th><th scope="col">occurred at (UTC)</th></tr></thead><tbody>{}</tbody></table>',
+            f"{len(events)} events",
+            rows,
+        )
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[Any, bool]:
+        """Search by full id, id prefix (8+ hex digits), name (contains) or idempotency key (exact)."""
+        term = search_term.strip()
+        try:
+            return queryset.filter(Q(id=uuid.UUID(term)) | Q(idempotency_key=term)), False
+        except ValueError:
+            pass
+        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        prefix = term.lower().replace("-", "")
+        if 8 <= len(prefix) <= 32 and all(c in "0123456789abcdef" for c in prefix):
+            by_prefix = queryset.annotate(id_text=Cast("id", output_field=CharField())).filter(
+                id_text__startswith=_hyphenated_prefix(prefix)
+            )
+            found = found | by_prefix
+        return found, may_have_duplicates
+
+    # -- actions on selected rows --------------------------------------------------------------
+
+    def _apply(self, request: HttpRequest, queryset: QuerySet[Job], action: BulkAction) -> None:
+        outcome = job_bulk_apply_filtered(action=action, queryset=queryset, actor=request.user)
+        level = messages.SUCCESS if outcome.changed or outcome.requested else messages.WARNING
+        self.message_user(request, outcome.message(), level)
+
+    @admin.action(description="Cancel selected jobs", permissions=["operate"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Cancel each job (RUNNING ones get a cancellation request); report changed and skipped."""
+        self._apply(request, queryset, BulkAction.CANCEL)
+
+    @admin.action(description="Retry selected FAILED jobs", permissions=["operate"])
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Retry each FAILED job; report changed and skipped."""
+        self._apply(request, queryset, BulkAction.RETRY)
+
+    @admin.action(description="Recover selected DEAD jobs", permissions=["operate"])
+    def recover_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Recover each DEAD job; report changed and skipped."""
+        self._apply(request, queryset, BulkAction.RECOVER)
+
+    # -- actions on every job matching the changelist's filters ------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        """Add ``bulk/<action>/``: the confirmation page and the apply-to-all-matching endpoint."""
+        bulk = path(
+            "bulk/<str:action>/",
+            self.admin_site.admin_view(self.bulk_view),
+            name="scheduler_job_bulk",
+        )
+        return [bulk, *super().get_urls()]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The list, with links to act on every job that matches its filters."""
+        query = request.GET.copy()
+        query.pop(BULK_PAGE_PARAM, None)
+        extra = {
+            "bulk_actions": [
+                (
+                    action.value,
+                    f"{action.value.capitalize()} all matching",
+                    f"{reverse('admin:scheduler_job_bulk', args=[action.value])}?{query.urlencode()}",
+                )
+                for action in BulkAction
+            ]
+            if self.has_operate_permission(request)
+            else [],
+        }
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
+
+    def bulk_view(self, request: HttpRequest, action: str) -> HttpResponse:
+        """GET: confirm, with counts, an action on every job matching the filters; POST: apply it.
+
+        The filters are the changelist's own query string (status, type, queue, search...), so
+        the set confirmed is the set the operator was looking at, across all pages. The POST
+        re-reads that set: jobs that left it meanwhile are not touched, and the report counts
+        what really changed.
+        """
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        try:
+            bulk_action = BulkAction(action)
+        except ValueError:
+            raise Http404("No such bulk action.") from None
+        query = request.GET.copy()
+        query.pop(BULK_PAGE_PARAM, None)
+        changelist_url = f"{reverse('admin:scheduler_job_changelist')}?{query.urlencode()}"
+        request.GET = query
+        try:
+            cl = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            self.message_user(request, "Those filters are not valid.", messages.ERROR)
+            return HttpResponseRedirect(changelist_url)
+        matching = cl.queryset
+        if request.method == "POST":
+            outcome = job_bulk_apply_filtered(action=bulk_action, queryset=matching, actor=request.user)
+            level = messages.SUCCESS if outcome.changed or outcome.requested else messages.WARNING
+            self.message_user(request, outcome.message(), level)
+            return HttpResponseRedirect(changelist_url)
+        by_status = dict(matching.order_by().values_list("status").annotate(n=Count("id")))
+        eligible = sum(n for status, n in by_status.items() if status in ELIGIBLE[bulk_action])
+        total = sum(by_status.values())
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{bulk_action.value.capitalize()} all matching jobs?",
+            "opts": self.opts,
+            "action": bulk_action.value,
+            "action_label": bulk_action.value.capitalize(),
+            "action_past": PAST_TENSE[bulk_action].lower(),
+            "total": total,
+            "eligible": eligible,
+            "skipped": total - eligible,
+            "eligible_statuses": sorted(ELIGIBLE[bulk_action]),
+            "by_status": sorted(by_status.items()),
+            "filters": [(k, v) for k, values in query.lists() for v in values],
+            "changelist_url": changelist_url,
+            "form_url": request.get_full_path(),
+        }
+        return TemplateResponse(request, "admin/scheduler/job/bulk_confirm.html", context)
+
+
+def _hyphenated_prefix(hex_prefix: str) -> str:
+    """Return ``hex_prefix`` with the hyphens a UUID's text form has at positions 8, 12, 16 and 20."""
+    out = []
+    for i, c in enumerate(hex_prefix):
+        if i in (8, 12, 16, 20):
+            out.append("-")
+        out.append(c)
+    return "".join(out)
+
+
+# -- schedules --------------------------------------------------------------------------------------
+
+
+@admin.register(CronSchedule)
+class CronScheduleAdmin(OperatorAdmin):
+    """Schedules: enable/disable, trigger now, and the next five fire times (``scheduler.schedules``)."""
+
+    list_display = (
+        "name",
+        "owner",
+        "timing",
+        "timezone",
+        "enabled",
+        "job_type",
+        "job_queue",
+        "next_fire_at",
+        "last_fired_at",
+    )
+    list_filter = ("enabled", "job_type", "misfire_policy", "overlap_policy")
+    search_fields = ("name",)
+    list_select_related = ("owner",)
+    ordering = ("id",)
+    actions = ("enable_schedules", "disable_schedules", "trigger_schedules")
+    readonly_fields = ("timing", "next_fire_times")
+    fieldsets = (
+        (None, {"fields": ("name", "owner", "timing", "timezone", "enabled", "misfire_policy", "overlap_policy")}),
+        ("Fires", {"fields": ("next_fire_at", "next_fire_times", "last_fired_at")}),
+        (
+            "Job template",
+            {
+                "fields": (
+                    "job_type",
+                    "job_payload",
+                    "job_priority",
+                    "job_queue",
+                    "job_max_retries",
+                    "job_timeout_seconds",
+                )
+            },
+        ),
+        ("Record", {"fields": ("created_at", "updated_at")}),
+    )
+
+    @admin.display(description="when")
+    def timing(self, schedule: CronSchedule) -> str:
+        """The cron expression, or "every N s"."""
+        return schedule.cron if schedule.cron is not None else f"every {schedule.interval_seconds} s"
+
+    @admin.display(description="next five fire times (UTC)")
+    def next_fire_times(self, schedule: CronSchedule) -> SafeString:
+        """The next five fire times, or why there are none."""
+        times = schedules.schedule_next_fire_times(schedule)
+        if not times:
+            return format_html("<p>{}</p>", "None: the schedule is disabled." if not schedule.enabled else "None.")
+        items = format_html_join(
+            "", '<li><time datetime="{}">{}</time></li>', ((t.isoformat(), t.isoformat()) for t in times)
+        )
+        return format_html('<ol class="stint-fire-times">{}</ol>', items)
+
+    def _each(self, request: HttpRequest, queryset: QuerySet[CronSchedule], verb: str, call: Any) -> None:
+        done = failed = 0
+        for schedule_id in queryset.values_list("id", flat=True):
+            try:
+                call(schedule_id)
+            except StintError as exc:
+                failed += 1
+                self.message_user(request, f"Schedule {schedule_id}: {exc}", messages.ERROR)
+            else:
+                done += 1
+        self.message_user(request, f"{verb} {done} schedule{'s' if done != 1 else ''}; {failed} failed.")
+
+    @admin.action(description="Enable selected schedules", permissions=["operate"])
+    def enable_schedules(self, request: HttpRequest, queryset: QuerySet[CronSchedule]) -> None:
+        """Enable each; the next fire is the next due time from now (nothing for the disabled span)."""
+        self._each(
+            request,
+            queryset,
+            "Enabled",
+            lambda sid: schedules.schedule_update(schedule_id=sid, actor=request.user, changes={"enabled": True}),
+        )
+
+    @admin.action(description="Disable selected schedules", permissions=["operate"])
+    def disable_schedules(self, request: HttpRequest, queryset: QuerySet[CronSchedule]) -> None:
+        """Disable each: it fires nothing more until enabled."""
+        self._each(
+            request,
+            queryset,
+            "Disabled",
+            lambda sid: schedules.schedule_update(schedule_id=sid, actor=request.user, changes={"enabled": False}),
+        )
+
+    @admin.action(description="Trigger selected schedules now", permissions=["operate"])
+    def trigger_schedules(self, request: HttpRequest, queryset: QuerySet[CronSchedule]) -> None:
+        """Fire each once now, outside its timetable."""
+        self._each(
+            request,
+            queryset,
+            "Triggered",
+            lambda sid: schedules.schedule_trigger(schedule_id=sid, actor=request.user),
+        )
+
+
+# -- workers ----------------------------------------------------------------------------------------
+
+
+class AliveFilter(admin.SimpleListFilter):
+    """Workers that heartbeat within ``WORKER_DEAD_AFTER_SECONDS`` (database clock), or not."""
+
+    title = "liveness"
+    parameter_name = "alive"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Alive or gone."""
+        return [("yes", "alive"), ("no", "gone")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkerNode]) -> QuerySet[WorkerNode]:
+        """Filter on the ``is_alive`` annotation."""
+        if self.value() in ("yes", "no"):
+            return queryset.filter(is_alive=self.value() == "yes")
+        return queryset
+
+
+def _worker_alive_expression() -> Any:
+    cutoff = ExpressionWrapper(
+        Now() - Value(dt.timedelta(seconds=conf().worker_dead_after_seconds)), output_field=DateTimeOutput()
+    )
+    return Case(
+        When(Q(stopped_at__isnull=True) & Q(last_heartbeat_at__gte=cutoff), then=Value(True)),
+        default=Value(False),
+        output_field=BooleanField(),
+    )
+
+
+@admin.register(WorkerNode)
+class WorkerNodeAdmin(OperatorAdmin):
+    """Workers: alive or gone (by heartbeat, database clock), running jobs, busy slots, last heartbeat."""
+
+    list_display = (
+        "id",
+        "liveness",
+        "hostname",
+        "pid",
+        "pool",
+        "slots",
+        "running_count",
+        "queue_list",
+        "last_heartbeat_at",
+        "started_at",
+        "stopped_at",
+    )
+    list_filter = (AliveFilter, "pool", "hostname")
+    search_fields = ("id", "hostname")
+    ordering = ("-last_heartbeat_at",)
+    readonly_fields = ("liveness", "slots", "running_jobs")
+    fields = (
+        "id",
+        "liveness",
+        "hostname",
+        "pid",
+        "pool",
+        "slots",
+        "queues",
+        "started_at",
+        "last_heartbeat_at",
+        "stopped_at",
+        "running_jobs",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerNode]:
+        """Annotate liveness and the number of RUNNING jobs each worker leases."""
+        running = (
+            Job.objects.filter(status=JobStatus.RUNNING, lease_owner=OuterRef("id"))
+            .order_by()
+            .values("lease_owner")
+            .annotate(n=Count("id"))
+            .values("n")
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                is_alive=_worker_alive_expression(),
+                running=Coalesce(Subquery(running, output_field=IntegerField()), 0),
+            )
+        )
+
+    @admin.display(description="state", boolean=False, ordering="is_alive")
+    def liveness(self, worker: WorkerNode) -> SafeString:
+        """The label "alive", or "gone" (stopped, or no heartbeat within the dead-after window)."""
+        alive = getattr(worker, "is_alive", False)
+        label = "alive" if alive else "gone"
+        colour = "#116329" if alive else "#5a6370"
+        return format_html(
+            '<span class="badge" data-status="{}" style="display:inline-block;padding:0.1em 0.55em;'
+            'border-radius:0.8em;font-weight:600;color:#ffffff;background-color:{}">{}</span>',
+            label,
+            colour,
+            label,
+        )
+
+    @admin.display(description="busy / slots")
+    def slots(self, worker: WorkerNode) -> str:
+        """Busy slots over the pool size."""
+        return f"{worker.busy_slots} / {worker.concurrency}"
+
+    @admin.display(description="running jobs", ordering="running")
+    def running_count(self, worker: WorkerNode) -> int:
+        """RUNNING jobs this worker holds the lease of."""
+        return getattr(worker, "running", 0)
+
+    @admin.display(description="queues")
+    def queue_list(self, worker: WorkerNode) -> str:
+        """The queues it takes from ("all" when unrestricted)."""
+        return ", ".join(worker.queues) if worker.queues else "all"
+
+    @admin.display(description="running jobs")
+    def running_jobs(self, worker: WorkerNode) -> SafeString:
+        """Links to the RUNNING jobs this worker holds."""
+        jobs = Job.objects.filter(status=JobStatus.RUNNING, lease_owner=worker.id).order_by("started_at")[:100]
+        if not jobs:
+            return format_html("<p>{}</p>", "None.")
+        items = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {} (since {})</li>',
+            ((reverse("admin:scheduler_job_change", args=[j.id]), str(j.id)[:8], j.type, j.started_at) for j in jobs),
+        )
+        return format_html("<ul>{}</ul>", items)
+
+
+# -- queues -----------------------------------------------------------------------------------------
+
+
+@admin.register(Queue)
+class QueueAdmin(OperatorAdmin):
+    """Queues: paused or active, jobs waiting and running; pause and resume (``scheduler.queues``)."""
+
+    list_display = ("name", "state", "queued", "running", "updated_at")
+    list_filter = ("paused",)
+    search_fields = ("name",)
+    ordering = ("name",)
+    actions = ("pause_queues", "resume_queues")
+    fields = ("name", "state", "queued", "running", "created_at", "updated_at")
+    readonly_fields = ("state", "queued", "running")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Queue]:
+        """Annotate each queue's QUEUED and RUNNING job counts."""
+
+        def count(status: str) -> Any:
+            jobs = (
+                Job.objects.filter(queue=OuterRef("name"), status=status)
+                .order_by()
+                .values("queue")
+                .annotate(n=Count("id"))
+                .values("n")
+            )
+            return Coalesce(Subquery(jobs, output_field=IntegerField()), 0)
+
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(queued_count=count(JobStatus.QUEUED), running_count=count(JobStatus.RUNNING))
+        )
+
+    @admin.display(description="state", ordering="paused")
+    def state(self, queue: Queue) -> SafeString:
+        """The label "paused" or "active"."""
+        label, colour = ("paused", "#8a4600") if queue.paused else ("active", "#116329")
+        return format_html(
+            '<span class="badge" data-state="{}" style="display:inline-block;padding:0.1em 0.55em;'
+            'border-radius:0.8em;font-weight:600;color:#ffffff;background-color:{}">{}</span>',
+            label,
+            colour,
+            label,
+        )
+
+    @admin.display(description="queued (waiting)", ordering="queued_count")
+    def queued(self, queue: Queue) -> int:
+        """Jobs waiting in the queue."""
+        return getattr(queue, "queued_count", 0)
+
+    @admin.display(description="running", ordering="running_count")
+    def running(self, queue: Queue) -> int:
+        """Jobs of the queue running now."""
+        return getattr(queue, "running_count", 0)
+
+    def _set(self, request: HttpRequest, queryset: QuerySet[Queue], *, pause: bool) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        service = queues.queue_pause if pause else queues.queue_resume
+        for name in names:
+            service(name=name)
+        verb = "Paused" if pause else "Resumed"
+        self.message_user(request, f"{verb} {len(names)} queue{'s' if len(names) != 1 else ''}: {', '.join(names)}.")
+
+    @admin.action(description="Pause selected queues", permissions=["operate"])
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        """Pause each: workers stop leasing from it within one poll interval; its jobs wait QUEUED."""
+        self._set(request, queryset, pause=True)
+
+    @admin.action(description="Resume selected queues", permissions=["operate"])
+    def resume_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        """Resume each: workers lease from it again within one poll interval."""
+        self._set(request, queryset, pause=False)
+
+
+# -- outbox -----------------------------------------------------------------------------------------
+
+
+class PublishedFilter(admin.SimpleListFilter):
+    """Outbox events relayed to Kafka, or still waiting."""
+
+    title = "published"
+    parameter_name = "published"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Yes or no."""
+        return [("yes", "published"), ("no", "waiting (backlog)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[OutboxEvent]) -> QuerySet[OutboxEvent]:
+        """Filter on ``published_at``."""
+        if self.value() == "yes":
+            return queryset.filter(published_at__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(published_at__isnull=True)
+        return queryset
+
+
+def job_link(job_id: uuid.UUID) -> SafeString:
+    """A link to the job's admin page, labelled with its full id."""
+    return format_html('<a href="{}">{}</a>', reverse("admin:scheduler_job_change", args=[job_id]), job_id)
+
+
+class EventSearchMixin:
+    """Search events by their job's full id or their own ``event_id``."""
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any], search_term: str) -> tuple[Any, bool]:
+        """Exact job id or event id; anything else matches the event type."""
+        term = search_term.strip()
+        try:
+            value = uuid.UUID(term)
+        except ValueError:
+            return queryset.filter(event_type__icontains=term) if term else queryset, False
+        return queryset.filter(Q(job_id=value) | Q(event_id=value)), False
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(EventSearchMixin, OperatorAdmin):
+    """The outbox, read-only: what waits for Kafka and what was relayed."""
+
+    list_display = (
+        "id",
+        "event_type",
+        "job",
+        "sequence",
+        "transition",
+        "attempt",
+        "occurred_at",
+        "published_at",
+    )
+    list_filter = (PublishedFilter, "event_type")
+    search_fields = ("job_id",)
+    search_help_text = "A job id or an event id (full)."
+    ordering = ("-id",)
+
+    @admin.display(description="job")
+    def job(self, event: OutboxEvent) -> SafeString:
+        """Link to the job."""
+        return job_link(event.job_id)
+
+    @admin.display(description="transition")
+    def transition(self, event: OutboxEvent) -> str:
+        """from -> to."""
+        return f"{event.from_status or '-'} \u2192 {event.to_status}"

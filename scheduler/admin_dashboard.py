@@ -1,0 +1,206 @@
+"""Numbers for the operator dashboard on the admin index, and the geometry of its inline SVG chart.
+
+Everything is read in a handful of aggregate queries and measured against the database clock
+(DESIGN.md: never a process's clock). ``dashboard_data()`` is called by the admin index
+template tag (``scheduler.templatetags.stint_admin``); nothing here writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from django.db import connection
+from django.db.models import Count, Min, Q, Sum
+from django.db.models.functions import TruncMinute
+
+from scheduler.conf import conf
+from scheduler.leadership import DEFAULT_ROLE
+from scheduler.models import Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
+from scheduler.states import AttemptStatus, JobStatus
+
+WINDOW_MINUTES = 60  # the chart covers the last hour, one bar per minute
+CHART_WIDTH = 720  # SVG user units
+CHART_HEIGHT = 160  # SVG user units
+CHART_TOP = 12  # room above the tallest bar for its axis label
+CHART_BOTTOM = 20  # room below the bars for the time axis
+DEAD_SHOWN = 5  # dead jobs listed by name
+FAILED_ATTEMPTS = (AttemptStatus.FAILED, AttemptStatus.TIMED_OUT, AttemptStatus.LOST)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bar:
+    """One minute of the chart: successes stacked under failures (SVG coordinates)."""
+
+    minute: dt.datetime
+    succeeded: int
+    failed: int
+    x: float
+    width: float
+    ok_y: float
+    ok_height: float
+    fail_y: float
+    fail_height: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Chart:
+    """The throughput chart: bars, the value of the top gridline, and the axis geometry."""
+
+    width: int
+    height: int
+    baseline: float
+    top: float
+    y_max: int
+    bars: list[Bar]
+    succeeded: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leader:
+    """The newest cron leader the database accepted: who, with which fencing token, last seen when."""
+
+    holder: str
+    token: int
+    updated_at: dt.datetime
+    age_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dashboard:
+    """What the admin index shows."""
+
+    now: dt.datetime
+    by_status: list[tuple[str, int]]
+    total_jobs: int
+    chart: Chart
+    oldest_queued_age_seconds: float | None
+    oldest_queued_id: object | None
+    dead_count: int
+    dead_recent: list[Job]
+    workers_alive: int
+    workers_gone: int
+    slots_busy: int
+    slots_total: int
+    leader: Leader | None
+    outbox_backlog: int
+    outbox_oldest_age_seconds: float | None
+    paused_queues: list[str] = field(default_factory=list)
+
+
+def db_now() -> dt.datetime:
+    """Return the database's clock (aware UTC)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+def _age(now: dt.datetime, then: dt.datetime | None) -> float | None:
+    return None if then is None else max(0.0, (now - then).total_seconds())
+
+
+def chart_build(*, now: dt.datetime, counts: dict[dt.datetime, tuple[int, int]]) -> Chart:
+    """Lay out one bar per minute of the hour before ``now`` from ``counts`` {minute: (succeeded, failed)}.
+
+    Pure: bar heights are scaled to the busiest minute (at least 1 so an idle hour draws flat).
+    """
+    end = now.replace(second=0, microsecond=0)
+    minutes = [end - dt.timedelta(minutes=WINDOW_MINUTES - 1 - i) for i in range(WINDOW_MINUTES)]
+    y_max = max([ok + bad for ok, bad in counts.values()] + [1])
+    baseline = CHART_HEIGHT - CHART_BOTTOM
+    usable = baseline - CHART_TOP
+    slot = CHART_WIDTH / WINDOW_MINUTES
+    bars = []
+    for i, minute in enumerate(minutes):
+        ok, bad = counts.get(minute, (0, 0))
+        ok_h = usable * ok / y_max
+        bad_h = usable * bad / y_max
+        bars.append(
+            Bar(
+                minute=minute,
+                succeeded=ok,
+                failed=bad,
+                x=round(i * slot + 1, 2),
+                width=round(slot - 2, 2),
+                ok_y=round(baseline - ok_h, 2),
+                ok_height=round(ok_h, 2),
+                fail_y=round(baseline - ok_h - bad_h, 2),
+                fail_height=round(bad_h, 2),
+            )
+        )
+    return Chart(
+        width=CHART_WIDTH,
+        height=CHART_HEIGHT,
+        baseline=baseline,
+        top=CHART_TOP,
+        y_max=y_max,
+        bars=bars,
+        succeeded=sum(b.succeeded for b in bars),
+        failed=sum(b.failed for b in bars),
+    )
+
+
+def _throughput(now: dt.datetime) -> dict[dt.datetime, tuple[int, int]]:
+    since = now.replace(second=0, microsecond=0) - dt.timedelta(minutes=WINDOW_MINUTES - 1)
+    rows = (
+        JobAttempt.objects.filter(finished_at__gte=since, finished_at__lte=now)
+        .annotate(minute=TruncMinute("finished_at", tzinfo=dt.UTC))
+        .values("minute")
+        .annotate(
+            ok=Count("id", filter=Q(status=AttemptStatus.SUCCEEDED)),
+            bad=Count("id", filter=Q(status__in=FAILED_ATTEMPTS)),
+        )
+        .order_by()
+    )
+    return {row["minute"]: (row["ok"], row["bad"]) for row in rows}
+
+
+def dashboard_data() -> Dashboard:
+    """Collect the dashboard's numbers: jobs by status, the last hour's throughput, and system health."""
+    now = db_now()
+    by_status_map = dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by())
+    by_status = [(status, by_status_map.get(status, 0)) for status in JobStatus.values]
+    oldest = (
+        Job.objects.filter(status=JobStatus.QUEUED)
+        .order_by("scheduled_at", "created_at")
+        .values_list("id", "scheduled_at")
+        .first()
+    )
+    dead_after = dt.timedelta(seconds=conf().worker_dead_after_seconds)
+    alive = Q(stopped_at__isnull=True, last_heartbeat_at__gte=now - dead_after)
+    workers = WorkerNode.objects.aggregate(
+        alive=Count("id", filter=alive),
+        gone=Count("id", filter=~alive),
+        busy=Sum("busy_slots", filter=alive),
+        total=Sum("concurrency", filter=alive),
+    )
+    fence = LeaderFence.objects.filter(role=DEFAULT_ROLE).first()
+    outbox = OutboxEvent.objects.filter(published_at__isnull=True).aggregate(n=Count("id"), oldest=Min("occurred_at"))
+    return Dashboard(
+        now=now,
+        by_status=by_status,
+        total_jobs=sum(by_status_map.values()),
+        chart=chart_build(now=now, counts=_throughput(now)),
+        oldest_queued_age_seconds=_age(now, oldest[1]) if oldest else None,
+        oldest_queued_id=oldest[0] if oldest else None,
+        dead_count=by_status_map.get(JobStatus.DEAD, 0),
+        dead_recent=list(Job.objects.filter(status=JobStatus.DEAD).order_by("-finished_at", "-id")[:DEAD_SHOWN]),
+        workers_alive=workers["alive"] or 0,
+        workers_gone=workers["gone"] or 0,
+        slots_busy=workers["busy"] or 0,
+        slots_total=workers["total"] or 0,
+        leader=(
+            Leader(
+                holder=fence.holder,
+                token=fence.token,
+                updated_at=fence.updated_at,
+                age_seconds=_age(now, fence.updated_at) or 0.0,
+            )
+            if fence is not None
+            else None
+        ),
+        outbox_backlog=outbox["n"] or 0,
+        outbox_oldest_age_seconds=_age(now, outbox["oldest"]),
+        paused_queues=list(Queue.objects.filter(paused=True).order_by("name").values_list("name", flat=True)),
+    )

@@ -1,0 +1,82 @@
+"""Query-string filters of the job lists (django-filter); a bad value is a 400, never ignored."""
+
+from __future__ import annotations
+
+from django import forms
+from django_filters import rest_framework as filters
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+
+from scheduler.models import Job
+from scheduler.states import JobStatus, Priority
+
+
+def _priority_value(name: str) -> int:
+    return int(Priority[name])
+
+
+@extend_schema_field({"type": "string", "enum": Priority.names})
+class PriorityNameFilter(filters.TypedChoiceFilter):
+    """Match a priority given by name (HIGH, MEDIUM, LOW); the column stores its integer."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(choices=[(n, n) for n in Priority.names], coerce=_priority_value, **kwargs)
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class IntegerFilter(filters.NumberFilter):
+    """An exact integer (NumberFilter would accept and document a decimal)."""
+
+    field_class = forms.IntegerField
+
+
+class UtcIsoDateTimeField(filters.IsoDateTimeFilter.field_class):
+    """An ISO 8601 datetime converted to UTC here, so PostgreSQL never sees an offset it rejects (> 15:59)."""
+
+    def to_python(self, value: object) -> object:
+        """Parse as usual, then normalise to UTC; an instant outside datetime's range is a validation error."""
+        import datetime as dt
+
+        from django.core.exceptions import ValidationError
+
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
+            return parsed
+        try:
+            return parsed.astimezone(dt.UTC)
+        except OverflowError as exc:
+            raise ValidationError("Enter a date/time within range.", code="invalid") from exc
+
+
+class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
+    """``IsoDateTimeFilter`` whose value reaches the database in UTC."""
+
+    field_class = UtcIsoDateTimeField
+
+
+class JobFilter(filters.FilterSet):
+    """Filters of GET /api/jobs. ``created_after``/``created_before`` form a half-open range [after, before)."""
+
+    status = filters.MultipleChoiceFilter(choices=JobStatus.choices, help_text="Repeat to match any of several.")
+    type = filters.CharFilter(field_name="type")
+    priority = PriorityNameFilter(field_name="priority")
+    queue = filters.CharFilter(field_name="queue")
+    created_after = UtcIsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", help_text="Created at or after this ISO 8601 time."
+    )
+    created_before = UtcIsoDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", help_text="Created before this ISO 8601 time."
+    )
+
+    class Meta:
+        model = Job
+        fields = ["status", "type", "priority", "queue", "created_after", "created_before"]
+
+
+class AdminJobFilter(JobFilter):
+    """Filters of GET /api/admin/jobs: those of ``JobFilter`` plus ``owner`` (a user id)."""
+
+    owner = IntegerFilter(field_name="owner_id", help_text="Only this user's jobs (a user id).")
+
+    class Meta(JobFilter.Meta):
+        fields = [*JobFilter.Meta.fields, "owner"]

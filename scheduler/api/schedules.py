@@ -1,0 +1,290 @@
+"""Schedule endpoints (DESIGN.md, REST API): /api/schedules CRUD, /{id}/trigger, /preview.
+
+Thin views: validate the body's shape, call one ``scheduler.schedules`` service, serialize.
+Ownership is enforced by the services (``actor``): someone else's schedule is a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view
+from rest_framework import generics, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.serializers import StrictSerializer
+from scheduler import schedules
+from scheduler.api.serializers import AwareDateTimeField, JobSerializer, PriorityNameField
+from scheduler.api.views import BoundedJSONParser, JobPagination
+from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
+from scheduler.models import DEFAULT_QUEUE, CronSchedule, MisfirePolicy, OverlapPolicy
+from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
+from scheduler.states import Priority
+
+SCHEDULE_ID = OpenApiParameter("schedule_id", OpenApiTypes.INT, OpenApiParameter.PATH)
+
+
+# -- request shapes ---------------------------------------------------------------------------
+
+
+class ScheduleJobSerializer(StrictSerializer):
+    """The template of the jobs a schedule fires (the job fields of DESIGN.md)."""
+
+    type = serializers.CharField(max_length=100, help_text="A registered handler name, e.g. DEMO_TASK.")
+    payload = serializers.JSONField(allow_null=True, default=dict, help_text="Any JSON value, at most 10 KB.")
+    priority = PriorityNameField(default=Priority.MEDIUM.name)
+    queue = serializers.RegexField(
+        QUEUE_NAME,
+        max_length=100,
+        default=DEFAULT_QUEUE,
+        error_messages={"invalid": "1-100 characters: letters, digits, '_', '.', ':' or '-'."},
+    )
+    max_retries = serializers.IntegerField(
+        min_value=MAX_RETRIES_RANGE[0], max_value=MAX_RETRIES_RANGE[1], required=False
+    )
+    timeout_seconds = serializers.IntegerField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], required=False)
+
+
+class ScheduleWriteSerializer(StrictSerializer):
+    """Body of POST/PUT (every field) and PATCH (any field) on /api/schedules."""
+
+    name = serializers.CharField(max_length=200)
+    cron = serializers.CharField(
+        max_length=200,
+        allow_null=True,
+        required=False,
+        help_text="5 fields (m h dom mon dow) or @yearly, @monthly, @weekly, @daily, @midnight, @hourly.",
+    )
+    interval_seconds = serializers.IntegerField(
+        min_value=1, max_value=MAX_INTERVAL_SECONDS, allow_null=True, required=False
+    )
+    timezone = serializers.CharField(max_length=64, default="UTC", help_text="IANA time zone, e.g. Europe/London.")
+    enabled = serializers.BooleanField(default=True)
+    misfire_policy = serializers.ChoiceField(choices=MISFIRE_POLICIES, default=MisfirePolicy.SKIP.value)
+    overlap_policy = serializers.ChoiceField(choices=OverlapPolicy.values, default=OverlapPolicy.ALLOW.value)
+    job = ScheduleJobSerializer()
+
+
+class SchedulePreviewSerializer(StrictSerializer):
+    """Body of POST /api/schedules/preview."""
+
+    cron = serializers.CharField(max_length=200, allow_null=True, required=False)
+    interval_seconds = serializers.IntegerField(
+        min_value=1, max_value=MAX_INTERVAL_SECONDS, allow_null=True, required=False
+    )
+    timezone = serializers.CharField(max_length=64, default="UTC")
+    start = AwareDateTimeField(required=False, allow_null=True, default=None, help_text="Default: now.")
+    count = serializers.IntegerField(min_value=1, max_value=100, default=schedules.NEXT_FIRE_TIMES)
+
+
+# -- response shapes --------------------------------------------------------------------------
+
+
+class ScheduleJobReadSerializer(serializers.Serializer):
+    """A schedule's job template as the API shows it."""
+
+    type = serializers.CharField(source="job_type")
+    payload = serializers.JSONField(source="job_payload")
+    priority = serializers.SerializerMethodField()
+    queue = serializers.CharField(source="job_queue")
+    max_retries = serializers.IntegerField(source="job_max_retries")
+    timeout_seconds = serializers.IntegerField(source="job_timeout_seconds")
+
+    @extend_schema_field({"type": "string", "enum": Priority.names})
+    def get_priority(self, schedule: CronSchedule) -> str:
+        """HIGH, MEDIUM or LOW."""
+        return Priority(schedule.job_priority).name
+
+
+class ScheduleSerializer(serializers.ModelSerializer):
+    """A schedule as the API shows it; ``next_fire_times`` are the next five, UTC ([] while disabled)."""
+
+    owner = serializers.IntegerField(source="owner_id", read_only=True)
+    job = ScheduleJobReadSerializer(source="*", read_only=True)
+    next_fire_times = serializers.SerializerMethodField()
+
+    class Meta:
+        model = CronSchedule
+        fields = [
+            "id",
+            "owner",
+            "name",
+            "cron",
+            "interval_seconds",
+            "timezone",
+            "enabled",
+            "misfire_policy",
+            "overlap_policy",
+            "job",
+            "next_fire_at",
+            "last_fired_at",
+            "next_fire_times",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
+    def get_next_fire_times(self, schedule: CronSchedule) -> list[str]:
+        """The next five fire times, ISO 8601 UTC."""
+        field = serializers.DateTimeField()
+        return [field.to_representation(t) for t in schedules.schedule_next_fire_times(schedule)]
+
+
+class SchedulePreviewResultSerializer(serializers.Serializer):
+    """The answer of POST /api/schedules/preview."""
+
+    fire_times = serializers.ListField(child=serializers.DateTimeField())
+
+
+def _changes(data: dict[str, Any]) -> dict[str, Any]:
+    changes = dict(data)
+    if "job" in changes:
+        changes["job"] = dict(changes["job"])
+    return changes
+
+
+# -- views ------------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    get=extend_schema(operation_id="schedules_list", summary="List schedules", tags=["schedules"]),
+)
+class ScheduleListCreateView(generics.ListAPIView):
+    """GET /api/schedules: the caller's schedules (an ADMIN's: everyone's), by id. POST: create one."""
+
+    serializer_class = ScheduleSerializer
+    pagination_class = JobPagination
+    parser_classes = [BoundedJSONParser]
+    filter_backends: list = []
+
+    def get_queryset(self) -> QuerySet[CronSchedule]:
+        """Schedules the caller may see, by id."""
+        if getattr(self, "swagger_fake_view", False):
+            return CronSchedule.objects.none()
+        return schedules.schedule_visible_to(actor=self.request.user)
+
+    @extend_schema(
+        operation_id="schedules_create",
+        summary="Create a schedule",
+        description="Exactly one of `cron` and `interval_seconds`. 400 on a bad expression, zone or template.",
+        tags=["schedules"],
+        request=ScheduleWriteSerializer,
+        responses={201: ScheduleSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        """Create the schedule for the caller; 201."""
+        body = ScheduleWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = _changes(body.validated_data)
+        schedule = schedules.schedule_create(owner=request.user, **data)
+        return Response(ScheduleSerializer(schedule).data, status=status.HTTP_201_CREATED)
+
+
+class ScheduleDetailView(APIView):
+    """GET, PUT, PATCH, DELETE /api/schedules/{id}, for its owner or an ADMIN."""
+
+    parser_classes = [BoundedJSONParser]
+
+    @extend_schema(
+        operation_id="schedules_retrieve",
+        summary="Get a schedule",
+        tags=["schedules"],
+        parameters=[SCHEDULE_ID],
+        responses={200: ScheduleSerializer},
+    )
+    def get(self, request: Request, schedule_id: int) -> Response:
+        """Return the schedule; 404 when missing or someone else's."""
+        schedule = schedules.schedule_get(schedule_id=schedule_id, actor=request.user)
+        return Response(ScheduleSerializer(schedule).data)
+
+    @extend_schema(
+        operation_id="schedules_update",
+        summary="Replace a schedule",
+        description="A change of cron, interval, zone or enabled applies from the scheduler's next tick.",
+        tags=["schedules"],
+        parameters=[SCHEDULE_ID],
+        request=ScheduleWriteSerializer,
+        responses={200: ScheduleSerializer},
+    )
+    def put(self, request: Request, schedule_id: int) -> Response:
+        """Replace every writable field (a template field left out takes its default)."""
+        return self._update(request, schedule_id, partial=False)
+
+    @extend_schema(
+        operation_id="schedules_partial_update",
+        summary="Change a schedule",
+        description="Setting `cron` clears `interval_seconds` and the other way round; `job` merges.",
+        tags=["schedules"],
+        parameters=[SCHEDULE_ID],
+        request=ScheduleWriteSerializer,
+        responses={200: ScheduleSerializer},
+    )
+    def patch(self, request: Request, schedule_id: int) -> Response:
+        """Change the given fields only."""
+        return self._update(request, schedule_id, partial=True)
+
+    @extend_schema(
+        operation_id="schedules_destroy",
+        summary="Delete a schedule",
+        tags=["schedules"],
+        parameters=[SCHEDULE_ID],
+        responses={204: None},
+    )
+    def delete(self, request: Request, schedule_id: int) -> Response:
+        """Delete the schedule; its jobs stay."""
+        schedules.schedule_delete(schedule_id=schedule_id, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _update(self, request: Request, schedule_id: int, *, partial: bool) -> Response:
+        schedules.schedule_get(schedule_id=schedule_id, actor=request.user)  # 404 before 400
+        body = ScheduleWriteSerializer(data=request.data, partial=partial)
+        body.is_valid(raise_exception=True)
+        changes = _changes(body.validated_data)
+        if not partial:
+            changes.setdefault("cron", None)
+            changes.setdefault("interval_seconds", None)
+            changes["job"] = {key: changes["job"].get(key) for key in schedules.JOB_KEYS}
+        schedule = schedules.schedule_update(schedule_id=schedule_id, actor=request.user, changes=changes)
+        return Response(ScheduleSerializer(schedule).data)
+
+
+class ScheduleTriggerView(APIView):
+    """POST /api/schedules/{id}/trigger: fire now, once."""
+
+    @extend_schema(
+        operation_id="schedules_trigger",
+        summary="Fire a schedule now",
+        description="Creates one job now (also for a disabled schedule); the timetable is unchanged.",
+        tags=["schedules"],
+        parameters=[SCHEDULE_ID],
+        request=None,
+        responses={201: JobSerializer},
+    )
+    def post(self, request: Request, schedule_id: int) -> Response:
+        """Create the job; 201 with it."""
+        job = schedules.schedule_trigger(schedule_id=schedule_id, actor=request.user)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class SchedulePreviewView(APIView):
+    """POST /api/schedules/preview: the fire times that would follow ``start``."""
+
+    @extend_schema(
+        operation_id="schedules_preview",
+        summary="Preview fire times",
+        description="`cron` or `interval_seconds`, `timezone`, `start` (default now), `count` 1-100; UTC times.",
+        tags=["schedules"],
+        request=SchedulePreviewSerializer,
+        responses={200: SchedulePreviewResultSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        """Return the fire times; 400 on a bad expression or zone."""
+        body = SchedulePreviewSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        times = schedules.schedule_preview(**body.validated_data)
+        return Response(SchedulePreviewResultSerializer({"fire_times": times}).data)

@@ -1,0 +1,156 @@
+"""Request and response shapes of the jobs API (DESIGN.md, "Field names"); validation only, no logic."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from accounts.serializers import StrictSerializer
+from scheduler.exceptions import UnknownJobType
+from scheduler.models import DEFAULT_QUEUE, Job, JobAttempt, JobResult
+from scheduler.registry import get_handler
+from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
+from scheduler.states import AttemptStatus, JobStatus, Priority
+
+
+def _named_enum(name: str, choices: list[str]) -> Any:
+    # Several models have a ``status``: give each choice set its own schema component name.
+    return extend_schema_field({"type": "string", "enum": choices}, component_name=name)
+
+
+@_named_enum("JobStatus", JobStatus.values)
+class JobStatusField(serializers.ChoiceField):
+    """A job's status (read only)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=JobStatus.choices, read_only=True, **kwargs)
+
+
+@_named_enum("AttemptStatus", AttemptStatus.values)
+class AttemptStatusField(serializers.ChoiceField):
+    """An attempt's or result's status (read only)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=AttemptStatus.choices, read_only=True, **kwargs)
+
+
+@_named_enum("Priority", Priority.names)
+class PriorityNameField(serializers.ChoiceField):
+    """HIGH, MEDIUM or LOW."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=Priority.names, **kwargs)
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 datetime that must carry its UTC offset: a naive one is refused, not assumed UTC."""
+
+    default_error_messages = {"naive": "Must carry a time zone offset, e.g. 2030-01-01T09:00:00+00:00."}
+
+    def to_internal_value(self, value: Any) -> dt.datetime:
+        """Refuse naive input, then parse as DRF does (the result is aware, in the current zone)."""
+        parsed = value
+        if isinstance(value, str):
+            try:
+                parsed = parse_datetime(value)
+            except ValueError:
+                parsed = None  # not a datetime at all: DRF's own message says so
+        if isinstance(parsed, dt.datetime) and timezone.is_naive(parsed):
+            self.fail("naive")
+        return super().to_internal_value(value)
+
+
+class JobCreateSerializer(StrictSerializer):
+    """Body of POST /api/jobs. Any other key (``status``, ``owner``, ``attempts``, lease fields...) is a 400.
+
+    ``max_retries`` and ``timeout_seconds`` left out take the handler's defaults, then 3 and 300.
+    The payload's 10 KB limit (413) is the service's to enforce: it is one rule for every caller.
+    """
+
+    name = serializers.CharField(max_length=200, allow_blank=True, default="")
+    type = serializers.CharField(max_length=100, help_text="A registered handler name, e.g. DEMO_TASK.")
+    payload = serializers.JSONField(allow_null=True, default=dict, help_text="Any JSON value, at most 10 KB.")
+    priority = PriorityNameField(default=Priority.MEDIUM.name)
+    queue = serializers.RegexField(
+        QUEUE_NAME,
+        max_length=100,
+        default=DEFAULT_QUEUE,
+        error_messages={"invalid": "1-100 characters: letters, digits, '_', '.', ':' or '-'."},
+    )
+    scheduled_at = AwareDateTimeField(
+        allow_null=True, default=None, help_text="ISO 8601 with offset; null or past runs now."
+    )
+    max_retries = serializers.IntegerField(
+        min_value=MAX_RETRIES_RANGE[0], max_value=MAX_RETRIES_RANGE[1], required=False
+    )
+    timeout_seconds = serializers.IntegerField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], required=False)
+
+    def validate_type(self, value: str) -> str:
+        """Refuse a type no handler is registered for."""
+        try:
+            get_handler(value)
+        except UnknownJobType as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+        return value
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as the API shows it: priority by name, owner and schedule by id."""
+
+    status = JobStatusField()
+    priority = PriorityNameField(source="priority_name", read_only=True)
+    owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
+    schedule = serializers.IntegerField(source="schedule_id", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "type",
+            "payload",
+            "status",
+            "priority",
+            "queue",
+            "scheduled_at",
+            "attempts",
+            "max_retries",
+            "timeout_seconds",
+            "cancel_requested",
+            "owner",
+            "schedule",
+            "fire_time",
+            "created_at",
+            "updated_at",
+            "started_at",
+            "finished_at",
+            "last_error",
+        ]
+        read_only_fields = fields
+
+
+class JobAttemptSerializer(serializers.ModelSerializer):
+    """One execution of a job."""
+
+    status = AttemptStatusField()
+
+    class Meta:
+        model = JobAttempt
+        fields = ["attempt_number", "status", "worker", "started_at", "finished_at", "error"]
+        read_only_fields = fields
+
+
+class JobResultSerializer(serializers.ModelSerializer):
+    """The outcome of a job's latest finished attempt."""
+
+    status = AttemptStatusField()
+
+    class Meta:
+        model = JobResult
+        fields = ["status", "result", "attempt", "created_at"]
+        read_only_fields = fields

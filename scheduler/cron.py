@@ -1,0 +1,372 @@
+"""Pure fire-time math for cron and interval schedules: ISC/Debian cron DST rules, misfire plans.
+
+Nothing here reads a clock: every function takes the instant it reasons from (``now``, ``start``)
+as an aware datetime and returns aware UTC datetimes.
+
+DST follows ISC/Debian cron (``man 8 cron``). An entry whose minute or hour field starts with
+``*`` (``*/15 * * * *``, ``0 * * * *``, ``@hourly``) follows real time: it fires at every instant
+whose local wall time matches, so in a fall-back hour it fires in both occurrences and a wall
+time that does not exist never fires. Any other entry (``30 2 * * *``) fires once per matching
+local date and time: a time skipped by a spring-forward gap fires once, at the first instant
+after the gap, and a time repeated by a fall-back fires only at its first occurrence. As in ISC
+cron, a clock change of 3 hours or more is a correction, not DST: its skipped times never fire
+and its repeated times fire twice. Interval schedules ignore wall time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
+
+from scheduler.exceptions import InvalidSchedule
+
+UTC = dt.UTC
+
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+MAX_DST_ADJUST = dt.timedelta(hours=3)  # ISC cron: a clock change this large or larger is a correction
+SEARCH_LIMIT = 5000  # matching wall times one next_after examines before declaring "never fires"
+ENUMERATE_LIMIT = 1000  # missed fires walked one by one before a plan jumps by bisection
+MAX_INTERVAL_SECONDS = 366 * 86400  # seconds
+MAX_EXPRESSION_LENGTH = 200  # characters
+MISFIRE_POLICIES = ("skip", "catch_up", "none")
+_FIELD_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ*/,-#")
+_ONE_SECOND = dt.timedelta(seconds=1)
+
+_local = threading.local()
+
+
+class FireSpec(Protocol):
+    """When a schedule fires: strictly increasing UTC instants."""
+
+    def next_after(self, t: dt.datetime) -> dt.datetime | None:
+        """Return the first fire time strictly after ``t`` (aware), or None if there is none."""
+        ...
+
+    def latest_before(self, t: dt.datetime, *, floor: dt.datetime) -> dt.datetime | None:
+        """Return the last fire time in [``floor``, ``t``); ``floor`` must itself be a fire time."""
+        ...
+
+
+def zone_for(name: str) -> ZoneInfo:
+    """Return the IANA zone ``name``; raise InvalidSchedule for anything else."""
+    if not isinstance(name, str) or name not in _zone_names():
+        raise InvalidSchedule(f"Unknown time zone {name!r}.", details={"timezone": ["Not an IANA time zone."]})
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidSchedule(f"Unknown time zone {name!r}.", details={"timezone": ["Not an IANA time zone."]}) from exc
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    return frozenset(available_timezones() | {"UTC"})
+
+
+def normalize_cron(expression: str) -> str:
+    """Return ``expression`` as five space-separated fields (macros expanded); raise InvalidSchedule.
+
+    Accepts the 5-field syntax croniter implements (numbers, names, ``*``, ``/``, ``,``, ``-``,
+    ``L``, ``#``) and the ``@hourly``-style macros; refuses seconds/year fields, ``@reboot``,
+    and croniter's hashed (``H``) and random (``R``) extensions.
+    """
+    bad = InvalidSchedule
+    if not isinstance(expression, str) or not expression.strip():
+        raise bad("A cron expression is required.", details={"cron": ["This field may not be blank."]})
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise bad("The cron expression is too long.", details={"cron": ["At most 200 characters."]})
+    text = " ".join(expression.split())
+    if text.startswith("@"):
+        if text.lower() not in MACROS:
+            raise bad(f"Unknown cron macro {text!r}.", details={"cron": [f"Use one of {', '.join(MACROS)}."]})
+        text = MACROS[text.lower()]
+    fields = text.split(" ")
+    if len(fields) != 5:
+        raise bad("A cron expression has exactly 5 fields.", details={"cron": ["Exactly 5 fields: m h dom mon dow."]})
+    for field in fields:
+        tokens = field.replace("/", ",").replace("-", ",").replace("#", ",").split(",")
+        if set(field) - _FIELD_CHARS or any(t.upper() in ("H", "R") for t in tokens):
+            raise bad(f"Invalid cron field {field!r}.", details={"cron": [f"Invalid field {field!r}."]})
+    try:
+        croniter(text, dt.datetime(2000, 1, 1))  # croniter walks naive wall times
+    except (CroniterError, ValueError, KeyError) as exc:
+        raise bad(f"Invalid cron expression: {exc}", details={"cron": [str(exc)]}) from exc
+    return text
+
+
+def _next_wall(expression: str, wall: dt.datetime) -> dt.datetime | None:
+    """Return the first naive wall time strictly after ``wall`` that matches ``expression``."""
+    cache = _local.__dict__.setdefault("iters", {})
+    it = cache.get(expression)
+    if it is None:
+        if len(cache) > 512:
+            cache.clear()
+        it = cache[expression] = croniter(expression, wall)
+    else:
+        it.set_current(wall, force=True)
+    try:
+        return it.get_next(dt.datetime)
+    except (CroniterBadDateError, CroniterBadCronError):
+        return None
+
+
+def _offset_at(t: dt.datetime, zone: ZoneInfo) -> dt.timedelta:
+    return t.astimezone(zone).utcoffset() or dt.timedelta(0)
+
+
+def _transition(lo: dt.datetime, hi: dt.datetime, zone: ZoneInfo) -> dt.datetime:
+    """Return the first instant in (``lo``, ``hi``] whose UTC offset differs from ``lo``'s, to the second."""
+    base = _offset_at(lo, zone)
+    a, b = int(lo.timestamp()), int(hi.timestamp())
+    while b - a > 1:
+        mid = (a + b) // 2
+        if _offset_at(dt.datetime.fromtimestamp(mid, UTC), zone) == base:
+            a = mid
+        else:
+            b = mid
+    return dt.datetime.fromtimestamp(b, UTC)
+
+
+def _folds(wall: dt.datetime, zone: ZoneInfo) -> tuple[dt.datetime, dt.datetime]:
+    """Return the UTC instants of ``wall`` read with fold=0 and fold=1 (PEP 495)."""
+    return (
+        wall.replace(tzinfo=zone, fold=0).astimezone(UTC),
+        wall.replace(tzinfo=zone, fold=1).astimezone(UTC),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CronSpec:
+    """A normalized 5-field expression in a zone; ``real_time`` when minute or hour starts with ``*``."""
+
+    expression: str
+    zone: ZoneInfo
+    real_time: bool
+
+    def _instants(self, wall: dt.datetime) -> list[dt.datetime]:
+        """Return the UTC instants at which matching wall time ``wall`` fires, ascending."""
+        u0, u1 = _folds(wall, self.zone)
+        if u0 == u1:
+            return [u0]
+        if u0 < u1:  # repeated by a fall-back: fold 0 is the first occurrence
+            if self.real_time or u1 - u0 >= MAX_DST_ADJUST:
+                return [u0, u1]
+            return [u0]
+        # Skipped by a spring-forward gap: fold 1 reads it before the change, fold 0 after.
+        if self.real_time or u0 - u1 >= MAX_DST_ADJUST:
+            return []
+        return [_transition(u1, u0, self.zone)]
+
+    def next_after(self, t: dt.datetime) -> dt.datetime | None:
+        """Return the first fire time strictly after ``t``, or None if it never fires again (or past year 9999)."""
+        try:
+            return self._next_after(t)
+        except OverflowError:
+            return None
+
+    def _next_after(self, t: dt.datetime) -> dt.datetime | None:
+        t = t.astimezone(UTC)
+        if self.zone.key == "UTC":
+            wall = _next_wall(self.expression, t.replace(tzinfo=None))
+            return wall.replace(tzinfo=UTC) if wall is not None else None
+        local = t.astimezone(self.zone)
+        wall = local.replace(tzinfo=None, fold=0)
+        nxt = _next_wall(self.expression, wall)
+        if local.fold == 0:
+            u0, u1 = _folds(wall, self.zone)
+            if u0 < u1 and (self.real_time or u1 - u0 >= MAX_DST_ADJUST):
+                # ``t`` is in the first pass of a repeated hour whose second pass also fires: a match
+                # later in the first pass comes first, then the earliest match of the second pass.
+                change = _transition(u0, u1, self.zone)
+                start = (change + _offset_at(u1, self.zone)).replace(tzinfo=None)
+                end = (change + _offset_at(u0, self.zone)).replace(tzinfo=None)
+                if nxt is not None and nxt < end:
+                    return _folds(nxt, self.zone)[0]
+                first = _next_wall(self.expression, start - _ONE_SECOND)
+                if first is not None and first < end:
+                    return _folds(first, self.zone)[1]
+        for _ in range(SEARCH_LIMIT):
+            if nxt is None:
+                return None
+            for instant in self._instants(nxt):
+                if instant > t:
+                    return instant
+            nxt = _next_wall(self.expression, nxt)
+        return None
+
+    def latest_before(self, t: dt.datetime, *, floor: dt.datetime) -> dt.datetime | None:
+        """Return the last fire time in [``floor``, ``t``) by bisection on ``next_after`` (to the second)."""
+        return _latest_before(self, t, floor=floor)
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalSpec:
+    """Every ``seconds`` seconds on the grid through ``anchor`` (a UTC fire time)."""
+
+    seconds: int
+    anchor: dt.datetime
+
+    def next_after(self, t: dt.datetime) -> dt.datetime | None:
+        """Return the first grid point strictly after ``t`` (None past year 9999)."""
+        step = dt.timedelta(seconds=self.seconds)
+        if t < self.anchor:
+            return self.anchor
+        try:
+            return self.anchor + ((t - self.anchor) // step + 1) * step
+        except OverflowError:
+            return None
+
+    def latest_before(self, t: dt.datetime, *, floor: dt.datetime) -> dt.datetime | None:
+        """Return the last grid point in [``floor``, ``t``)."""
+        if t <= floor:
+            return None
+        step = dt.timedelta(seconds=self.seconds)
+        k = -((self.anchor - t) // step) - 1  # largest k with anchor + k*step < t
+        latest = self.anchor + k * step
+        return latest if latest >= floor else None
+
+
+def _latest_before(spec: FireSpec, t: dt.datetime, *, floor: dt.datetime) -> dt.datetime | None:
+    if floor >= t:
+        return None
+    nxt = spec.next_after(floor)
+    if nxt is None or nxt >= t:
+        return floor
+    # next_after(x) >= t holds exactly for x at or after the answer: bisect on whole seconds.
+    a, b = nxt, t
+    while b - a > _ONE_SECOND:
+        mid = a + (b - a) / 2
+        probe = spec.next_after(mid)
+        if probe is None or probe >= t:
+            b = mid
+        else:
+            a = mid
+    latest = a
+    while (probe := spec.next_after(latest)) is not None and probe < t:
+        latest = probe
+    return latest
+
+
+def cron_spec(expression: str, timezone: str = "UTC") -> CronSpec:
+    """Parse ``expression`` (5 fields or a macro) in IANA zone ``timezone``; raise InvalidSchedule."""
+    return _cron_spec(normalize_cron(expression), timezone)
+
+
+@lru_cache(maxsize=4096)
+def _cron_spec(normalized: str, timezone: str) -> CronSpec:
+    minute, hour = normalized.split(" ")[:2]
+    return CronSpec(
+        expression=normalized,
+        zone=zone_for(timezone),
+        real_time=minute.startswith("*") or hour.startswith("*"),
+    )
+
+
+def interval_spec(seconds: int, *, anchor: dt.datetime) -> IntervalSpec:
+    """Return the interval grid of ``seconds`` (1 to 366 days) through ``anchor``; raise InvalidSchedule."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= MAX_INTERVAL_SECONDS:
+        raise InvalidSchedule(
+            "interval_seconds must be an integer from 1 to 31622400.",
+            details={"interval_seconds": ["An integer from 1 to 31622400."]},
+        )
+    return IntervalSpec(seconds=seconds, anchor=anchor.astimezone(UTC))
+
+
+def spec_of(*, cron: str | None, interval_seconds: int | None, timezone: str, anchor: dt.datetime) -> FireSpec:
+    """Return the fire-time spec of a schedule: its cron expression, or its interval grid through ``anchor``."""
+    if cron is not None:
+        return cron_spec(cron, timezone)
+    if interval_seconds is None:
+        raise InvalidSchedule(
+            "A schedule needs cron or interval_seconds.", details={"cron": ["Give cron or interval_seconds."]}
+        )
+    return interval_spec(interval_seconds, anchor=anchor)
+
+
+def fire_times(spec: FireSpec, *, start: dt.datetime, count: int) -> list[dt.datetime]:
+    """Return up to ``count`` fire times strictly after ``start``, ascending, in UTC."""
+    out: list[dt.datetime] = []
+    t = start
+    while len(out) < count and (t := spec.next_after(t)) is not None:
+        out.append(t)
+    return out
+
+
+def first_fire_at_or_after(spec: FireSpec, t: dt.datetime) -> dt.datetime | None:
+    """Return the first fire time at or after ``t`` (fire times are whole seconds)."""
+    return spec.next_after(t - dt.timedelta(microseconds=1))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FirePlan:
+    """What one tick materializes for one schedule.
+
+    ``fires``: fire times to create jobs for, ascending; ``dropped``: missed fire times the
+    misfire policy discarded (at least this many); ``next_fire_at``: the first fire time after
+    ``now`` (None: the schedule never fires again).
+    """
+
+    fires: tuple[dt.datetime, ...]
+    dropped: int
+    next_fire_at: dt.datetime | None
+
+
+def plan_fires(
+    spec: FireSpec,
+    *,
+    next_fire_at: dt.datetime,
+    now: dt.datetime,
+    missed_before: dt.datetime,
+    misfire_policy: str,
+    catch_up_limit: int,
+) -> FirePlan:
+    """Return the fires due at ``now`` for a schedule whose earliest unfired time is ``next_fire_at``.
+
+    Due fire times are those in [``next_fire_at``, ``now``]. Those before ``missed_before`` were
+    missed (no leader was firing then) and follow ``misfire_policy`` (``MISFIRE_POLICIES``):
+    ``skip`` keeps only the latest missed time, ``catch_up`` the latest ``catch_up_limit``,
+    ``none`` none. The rest are on time and all fire. Cost is bounded: a long outage is crossed
+    by bisection, not by walking every missed time. Raises KeyError for an unknown policy.
+    """
+    keep = {"skip": 1, "catch_up": max(0, catch_up_limit), "none": 0}[str(misfire_policy)]
+    cutoff = min(missed_before, now + dt.timedelta(microseconds=1))
+    missed: deque[dt.datetime] = deque(maxlen=keep)
+    seen = 0
+    f: dt.datetime | None = next_fire_at
+    while f is not None and f < cutoff:
+        if seen >= ENUMERATE_LIMIT:
+            # A long outage: collect the last ``keep`` missed times backwards from the cutoff.
+            tail: list[dt.datetime] = []
+            point = cutoff
+            while len(tail) < max(keep, 1) and (latest := spec.latest_before(point, floor=f)) is not None:
+                tail.append(latest)
+                point = latest
+            missed.extend(reversed(tail[:keep]))
+            seen += len(tail)
+            f = spec.next_after(tail[0]) if tail else None
+            break
+        seen += 1
+        missed.append(f)
+        f = spec.next_after(f)
+    fires = list(missed)
+    dropped = seen - len(fires)
+    while f is not None and f <= now and len(fires) < keep + ENUMERATE_LIMIT:
+        fires.append(f)
+        f = spec.next_after(f)
+    if f is not None and f <= now:  # more on-time fires than one plan holds: the rest are dropped
+        f = spec.next_after(now)
+    return FirePlan(fires=tuple(fires), dropped=dropped, next_fire_at=f)

@@ -1,0 +1,103 @@
+"""Queue services: pause, resume and list named queues (rows created on first use).
+
+A paused queue keeps its jobs QUEUED: workers re-read the paused set every poll interval and
+leave those jobs unclaimed (``scheduler.workers.runner``), so nothing is lost and resuming lets
+them run in their usual order. The admin and ``POST /api/admin/queues/{name}/pause|resume``
+call these.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from django.db.models import Count, Q
+from django.db.models.functions import Now
+
+from scheduler.exceptions import InvalidQueue
+from scheduler.models import Job, Queue
+from scheduler.services import QUEUE_NAME
+from scheduler.states import JobStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSummary:
+    """A queue with its flag and how many of its jobs wait (QUEUED) or run (RUNNING)."""
+
+    name: str
+    paused: bool
+    queued: int
+    running: int
+    updated_at: dt.datetime | None
+
+
+def _checked(name: str) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+        raise InvalidQueue(
+            "A queue name is 1-100 characters: letters, digits, '_', '.', ':' or '-'.",
+            details={"name": ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]},
+        )
+    return name
+
+
+def _set_paused(*, name: str, paused: bool) -> Queue:
+    name = _checked(name)
+    Queue.objects.get_or_create(name=name)
+    changed = Queue.objects.filter(name=name).exclude(paused=paused).update(paused=paused, updated_at=Now())
+    if changed:
+        logger.info("queue %s %s", name, "paused" if paused else "resumed", extra={"queue": name})
+    return Queue.objects.get(name=name)
+
+
+def queue_pause(*, name: str) -> Queue:
+    """Pause queue ``name`` (creating its row if new) and return it; pausing twice is a no-op.
+
+    Workers stop leasing from it within one poll interval (``SCHEDULER["POLL_SECONDS"]``); its
+    jobs wait QUEUED. A job already RUNNING finishes normally. Raises InvalidQueue (400) for a
+    name that no job could carry.
+    """
+    return _set_paused(name=name, paused=True)
+
+
+def queue_resume(*, name: str) -> Queue:
+    """Resume queue ``name`` (creating its row if new) and return it; resuming twice is a no-op.
+
+    Raises InvalidQueue (400) for a bad name.
+    """
+    return _set_paused(name=name, paused=False)
+
+
+def queue_list() -> list[QueueSummary]:
+    """Return every known queue, by name, with its QUEUED and RUNNING job counts.
+
+    A queue that jobs name but that has no row yet (written before queues were tracked) is listed
+    too, unpaused.
+    """
+    counts = {
+        row["queue"]: row
+        for row in Job.objects.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING])
+        .values("queue")
+        .annotate(
+            queued=Count("id", filter=Q(status=JobStatus.QUEUED)),
+            running=Count("id", filter=Q(status=JobStatus.RUNNING)),
+        )
+        .order_by()
+    }
+    rows = {q.name: q for q in Queue.objects.all()}
+    summaries = []
+    for name in sorted(set(rows) | set(counts)):
+        row = rows.get(name)
+        count = counts.get(name, {})
+        summaries.append(
+            QueueSummary(
+                name=name,
+                paused=bool(row and row.paused),
+                queued=count.get("queued", 0),
+                running=count.get("running", 0),
+                updated_at=row.updated_at if row else None,
+            )
+        )
+    return summaries

@@ -1,0 +1,356 @@
+"""Schedule services: create, update, delete, trigger and preview cron/interval schedules.
+
+The API (``scheduler.api.schedules``), the admin and code call these. Visibility follows the job
+rule: a USER sees and changes their own schedules, an ADMIN every schedule, and a schedule the
+actor may not see is ``ScheduleNotFound`` (404), never forbidden. Fire-time math is
+``scheduler.cron``; firing is ``scheduler.maintenance.cron_firer``. Every time here comes from
+the database clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import QuerySet
+
+from scheduler import lifecycle
+from scheduler.cron import MISFIRE_POLICIES, FireSpec, cron_spec, fire_times, interval_spec, spec_of, zone_for
+from scheduler.exceptions import InvalidJob, InvalidSchedule, ScheduleNotFound, UnknownJobType
+from scheduler.lifecycle import NewJob
+from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy, Queue
+from scheduler.notify import notify_queued
+from scheduler.services import _validated as validate_job_fields
+from scheduler.states import JobStatus, Priority
+
+logger = logging.getLogger(__name__)
+
+NEXT_FIRE_TIMES = 5  # fire times shown with a schedule
+PREVIEW_COUNT_RANGE = (1, 100)
+NAME_MAX = 200  # characters
+JOB_KEYS = frozenset({"type", "payload", "priority", "queue", "max_retries", "timeout_seconds"})
+# Changing any of these recomputes next_fire_at from now (DESIGN.md: edits apply at the next tick).
+TIMING_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "enabled"})
+WRITABLE = frozenset(
+    {"name", "cron", "interval_seconds", "timezone", "enabled", "misfire_policy", "overlap_policy", "job"}
+)
+
+
+def db_now() -> dt.datetime:
+    """Return the database's clock (``clock_timestamp()``, aware UTC)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+
+def schedule_visible_to(*, actor: Any) -> QuerySet[CronSchedule]:
+    """Return the schedules ``actor`` may see (every one for an ADMIN or None, their own otherwise), by id."""
+    schedules = CronSchedule.objects.order_by("id")
+    if actor is None or getattr(actor, "is_admin", False):
+        return schedules
+    return schedules.filter(owner_id=actor.pk)
+
+
+def schedule_get(*, schedule_id: int, actor: Any = None) -> CronSchedule:
+    """Return schedule ``schedule_id`` if ``actor`` may see it; raise ``ScheduleNotFound`` otherwise."""
+    schedule = schedule_visible_to(actor=actor).filter(id=schedule_id).first()
+    if schedule is None:
+        raise ScheduleNotFound()
+    return schedule
+
+
+def schedule_spec(schedule: CronSchedule) -> FireSpec:
+    """Return the fire-time spec of a stored schedule (an interval's grid runs through ``next_fire_at``)."""
+    anchor = schedule.next_fire_at or schedule.created_at
+    return spec_of(
+        cron=schedule.cron, interval_seconds=schedule.interval_seconds, timezone=schedule.timezone, anchor=anchor
+    )
+
+
+def schedule_next_fire_times(schedule: CronSchedule, *, count: int = NEXT_FIRE_TIMES) -> list[dt.datetime]:
+    """Return the next ``count`` fire times of ``schedule`` from its ``next_fire_at`` (UTC); [] while disabled."""
+    if not schedule.enabled or schedule.next_fire_at is None:
+        return []
+    try:
+        spec = schedule_spec(schedule)
+    except InvalidSchedule:
+        return []
+    return [schedule.next_fire_at, *fire_times(spec, start=schedule.next_fire_at, count=count - 1)]
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+def _invalid(field: str, message: str) -> InvalidSchedule:
+    return InvalidSchedule(message, details={field: [message]})
+
+
+def _check_choice(field: str, value: Any, choices: Any) -> str:
+    allowed = [str(c) for c in choices]
+    if value not in allowed:
+        raise _invalid(field, f"Must be one of {', '.join(allowed)}.")
+    return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _validated_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the job template as model fields; raise InvalidSchedule (details under ``job``) or PayloadTooLarge."""
+    if not isinstance(job, Mapping):
+        raise _invalid("job", "Must be an object with type, payload, priority, queue, max_retries, timeout_seconds.")
+    unknown = sorted(set(job) - JOB_KEYS)
+    if unknown:
+        raise InvalidSchedule("Unknown job field.", details={"job": {k: ["Unknown field."] for k in unknown}})
+    if not job.get("type"):
+        raise InvalidSchedule("job.type is required.", details={"job": {"type": ["This field is required."]}})
+    payload = job.get("payload")
+    payload = {} if payload is None else payload
+    if _has_nul(payload):  # PostgreSQL's jsonb cannot store U+0000
+        raise InvalidSchedule(
+            "job.payload may not contain U+0000.", details={"job": {"payload": ["Strings may not contain U+0000."]}}
+        )
+    priority = job.get("priority", Priority.MEDIUM.name)
+    queue = job.get("queue") or "default"
+    try:
+        valid = validate_job_fields(
+            type_=job["type"],
+            payload=payload,
+            priority=priority,
+            queue=queue,
+            scheduled_at=None,
+            max_retries=job.get("max_retries"),
+            timeout_seconds=job.get("timeout_seconds"),
+            name="",
+        )
+    except (InvalidJob, UnknownJobType) as exc:
+        details = exc.details if isinstance(exc.details, dict) else {"type": [str(exc)]}
+        raise InvalidSchedule(str(exc), details={"job": details}) from exc
+    return {
+        "job_type": job["type"],
+        "job_payload": payload,
+        "job_priority": valid["priority"],
+        "job_queue": queue,
+        "job_max_retries": valid["max_retries"],
+        "job_timeout_seconds": valid["timeout_seconds"],
+    }
+
+
+def _job_template(schedule: CronSchedule) -> dict[str, Any]:
+    return {
+        "type": schedule.job_type,
+        "payload": schedule.job_payload,
+        "priority": Priority(schedule.job_priority).name,
+        "queue": schedule.job_queue,
+        "max_retries": schedule.job_max_retries,
+        "timeout_seconds": schedule.job_timeout_seconds,
+    }
+
+
+def _validate(schedule: CronSchedule) -> None:
+    """Check every field of ``schedule`` (normalizing ``cron``); raise InvalidSchedule."""
+    if not isinstance(schedule.name, str) or not schedule.name.strip() or len(schedule.name) > NAME_MAX:
+        raise _invalid("name", "1-200 characters.")
+    if (schedule.cron is None) == (schedule.interval_seconds is None):
+        raise InvalidSchedule(
+            "Give exactly one of cron and interval_seconds.",
+            details={"cron": ["Give exactly one of cron and interval_seconds."]},
+        )
+    zone_for(schedule.timezone)
+    if schedule.cron is not None:
+        schedule.cron = cron_spec(schedule.cron, schedule.timezone).expression
+    else:
+        interval_spec(schedule.interval_seconds, anchor=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    if not isinstance(schedule.enabled, bool):
+        raise _invalid("enabled", "Must be true or false.")
+    _check_choice("misfire_policy", schedule.misfire_policy, MISFIRE_POLICIES)
+    _check_choice("overlap_policy", schedule.overlap_policy, OverlapPolicy.values)
+
+
+def _next_fire_at(schedule: CronSchedule, *, now: dt.datetime) -> dt.datetime | None:
+    """Return the first fire time after ``now`` (None while disabled); raise InvalidSchedule if it never fires."""
+    if not schedule.enabled:
+        return None
+    if schedule.cron is not None:
+        nxt = cron_spec(schedule.cron, schedule.timezone).next_after(now)
+        if nxt is None:
+            raise _invalid("cron", "This expression never fires.")
+        return nxt
+    # A new interval grid starts at this whole second.
+    return now.replace(microsecond=0) + dt.timedelta(seconds=schedule.interval_seconds)
+
+
+def _ensure_queue(name: str) -> None:
+    Queue.objects.get_or_create(name=name)
+
+
+# -- writes -----------------------------------------------------------------------------------
+
+
+def schedule_create(
+    *,
+    owner: Any,
+    name: str,
+    job: Mapping[str, Any],
+    cron: str | None = None,
+    interval_seconds: int | None = None,
+    timezone: str = "UTC",
+    enabled: bool = True,
+    misfire_policy: str = MisfirePolicy.SKIP,
+    overlap_policy: str = OverlapPolicy.ALLOW,
+) -> CronSchedule:
+    """Create a schedule for ``owner`` (a User or user id); its first fire is the first due time after now.
+
+    ``cron`` (5 fields or an ``@hourly``-style macro, in IANA zone ``timezone``) or
+    ``interval_seconds`` (1 s to 366 days, a grid starting now); ``job`` is the template of the
+    jobs it fires (``type``, ``payload``, ``priority``, ``queue``, ``max_retries``,
+    ``timeout_seconds``, validated as a job create is). Raises InvalidSchedule (400) or
+    PayloadTooLarge (413).
+    """
+    schedule = CronSchedule(
+        owner_id=getattr(owner, "pk", owner),
+        name=name,
+        cron=cron,
+        interval_seconds=interval_seconds,
+        timezone=timezone,
+        enabled=enabled,
+        misfire_policy=misfire_policy,
+        overlap_policy=overlap_policy,
+        **_validated_job(job),
+    )
+    _validate(schedule)
+    _ensure_queue(schedule.job_queue)
+    schedule.next_fire_at = _next_fire_at(schedule, now=db_now())
+    schedule.save()
+    logger.info("schedule %s created", schedule.id, extra={"schedule_id": schedule.id})
+    return schedule
+
+
+def schedule_update(*, schedule_id: int, actor: Any = None, changes: Mapping[str, Any]) -> CronSchedule:
+    """Apply ``changes`` (any of ``WRITABLE``; ``job`` merges into the template) and return the schedule.
+
+    Setting ``cron`` clears ``interval_seconds`` and the other way round. A change of timing
+    (cron, interval, zone, enabled) sets ``next_fire_at`` to the first due time after now, so it
+    applies at the scheduler's next tick and re-enabling fires nothing for the disabled span;
+    other changes leave the fire times alone. Raises ScheduleNotFound, InvalidSchedule,
+    PayloadTooLarge.
+    """
+    unknown = sorted(set(changes) - WRITABLE)
+    if unknown:
+        raise InvalidSchedule("Unknown field.", details={k: ["Unknown field."] for k in unknown})
+    with transaction.atomic():
+        schedule = schedule_visible_to(actor=actor).select_for_update().filter(id=schedule_id).first()
+        if schedule is None:
+            raise ScheduleNotFound()
+        before = {field: getattr(schedule, field) for field in TIMING_FIELDS}
+        for field, value in changes.items():
+            if field != "job":
+                setattr(schedule, field, value)
+        if changes.get("cron") is not None and "interval_seconds" not in changes:
+            schedule.interval_seconds = None
+        if changes.get("interval_seconds") is not None and "cron" not in changes:
+            schedule.cron = None
+        if "job" in changes:
+            job = changes["job"]
+            if not isinstance(job, Mapping):
+                raise _invalid("job", "Must be an object.")
+            for field, value in _validated_job({**_job_template(schedule), **job}).items():
+                setattr(schedule, field, value)
+        _validate(schedule)
+        _ensure_queue(schedule.job_queue)
+        if any(getattr(schedule, field) != before[field] for field in TIMING_FIELDS):
+            schedule.next_fire_at = _next_fire_at(schedule, now=db_now())
+        schedule.save()
+    return schedule
+
+
+def schedule_delete(*, schedule_id: int, actor: Any = None) -> None:
+    """Delete the schedule: it fires nothing more; its jobs stay, with ``schedule`` null. Raises ScheduleNotFound."""
+    with transaction.atomic():
+        schedule = schedule_visible_to(actor=actor).select_for_update().filter(id=schedule_id).first()
+        if schedule is None:
+            raise ScheduleNotFound()
+        schedule.delete()
+
+
+def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
+    """Fire the schedule now, once, outside its timetable; return the job.
+
+    The job carries ``schedule`` and ``fire_time`` = the database's now. It works on a disabled
+    schedule too and ignores the overlap policy (an explicit request), and it leaves
+    ``next_fire_at`` alone. Raises ScheduleNotFound.
+    """
+    with transaction.atomic():
+        schedule = schedule_visible_to(actor=actor).filter(id=schedule_id).first()
+        if schedule is None:
+            raise ScheduleNotFound()
+        now = db_now()
+        new = NewJob(
+            id=uuid.uuid4(),
+            owner_id=schedule.owner_id,
+            name=schedule.name,
+            type=schedule.job_type,
+            payload=schedule.job_payload,
+            priority=schedule.job_priority,
+            queue=schedule.job_queue,
+            scheduled_at=None,
+            max_retries=schedule.job_max_retries,
+            timeout_seconds=schedule.job_timeout_seconds,
+            schedule_id=schedule.id,
+            fire_time=now,
+        )
+        created = lifecycle.create_jobs([new])
+        if not created:  # a fire at this very microsecond exists already: that one is the answer
+            return Job.objects.get(schedule_id=schedule.id, fire_time=now)
+        if created[0][1] == JobStatus.QUEUED:
+            notify_queued([schedule.job_queue])
+        CronSchedule.objects.filter(id=schedule.id).update(last_fired_at=now)
+    logger.info("schedule %s triggered", schedule.id, extra={"schedule_id": schedule.id, "job_id": str(new.id)})
+    return Job.objects.get(id=new.id)
+
+
+def schedule_preview(
+    *,
+    cron: str | None = None,
+    interval_seconds: int | None = None,
+    timezone: str = "UTC",
+    start: dt.datetime | None = None,
+    count: int = NEXT_FIRE_TIMES,
+) -> list[dt.datetime]:
+    """Return the ``count`` (1-100) fire times that follow ``start`` (default: now), in UTC.
+
+    Exactly one of ``cron`` and ``interval_seconds``; an interval previews ``start + k *
+    interval``. Raises InvalidSchedule for a bad expression, zone, interval or count.
+    """
+    if (cron is None) == (interval_seconds is None):
+        raise InvalidSchedule(
+            "Give exactly one of cron and interval_seconds.",
+            details={"cron": ["Give exactly one of cron and interval_seconds."]},
+        )
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)
+        or not (PREVIEW_COUNT_RANGE[0] <= count <= PREVIEW_COUNT_RANGE[1])
+    ):
+        raise _invalid("count", "An integer from 1 to 100.")
+    if start is None:
+        start = db_now()
+    elif start.tzinfo is None:
+        raise _invalid("start", "Must carry a time zone offset.")
+    zone_for(timezone)
+    spec = spec_of(cron=cron, interval_seconds=interval_seconds, timezone=timezone, anchor=start)
+    return fire_times(spec, start=start, count=count)

@@ -1,0 +1,94 @@
+"""Template tags shared by the operator console and the user pages: status badges, durations, the dashboard.
+
+Badge colours are dark enough for white text to pass WCAG AA (contrast ratio >= 4.5:1, checked by
+the browser tests from computed styles); they are inline styles so that they render the same in
+the admin (whose stylesheet we do not own) and on the user pages.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from scheduler.states import JobStatus, Priority
+
+register = template.Library()
+
+# Background of each status badge; the text is white. Contrast with white: 6.4-15.8 : 1.
+BADGE_COLOURS: dict[str, str] = {
+    JobStatus.CREATED: "#57606a",
+    JobStatus.SCHEDULED: "#4b5563",
+    JobStatus.QUEUED: "#6639ba",
+    JobStatus.RUNNING: "#0550ae",
+    JobStatus.SUCCESS: "#116329",
+    JobStatus.FAILED: "#a40e26",
+    JobStatus.RETRYING: "#8a4600",
+    JobStatus.DEAD: "#1f2328",
+    JobStatus.CANCELLED: "#5a6370",
+}
+BADGE_FALLBACK = "#1f2328"
+BADGE_STYLE = (
+    "display:inline-block;padding:0.1em 0.55em;border-radius:0.8em;font-size:0.85em;font-weight:600;"
+    "line-height:1.5;letter-spacing:0.02em;color:#ffffff;background-color:{}"
+)
+
+
+@register.filter
+def status_badge(status: str) -> SafeString:
+    """Render ``status`` as a coloured badge: ``<span class="badge" data-status=...>``."""
+    colour = BADGE_COLOURS.get(str(status), BADGE_FALLBACK)
+    return format_html(
+        '<span class="badge badge-{}" data-status="{}" style="{}">{}</span>',
+        str(status).lower(),
+        status,
+        BADGE_STYLE.format(colour),
+        status,
+    )
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Render a JSON value as indented JSON text (escaped by the template like any string)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def priority_name(value: Any) -> str:
+    """Render a stored priority (0, 1, 2) as HIGH, MEDIUM or LOW."""
+    try:
+        return Priority(int(value)).name
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@register.filter
+def duration(seconds: float | dt.timedelta | None) -> str:
+    """Render seconds as a short human duration: "42 s", "3 min 5 s", "2 h 10 min", "3 d 4 h"; None as "-"."""
+    if seconds is None:
+        return "-"
+    if isinstance(seconds, dt.timedelta):
+        seconds = seconds.total_seconds()
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"
+
+
+@register.inclusion_tag("admin/stint/dashboard.html", takes_context=True)
+def stint_dashboard(context: dict[str, Any]) -> dict[str, Any]:
+    """Render the operator dashboard (``scheduler.admin_dashboard``) on the admin index."""
+    from scheduler.admin_dashboard import dashboard_data
+
+    return {"dashboard": dashboard_data(), "request": context.get("request")}

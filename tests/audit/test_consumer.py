@@ -1,0 +1,366 @@
+"""The audit consumer against a real broker and PostgreSQL: each event stored once, offsets after the DB."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.db import DatabaseError, InterfaceError, connection
+
+from audit.consumer import AuditRow, MalformedEvent, audit_events_store, parse_event
+from audit.models import AuditEvent
+from scheduler.models import OutboxEvent
+from scheduler.outbox import OutboxRelay, event_document
+from scheduler.services import enqueue_many
+from tests.kafka_support import (
+    ROOT,
+    Broker,
+    committed_offsets,
+    consume_all,
+    free_port,
+    subprocess_env,
+    unique_topic,
+    wait_for,
+)
+
+
+def document(**overrides) -> dict:
+    """A valid event document (the relay's JSON), with ``overrides`` applied."""
+    doc = event_document(
+        event_id=uuid.uuid4(),
+        event_type="JOB_QUEUED",
+        job_id=uuid.uuid4(),
+        owner_id=3,
+        sequence=2,
+        attempt=0,
+        from_status="CREATED",
+        to_status="QUEUED",
+        schema_version=1,
+        payload={"type": "DEMO_TASK", "queue": "default", "priority": 1},
+        occurred_at=dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+    )
+    return {**doc, **overrides}
+
+
+def encode(doc: dict) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def row(**overrides) -> AuditRow:
+    return parse_event(encode(document(**overrides)))
+
+
+def assert_audit_equals_outbox() -> None:
+    """Every outbox event is in the audit table exactly once, and no other event of these jobs is."""
+    outbox = dict(OutboxEvent.objects.values_list("event_id", "sequence"))
+    audit = list(
+        AuditEvent.objects.filter(job_id__in=OutboxEvent.objects.values("job_id")).values_list("event_id", "sequence")
+    )
+    assert len(audit) == len(outbox)
+    assert dict(audit) == outbox
+
+
+# -- parsing and storing ---------------------------------------------------------------------------
+
+
+def test_parse_event_reads_the_relay_document():
+    doc = document(from_status=None, event_type="JOB_CREATED", to_status="CREATED", sequence=1)
+    parsed = parse_event(encode(doc))
+    assert parsed.event_id == uuid.UUID(doc["event_id"])
+    assert parsed.job_id == uuid.UUID(doc["job_id"])
+    assert (parsed.event_type, parsed.sequence, parsed.from_status, parsed.to_status) == (
+        "JOB_CREATED",
+        1,
+        "",
+        "CREATED",
+    )
+    assert parsed.occurred_at == dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    assert parsed.payload == {"type": "DEMO_TASK", "queue": "default", "priority": 1}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        b"",
+        b"not json",
+        b"[]",
+        b"\xff\xfe",
+        encode({k: v for k, v in document().items() if k != "event_id"}),
+        encode(document(event_id="nope")),
+        encode(document(sequence=-1)),
+        encode(document(sequence="2")),
+        encode(document(attempt=True)),
+        encode(document(owner_id=2**40)),
+        encode(document(event_type="")),
+        encode(document(event_type="X" * 33)),
+        encode(document(to_status="TOO_LONG_STATUS")),
+        encode(document(occurred_at="2026-01-02T03:04:05")),
+        encode(document(occurred_at="yesterday")),
+    ],
+)
+def test_parse_event_rejects_what_the_table_could_not_hold(value):
+    with pytest.raises(MalformedEvent):
+        parse_event(value)
+
+
+def test_store_inserts_each_event_id_once(db):
+    first, second = row(), row()
+
+    assert audit_events_store(rows=[first, first, second]) == 2
+    assert audit_events_store(rows=[first, second]) == 0
+    assert AuditEvent.objects.count() == 2
+    stored = AuditEvent.objects.get(event_id=first.event_id)
+    assert (stored.job_id, stored.sequence, stored.to_status, stored.owner_id) == (first.job_id, 2, "QUEUED", 3)
+    assert stored.received_at >= stored.occurred_at
+
+
+# -- consuming -----------------------------------------------------------------------------------------
+
+
+def test_consumer_stores_relayed_events_once_and_commits_up_to_the_end(db, kafka_topic, audit_pool):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(30)])
+    assert OutboxRelay().run_once() == 60
+
+    markers = consume_all(audit_pool.consumer, kafka_topic)
+
+    assert_audit_equals_outbox()
+    committed = committed_offsets(
+        kafka_topic, audit_pool.consumer.group_id, bootstrap_servers=audit_pool.bootstrap_servers
+    )
+    assert committed == {partition: offset + 1 for partition, offset in markers.values()}
+
+
+def test_duplicates_are_stored_once_and_malformed_messages_are_skipped_without_blocking(db, kafka_topic, audit_pool):
+    job_id = uuid.uuid4()
+    first = document(job_id=str(job_id), sequence=1)
+    second = document(job_id=str(job_id), sequence=2)
+    producer = Producer({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
+    values = [encode(first), encode(first), b"not json", encode(document(sequence=-1)), encode(second), b"{}"]
+    values.append(encode(first))
+    for value in values:
+        producer.produce(kafka_topic, key=str(job_id).encode(), value=value)
+    assert producer.flush(10) == 0
+    skipped = audit_pool.consumer.skipped
+
+    consume_all(audit_pool.consumer, kafka_topic)
+
+    trail = list(AuditEvent.objects.filter(job_id=job_id).order_by("sequence").values_list("event_id", flat=True))
+    assert trail == [uuid.UUID(first["event_id"]), uuid.UUID(second["event_id"])]
+    assert audit_pool.consumer.skipped - skipped == 3
+
+
+def test_run_audit_consumer_validates_its_arguments():
+    with pytest.raises(CommandError):
+        call_command("run_audit_consumer", "--batch-size", "0")
+    with pytest.raises(CommandError):
+        call_command("run_audit_consumer", "--batch-size", "10001")
+    with pytest.raises(CommandError):
+        call_command("run_audit_consumer", "--poll-timeout", "-1")
+
+
+# -- database failures, and real run_audit_consumer processes killed and restarted -------------------
+
+GATE_KEY = 74201  # advisory lock key of the commit gate
+GATE_DDL = f"""
+CREATE OR REPLACE FUNCTION stint_test_commit_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared({GATE_KEY});
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER stint_test_commit_gate AFTER INSERT ON stint_audit_event
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION stint_test_commit_gate();
+"""
+GATE_DROP = """
+DROP TRIGGER IF EXISTS stint_test_commit_gate ON stint_audit_event;
+DROP FUNCTION IF EXISTS stint_test_commit_gate();
+"""
+
+
+def _conninfo() -> str:
+    db = connection.settings_dict
+    return psycopg.conninfo.make_conninfo(
+        dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None, host=db["HOST"], port=db["PORT"] or None
+    )
+
+
+@contextmanager
+def side_session() -> Iterator[psycopg.Connection]:
+    """A PostgreSQL session of the test's own, apart from Django's."""
+    with psycopg.connect(_conninfo(), autocommit=True) as session:
+        yield session
+
+
+def waiting_audit_inserts(wait_event: str) -> list[int]:
+    """Backend pids whose INSERT or COMMIT into the audit table waits on a lock of kind ``wait_event``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT pid FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()
+              AND wait_event_type = 'Lock' AND wait_event = %s
+            """,
+            [wait_event],
+        )
+        return [r[0] for r in cursor.fetchall()]
+
+
+def backend_gone(pids: list[int]) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids])
+        return cursor.fetchone()[0] == 0
+
+
+def committed_total(topic: str, group: str, broker: Broker) -> int:
+    """Messages the group has committed (offsets start at 0, one per message)."""
+    return sum(
+        max(offset, 0) for offset in committed_offsets(topic, group, bootstrap_servers=broker.bootstrap).values()
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_error_rewinds_the_batch_so_nothing_is_lost(kafka_topic, audit_pool):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(10)])
+    assert OutboxRelay().run_once() == 20
+    with side_session() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+
+    with pytest.raises((DatabaseError, InterfaceError)):
+        audit_pool.consumer.run_once(timeout=30)
+    connection.close()  # what AuditConsumer.run() does before it retries
+
+    consume_all(audit_pool.consumer, kafka_topic)
+    assert_audit_equals_outbox()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_consumer_process_killed_mid_batch_then_restarted_loses_nothing_and_stores_nothing_twice(
+    private_broker, tmp_path: Path
+):
+    topic, group = unique_topic(), unique_topic("stint-audit-test")
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(300)])
+    relay = OutboxRelay(bootstrap_servers=private_broker.bootstrap, topic=topic)
+    assert relay.run_once() == 600
+    relay.close()
+    env = subprocess_env(KAFKA_BOOTSTRAP_SERVERS=private_broker.bootstrap, KAFKA_TOPIC=topic, KAFKA_AUDIT_GROUP=group)
+    log = (tmp_path / "consumer.log").open("ab")
+
+    def start_consumer() -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", "run_audit_consumer", "--batch-size", "100", "-v", "2"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def dump_log() -> str:
+        return (tmp_path / "consumer.log").read_text(errors="replace")[-4000:]
+
+    children: list[subprocess.Popen] = []
+    try:
+        # 1. Killed with its first batch in hand, before the database stored it: the table is locked.
+        with side_session() as lock:
+            lock.execute("BEGIN")
+            lock.execute("LOCK TABLE stint_audit_event IN SHARE MODE")
+            children.append(child := start_consumer())
+            wait_for(lambda: waiting_audit_inserts("relation"), what="the consumer's INSERT to wait")
+            pids = waiting_audit_inserts("relation")
+            child.kill()
+            child.wait()
+            lock.execute("ROLLBACK")
+        wait_for(lambda: backend_gone(pids), what="the killed consumer's session to end")
+        assert AuditEvent.objects.count() == 0
+        assert committed_total(topic, group, private_broker) == 0
+
+        # 2. Killed after its batch was committed to the database, before its offsets were committed:
+        #    a deferred trigger holds the COMMIT until the process is dead, then lets it complete.
+        with side_session() as gate:
+            gate.execute(GATE_DDL)
+            gate.execute("SELECT pg_advisory_lock(%s)", [GATE_KEY])
+            children.append(child := start_consumer())
+            wait_for(lambda: waiting_audit_inserts("advisory"), what="the consumer's COMMIT to wait")
+            pids = waiting_audit_inserts("advisory")
+            child.kill()
+            child.wait()
+            gate.execute("SELECT pg_advisory_unlock(%s)", [GATE_KEY])
+            wait_for(lambda: backend_gone(pids), what="the killed consumer's session to end")
+            gate.execute(GATE_DROP)
+        stored = AuditEvent.objects.count()
+        assert 0 < stored <= 100
+        assert committed_total(topic, group, private_broker) == 0  # stored, but its offsets never committed
+
+        # 3. Restarted: it gets the stored batch again, stores nothing twice, loses nothing, stops on SIGTERM.
+        children.append(child := start_consumer())
+        wait_for(
+            lambda: committed_total(topic, group, private_broker) == 600,
+            what="the restarted consumer to commit everything",
+            step=lambda: time.sleep(0.5),
+        )
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 0, dump_log()
+    except BaseException:
+        print(dump_log())  # noqa: T201 - shown by pytest on failure
+        raise
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        log.close()
+        with side_session() as cleanup:
+            cleanup.execute(GATE_DROP)
+
+    assert_audit_equals_outbox()
+    assert AuditEvent.objects.count() == 600
+    assert "audit consumer stopped" in dump_log()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_consumer_started_before_kafka_waits_for_it_then_consumes(tmp_path: Path):
+    port = free_port()  # no broker yet
+    topic, group = unique_topic(), unique_topic("stint-audit-test")
+    env = subprocess_env(KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{port}", KAFKA_TOPIC=topic, KAFKA_AUDIT_GROUP=group)
+    log_path = tmp_path / "consumer.log"
+    with log_path.open("ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "manage.py", "run_audit_consumer", "-v", "1"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    broker = Broker(port=port, log=tmp_path / "tansu.log")
+    try:
+        wait_for(lambda: b"Kafka unavailable at start-up" in log_path.read_bytes(), what="a failed start-up")
+        broker.start()
+        enqueue_many([{"type": "DEMO_TASK"} for _ in range(5)])
+        relay = OutboxRelay(bootstrap_servers=broker.bootstrap, topic=topic)
+        wait_for(
+            lambda: not OutboxEvent.objects.filter(published_at=None).exists(), what="the relay", step=relay.run_once
+        )
+        relay.close()
+        wait_for(lambda: AuditEvent.objects.count() == 10, what="the events to be stored", step=lambda: time.sleep(0.2))
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 0, log_path.read_text(errors="replace")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        broker.stop()
+    assert_audit_equals_outbox()

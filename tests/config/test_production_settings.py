@@ -1,0 +1,96 @@
+"""Production settings (DJANGO_ENV=production), loaded in fresh interpreters as a deployment would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SETUP = "import django; django.setup()"
+SHOW = (
+    "import json, django; django.setup(); from django.conf import settings as s; print(json.dumps({k: getattr(s, k)"
+    " for k in ('DEBUG', 'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE', 'SECURE_SSL_REDIRECT', 'SECURE_HSTS_SECONDS',"
+    " 'SECURE_HSTS_INCLUDE_SUBDOMAINS', 'SECURE_PROXY_SSL_HEADER', 'TRUSTED_PROXY_COUNT')}))"
+)
+
+
+def _production(*args: str, **overrides: str | None) -> subprocess.CompletedProcess:
+    """Run ``python *args`` in the project with a production environment; an override of None unsets a variable."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", str(PROJECT_ROOT)),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DJANGO_ENV": "production",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "JWT_SIGNING_KEY": secrets.token_urlsafe(40),
+        "ALLOWED_HOSTS": "stint.example.com",
+        "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://stint@127.0.0.1:5432/stint"),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+    }
+    env.update(overrides)
+    env = {k: v for k, v in env.items() if v is not None}
+    return subprocess.run(
+        [sys.executable, *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_check_deploy_is_clean():
+    result = _production("manage.py", "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"SECRET_KEY": None}, "SECRET_KEY must be set to at least 32 bytes"),
+        ({"SECRET_KEY": "x" * 31}, "SECRET_KEY must be set to at least 32 bytes"),
+        ({"JWT_SIGNING_KEY": None}, "JWT_SIGNING_KEY must be set to at least 32 bytes"),
+        ({"JWT_SIGNING_KEY": "é" * 15}, "JWT_SIGNING_KEY must be set to at least 32 bytes"),  # 30 bytes
+        ({"SECRET_KEY": "k" * 40, "JWT_SIGNING_KEY": "k" * 40}, "JWT_SIGNING_KEY must differ from SECRET_KEY"),
+        ({"DEBUG": "true"}, "DEBUG must be off in production"),
+    ],
+)
+def test_start_up_refuses_unsafe_settings(overrides, message):
+    result = _production("-c", SETUP, **overrides)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr
+
+
+def test_production_defaults_are_hardened():
+    result = _production("-c", SHOW)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "DEBUG": False,
+        "SESSION_COOKIE_SECURE": True,
+        "CSRF_COOKIE_SECURE": True,
+        "SECURE_SSL_REDIRECT": True,
+        "SECURE_HSTS_SECONDS": 31536000,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        "SECURE_PROXY_SSL_HEADER": None,  # X-Forwarded-Proto is trusted only when configured
+        "TRUSTED_PROXY_COUNT": 0,  # X-Forwarded-For likewise
+    }
+
+
+def test_proxy_headers_are_trusted_only_when_configured():
+    result = _production("-c", SHOW, SECURE_PROXY_SSL_HEADER="true", TRUSTED_PROXY_COUNT="1")
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
+    assert shown["TRUSTED_PROXY_COUNT"] == 1
+
+
+def test_env_example_lists_every_setting():
+    source = (PROJECT_ROOT / "config" / "settings.py").read_text()
+    read = set(re.findall(r"""\benv(?:\.\w+)?\(\s*["']([A-Z][A-Z0-9_]*)["']""", source))
+    listed = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", (PROJECT_ROOT / ".env.example").read_text(), re.MULTILINE))
+    assert read, "no env reads found: the pattern is out of date"
+    assert read - listed == set(), "settings read from the environment but missing from .env.example"

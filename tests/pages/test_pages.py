@@ -1,0 +1,333 @@
+"""User pages with Django's test client: sign-in, register, jobs, job detail, schedules, readable errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from accounts.models import Role, User
+from scheduler import schedules
+from scheduler.models import CronSchedule, Job
+from scheduler.services import enqueue
+from scheduler.states import JobStatus
+from tests.factories import PASSWORD, JobFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Most users here sign in with force_login: spare argon2's deliberate cost."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def signed_in(client, user):
+    """A test client with ``user``'s session."""
+    client.force_login(user)
+    return client
+
+
+def _html(response) -> str:
+    return response.content.decode()
+
+
+class TestAccounts:
+    def test_pages_need_a_session(self, client):
+        response = client.get("/")
+
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/?next=/")
+
+    def test_register_creates_a_user_never_an_admin_and_signs_in(self, client):
+        response = client.post(
+            "/register/",
+            {"username": "ann", "email": "", "password1": PASSWORD, "password2": PASSWORD, "role": "ADMIN"},
+            follow=True,
+        )
+
+        ann = User.objects.get(username="ann")
+        assert (ann.role, ann.is_staff, ann.is_superuser) == (Role.USER, False, False)
+        assert response.context["user"] == ann
+        assert "Welcome, ann." in _html(response)
+
+    @pytest.mark.parametrize(
+        ("body", "message"),
+        [
+            ({"password1": "12345678", "password2": "12345678"}, "This password is entirely numeric."),
+            ({"password1": PASSWORD, "password2": PASSWORD + "x"}, "The two passwords differ."),
+            ({"username": "Taken", "password1": PASSWORD, "password2": PASSWORD}, "That username is taken."),
+        ],
+    )
+    def test_register_shows_why_it_failed(self, client, body, message):
+        UserFactory(username="taken")
+
+        response = client.post("/register/", {"username": "bob", **body})
+
+        assert response.status_code == 400
+        assert message in _html(response)
+        assert not User.objects.filter(username="bob").exists()
+
+    def test_sign_in_and_out(self, client, user):
+        response = client.post("/login/", {"username": user.username, "password": PASSWORD}, follow=True)
+        assert response.context["user"] == user
+
+        response = client.post("/logout/", follow=True)
+        assert not response.context["user"].is_authenticated
+
+    def test_too_many_sign_ins_get_a_readable_429(self, client, user, settings):
+        settings.STINT_RATE_LIMITS = {**settings.STINT_RATE_LIMITS, "auth": "2/min"}
+        for _ in range(2):
+            client.post("/login/", {"username": user.username, "password": "wrong"})
+
+        response = client.post("/login/", {"username": user.username, "password": PASSWORD})
+
+        assert response.status_code == 429
+        assert "Too many requests" in _html(response)
+        assert "Please wait" in _html(response)
+        assert int(response["Retry-After"]) >= 1
+        assert "Traceback" not in _html(response)
+
+    def test_posts_without_a_csrf_token_are_refused(self, user):
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(user)
+
+        response = client.post("/jobs/new/", {"type": "DEMO_TASK", "priority": "MEDIUM", "queue": "default"})
+
+        assert response.status_code == 403
+        assert not Job.objects.exists()
+
+
+class TestJobList:
+    def test_lists_only_my_jobs_newest_first(self, signed_in, user, other_user):
+        older = JobFactory(owner=user, name="older")
+        newer = JobFactory(owner=user, name="newer")
+        JobFactory(owner=other_user, name="not-mine")
+
+        page = signed_in.get("/").context["page"]
+
+        assert [j.id for j in page.object_list] == [newer.id, older.id]
+
+    def test_filters_and_pages(self, signed_in, user):
+        JobFactory.create_batch(25, owner=user, dead=True, queue="reports")
+        JobFactory(owner=user, queue="reports")
+
+        first = signed_in.get("/", {"status": "DEAD", "queue": "reports"})
+        second = signed_in.get("/", {"status": "DEAD", "queue": "reports", "page": 2})
+
+        assert first.context["page"].paginator.count == 25
+        assert len(first.context["page"].object_list) == 20 and len(second.context["page"].object_list) == 5
+        assert "status=DEAD&amp;queue=reports&amp;page=2" in _html(first)
+
+    def test_an_invalid_filter_is_shown_not_ignored(self, signed_in, user):
+        JobFactory(owner=user)
+
+        response = signed_in.get("/", {"status": "BOGUS"})
+
+        assert response.context["page"].paginator.count == 0
+        assert "Select a valid choice" in _html(response)
+
+    def test_status_poll_answers_for_my_jobs_only(self, signed_in, user, other_user):
+        mine = JobFactory(owner=user, succeeded=True)
+        theirs = JobFactory(owner=other_user)
+
+        response = signed_in.get("/jobs/status/", {"id": [str(mine.id), str(theirs.id), "not-a-uuid"]})
+
+        jobs = response.json()["jobs"]
+        assert list(jobs) == [str(mine.id)]
+        assert jobs[str(mine.id)]["status"] == "SUCCESS" and jobs[str(mine.id)]["finished"] is True
+        assert 'data-status="SUCCESS"' in jobs[str(mine.id)]["badge"]
+
+
+class TestNewJob:
+    def test_creates_a_job_through_the_service(self, signed_in, user):
+        response = signed_in.post(
+            "/jobs/new/",
+            {"name": "hello", "type": "DEMO_TASK", "payload": '{"result": 1}', "priority": "HIGH", "queue": "default"},
+        )
+
+        job = Job.objects.get(owner=user)
+        assert response.status_code == 302 and response["Location"] == f"/jobs/{job.id}/"
+        assert (job.name, job.status, job.priority, job.payload) == ("hello", JobStatus.QUEUED, 0, {"result": 1})
+        assert job.event_sequence == 2  # JOB_CREATED and JOB_QUEUED were written with it
+
+    def test_a_future_time_schedules_it(self, signed_in, user):
+        when = (timezone.now() + dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+
+        signed_in.post("/jobs/new/", {"type": "DEMO_TASK", "priority": "LOW", "queue": "q", "scheduled_at": when})
+
+        assert Job.objects.get(owner=user).status == JobStatus.SCHEDULED
+
+    @pytest.mark.parametrize(
+        ("fields", "status", "message"),
+        [
+            ({"payload": "{nope"}, 400, "Not valid JSON"),
+            ({"max_retries": "11"}, 400, "Ensure this value is less than or equal to 10."),
+            ({"queue": "bad queue"}, 400, "1-100 characters: letters, digits"),
+            ({"payload": json.dumps({"blob": "x" * 11000})}, 413, "At most 10240 bytes."),
+        ],
+    )
+    def test_validation_messages(self, signed_in, fields, status, message):
+        body = {"type": "DEMO_TASK", "priority": "MEDIUM", "queue": "default", **fields}
+
+        response = signed_in.post("/jobs/new/", body)
+
+        assert response.status_code == status
+        assert message in _html(response)
+        assert 'role="alert"' in _html(response)
+        assert not Job.objects.exists()
+
+    def test_idempotency_conflict_is_a_readable_409(self, signed_in, user):
+        body = {"type": "DEMO_TASK", "priority": "MEDIUM", "queue": "default", "idempotency_key": "k1"}
+        signed_in.post("/jobs/new/", {**body, "payload": "{}"})
+
+        response = signed_in.post("/jobs/new/", {**body, "payload": '{"other": true}'})
+
+        assert response.status_code == 409
+        assert "already used with a different request body" in _html(response)
+        assert Job.objects.count() == 1
+
+
+class TestJobDetail:
+    def test_shows_fields_and_the_timeline_in_order(self, signed_in, user):
+        job = enqueue("DEMO_TASK", {"result": "x"}, owner=user, name="shown")
+
+        html = _html(signed_in.get(f"/jobs/{job.id}/"))
+
+        assert "“shown”" in html and html.count("<h1") == 1
+        assert html.index('data-event="JOB_CREATED"') < html.index('data-event="JOB_QUEUED"')
+        assert "Cancel job" in html and "Retry job" not in html
+
+    def test_another_users_job_is_a_404_everywhere(self, client, user, other_user):
+        job = enqueue("DEMO_TASK", {}, owner=user)
+        client.force_login(other_user)
+
+        for url in (f"/jobs/{job.id}/", f"/jobs/{job.id}/live/"):
+            response = client.get(url)
+            assert response.status_code == 404
+            assert "not yours to see" in _html(response)
+        for url in (f"/jobs/{job.id}/cancel/", f"/jobs/{job.id}/retry/"):
+            assert client.post(url).status_code == 404
+        assert Job.objects.get(id=job.id).status == JobStatus.QUEUED
+
+    def test_an_admin_may_open_anyones_job(self, client, user, admin_user):
+        job = enqueue("DEMO_TASK", {}, owner=user)
+        client.force_login(admin_user)
+
+        assert client.get(f"/jobs/{job.id}/").status_code == 200
+
+    def test_cancel_then_a_second_cancel_is_a_readable_409(self, signed_in, user):
+        job = enqueue("DEMO_TASK", {}, owner=user, scheduled_at=timezone.now() + dt.timedelta(hours=1))
+
+        response = signed_in.post(f"/jobs/{job.id}/cancel/", follow=True)
+        assert "Job cancelled." in _html(response)
+        assert Job.objects.get(id=job.id).status == JobStatus.CANCELLED
+
+        response = signed_in.post(f"/jobs/{job.id}/cancel/")
+        assert response.status_code == 409
+        assert "A CANCELLED job cannot be cancelled." in _html(response)
+
+    def test_retry_a_failed_job_and_refuse_any_other(self, signed_in, user):
+        failed = JobFactory(owner=user, failed=True)
+        queued = JobFactory(owner=user)
+
+        assert "Retry job" in _html(signed_in.get(f"/jobs/{failed.id}/"))
+        signed_in.post(f"/jobs/{failed.id}/retry/")
+        assert Job.objects.get(id=failed.id).status == JobStatus.RETRYING
+
+        response = signed_in.post(f"/jobs/{queued.id}/retry/")
+        assert response.status_code == 409
+        assert "Only a FAILED job can be retried; this one is QUEUED." in _html(response)
+
+    def test_live_fragment_marks_finished_jobs(self, signed_in, user):
+        job = JobFactory(owner=user, succeeded=True)
+
+        html = _html(signed_in.get(f"/jobs/{job.id}/live/"))
+
+        assert 'data-job-finished="true"' in html and "<html" not in html
+
+
+SCHEDULE = {
+    "name": "every five",
+    "kind": "cron",
+    "cron": "*/5 * * * *",
+    "timezone": "UTC",
+    "enabled": "on",
+    "misfire_policy": "skip",
+    "overlap_policy": "allow",
+    "job_type": "DEMO_TASK",
+    "job_payload": "{}",
+    "job_priority": "MEDIUM",
+    "job_queue": "default",
+}
+
+
+def _times(html: str) -> list[dt.datetime]:
+    return [dt.datetime.fromisoformat(t) for t in re.findall(r'<time datetime="([^"]+)">', html)]
+
+
+class TestSchedules:
+    def test_preview_shows_five_times_and_saves_nothing(self, signed_in):
+        response = signed_in.post("/schedules/new/", {**SCHEDULE, "preview": "1"})
+
+        times = _times(_html(response))
+        assert response.status_code == 200
+        assert len(times) == 5 and all(t.minute % 5 == 0 for t in times) and times == sorted(times)
+        assert not CronSchedule.objects.exists()
+
+    def test_create_then_the_edit_page_shows_the_next_five(self, signed_in, user):
+        response = signed_in.post("/schedules/new/", {**SCHEDULE, "save": "1"}, follow=True)
+
+        schedule = CronSchedule.objects.get(owner=user)
+        assert schedule.cron == "*/5 * * * *" and schedule.enabled
+        assert len(_times(_html(response))) == 5
+
+    def test_interval_schedule(self, signed_in, user):
+        body = {**SCHEDULE, "kind": "interval", "cron": "", "interval_seconds": "90", "save": "1"}
+
+        signed_in.post("/schedules/new/", body)
+
+        assert CronSchedule.objects.get(owner=user).interval_seconds == 90
+
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            ({"cron": "not a cron"}, "cron"),
+            ({"timezone": "Mars/Base"}, "Not an IANA time zone."),
+            ({"cron": ""}, "Give a cron expression, or choose a fixed interval."),
+            ({"job_payload": "[1,"}, "Not valid JSON"),
+        ],
+    )
+    def test_errors_land_on_their_fields(self, signed_in, fields, message):
+        response = signed_in.post("/schedules/new/", {**SCHEDULE, **fields, "save": "1"})
+
+        assert response.status_code == 400
+        assert message in _html(response)
+        assert not CronSchedule.objects.exists()
+
+    def test_edit_toggle_and_delete(self, signed_in, user):
+        schedule = schedules.schedule_create(owner=user, name="s", cron="0 * * * *", job={"type": "DEMO_TASK"})
+
+        signed_in.post(f"/schedules/{schedule.id}/edit/", {**SCHEDULE, "name": "renamed", "save": "1"})
+        assert CronSchedule.objects.get(id=schedule.id).name == "renamed"
+
+        signed_in.post(f"/schedules/{schedule.id}/toggle/", {"enabled": "false"})
+        assert CronSchedule.objects.get(id=schedule.id).enabled is False
+        assert "none while disabled" in _html(signed_in.get("/schedules/"))
+
+        signed_in.post(f"/schedules/{schedule.id}/delete/")
+        assert not CronSchedule.objects.filter(id=schedule.id).exists()
+
+    def test_another_users_schedule_is_a_404(self, signed_in, other_user):
+        theirs = schedules.schedule_create(owner=other_user, name="t", cron="0 * * * *", job={"type": "DEMO_TASK"})
+
+        assert signed_in.get(f"/schedules/{theirs.id}/edit/").status_code == 404
+        assert signed_in.post(f"/schedules/{theirs.id}/toggle/", {"enabled": "false"}).status_code == 404
+        assert signed_in.post(f"/schedules/{theirs.id}/delete/").status_code == 404
+        assert "“t”" not in _html(signed_in.get("/schedules/"))
+        assert CronSchedule.objects.get(id=theirs.id).enabled is True

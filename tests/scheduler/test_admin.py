@@ -1,0 +1,385 @@
+"""The operator console: read-only job pages, service actions with counts, bulk actions on a filtered set,
+schedules, workers, queues, outbox/audit and the dashboard. Django's test client, a real database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.messages import get_messages
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from scheduler import queues, schedules
+from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, LeaderFence, OutboxEvent, Queue, WorkerNode
+from scheduler.services import enqueue
+from scheduler.states import AttemptStatus, JobStatus
+from tests.factories import JobFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "/admin/scheduler/job/"
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Fixture users sign in with force_login: spare argon2's deliberate cost."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def operator(client, admin_user):
+    """A test client signed in as an ADMIN (staff)."""
+    client.force_login(admin_user)
+    return client
+
+
+def _messages(response) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def _act(client, action: str, objects, url: str = CHANGELIST):
+    return client.post(
+        url, {"action": action, ACTION_CHECKBOX_NAME: [str(o.pk) for o in objects], "index": 0}, follow=True
+    )
+
+
+def _status(job) -> str:
+    return Job.objects.values_list("status", flat=True).get(id=job.id)
+
+
+class TestAccess:
+    def test_a_staff_user_without_the_admin_role_is_sent_to_the_login_page(self, client):
+        client.force_login(UserFactory(is_staff=True))
+
+        response = client.get(CHANGELIST)
+
+        assert response.status_code == 302
+        assert "/admin/login/" in response["Location"]
+
+    def test_an_admin_who_is_not_a_superuser_can_view_and_act(self, client, user):
+        operator = UserFactory(admin=True, is_superuser=False)
+        client.force_login(operator)
+        job = JobFactory(dead=True, owner=user)
+
+        assert client.get(CHANGELIST).status_code == 200
+        response = _act(client, "recover_jobs", [job])
+
+        assert _status(job) == JobStatus.QUEUED
+        assert "Recovered 1 job; skipped 0 whose state did not allow it." in _messages(response)
+
+    @pytest.mark.parametrize(
+        "url", [f"{CHANGELIST}add/", "/admin/scheduler/queue/add/", "/admin/scheduler/outboxevent/add/"]
+    )
+    def test_nothing_is_added_by_form(self, operator, url):
+        assert operator.get(url).status_code == 403
+
+    def test_the_job_page_is_read_only(self, operator, user):
+        job = JobFactory(owner=user)
+
+        response = operator.post(f"{CHANGELIST}{job.id}/change/", {"status": JobStatus.SUCCESS})
+
+        assert response.status_code == 403
+        assert _status(job) == JobStatus.QUEUED
+
+
+class TestJobList:
+    def test_badges_filters_and_owner(self, operator, user):
+        JobFactory(owner=user, name="nightly", dead=True, type="FAILING", queue="reports")
+        Queue.objects.create(name="reports")
+
+        response = operator.get(CHANGELIST)
+        html = response.content.decode()
+
+        assert response.status_code == 200
+        assert 'data-status="DEAD"' in html
+        for param in ("status__exact=DEAD", "priority__exact=0", "queue=reports", "type=FAILING", "owner__id__exact"):
+            assert param in html
+        assert "created_at__gte" in html  # date filters
+
+    def test_filters_narrow_the_list(self, operator, user):
+        dead = JobFactory(owner=user, dead=True, type="FAILING")
+        JobFactory(owner=user, dead=True, type="DEMO_TASK")
+        JobFactory(owner=user, type="FAILING")
+
+        response = operator.get(CHANGELIST, {"status__exact": "DEAD", "type": "FAILING"})
+
+        assert [j.id for j in response.context["cl"].result_list] == [dead.id]
+
+    @pytest.mark.parametrize("how", ["id", "prefix", "key", "name"])
+    def test_search(self, operator, user, how):
+        job = JobFactory(owner=user, name="quarterly report", idempotency_key="key-123")
+        JobFactory(owner=user, name="other")
+        term = {"id": str(job.id), "prefix": str(job.id)[:8], "key": "key-123", "name": "quarterly"}[how]
+
+        response = operator.get(CHANGELIST, {"q": term})
+
+        assert [j.id for j in response.context["cl"].result_list] == [job.id]
+
+    def test_detail_shows_attempts_result_and_the_timeline(self, operator, user):
+        job = enqueue("DEMO_TASK", {"result": 1}, owner=user)
+        JobAttempt.objects.create(
+            job=job, attempt_number=1, status=AttemptStatus.SUCCEEDED, worker="w-1", started_at=timezone.now()
+        )
+        JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.SUCCEEDED, result={"echo": 1})
+        first = OutboxEvent.objects.get(job_id=job.id, sequence=1)
+        AuditEvent.objects.create(
+            event_id=first.event_id,
+            job_id=job.id,
+            event_type=first.event_type,
+            sequence=1,
+            to_status="CREATED",
+            occurred_at=first.occurred_at,
+        )
+
+        html = operator.get(f"{CHANGELIST}{job.id}/change/").content.decode()
+
+        assert "w-1" in html and "SUCCEEDED" in html  # the attempts inline
+        assert "echo" in html  # the result inline
+        assert html.index("JOB_CREATED") < html.index("JOB_QUEUED")  # timeline in sequence order
+        assert "2 events" in html  # the audit row and its outbox twin count once
+
+
+class TestJobActions:
+    def test_recover_reports_changed_and_skipped(self, operator, user):
+        dead = JobFactory.create_batch(2, owner=user, dead=True)
+        done = JobFactory(owner=user, succeeded=True)
+
+        response = _act(operator, "recover_jobs", [*dead, done])
+
+        assert "Recovered 2 jobs; skipped 1 whose state did not allow it." in _messages(response)
+        assert [_status(j) for j in dead] == [JobStatus.QUEUED, JobStatus.QUEUED]
+        assert _status(done) == JobStatus.SUCCESS
+
+    def test_cancel_counts_a_running_job_as_requested(self, operator, user):
+        queued = JobFactory(owner=user)
+        running = JobFactory(owner=user, running=True)
+        done = JobFactory(owner=user, succeeded=True)
+
+        response = _act(operator, "cancel_jobs", [queued, running, done])
+
+        assert (
+            "Cancelled 1 job; requested cancellation of 1 running; skipped 1 whose state did not allow it."
+            in _messages(response)
+        )
+        assert _status(queued) == JobStatus.CANCELLED
+        assert Job.objects.get(id=running.id).cancel_requested
+
+    def test_retry_moves_failed_jobs_only(self, operator, user):
+        failed = JobFactory(owner=user, failed=True)
+        dead = JobFactory(owner=user, dead=True)
+
+        response = _act(operator, "retry_jobs", [failed, dead])
+
+        assert "Retried 1 job; skipped 1 whose state did not allow it." in _messages(response)
+        assert _status(failed) == JobStatus.RETRYING
+        assert _status(dead) == JobStatus.DEAD
+
+    def test_actions_write_lifecycle_events_through_the_services(self, operator, user):
+        job = enqueue("DEMO_TASK", {}, owner=user)
+
+        _act(operator, "cancel_jobs", [job])
+
+        assert (
+            list(OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").values_list("event_type", flat=True))[
+                -1
+            ]
+            == "JOB_CANCELLED"
+        )
+
+
+class TestBulkOnTheFilteredSet:
+    def test_the_changelist_links_to_bulk_actions_with_its_filters(self, operator, user):
+        JobFactory(owner=user, dead=True, type="FAILING")
+
+        html = operator.get(CHANGELIST, {"status__exact": "DEAD", "type": "FAILING", "p": "1"}).content.decode()
+
+        link = re.search(r'href="(/admin/scheduler/job/bulk/recover/\?[^"]*)"', html)
+        assert link is not None
+        assert "status__exact=DEAD" in link.group(1) and "type=FAILING" in link.group(1)
+        assert "p=" not in link.group(1)
+
+    def test_confirmation_page_shows_the_count_then_applies_to_every_page(self, operator, user):
+        targets = JobFactory.create_batch(55, owner=user, dead=True, type="FAILING")  # more than one page (50)
+        other_type = JobFactory(owner=user, dead=True, type="DEMO_TASK")
+        url = "/admin/scheduler/job/bulk/recover/?status__exact=DEAD&type=FAILING"
+
+        confirm = operator.get(url)
+        html = confirm.content.decode()
+
+        assert confirm.status_code == 200
+        assert '<strong data-testid="bulk-total">55</strong>' in html
+        assert '<strong data-testid="bulk-eligible">55</strong>' in html
+        assert "Yes, recover 55 jobs" in html
+        assert Job.objects.filter(status=JobStatus.DEAD).count() == 56  # a GET changes nothing
+
+        response = operator.post(url, follow=True)
+
+        assert response.redirect_chain[-1][0] == f"{CHANGELIST}?status__exact=DEAD&type=FAILING"
+        assert "Recovered 55 jobs; skipped 0 whose state did not allow it." in _messages(response)
+        assert {_status(j) for j in targets} == {JobStatus.QUEUED}
+        assert _status(other_type) == JobStatus.DEAD
+
+    def test_ineligible_jobs_in_the_set_are_counted_as_skipped(self, operator, user):
+        JobFactory(owner=user, dead=True, type="FAILING")
+        JobFactory(owner=user, succeeded=True, type="FAILING")
+        url = "/admin/scheduler/job/bulk/recover/?type=FAILING"
+
+        html = operator.get(url).content.decode()
+        assert '<strong data-testid="bulk-skipped">1</strong>' in html
+
+        response = operator.post(url, follow=True)
+        assert "Recovered 1 job; skipped 1 whose state did not allow it." in _messages(response)
+
+    def test_search_terms_are_part_of_the_set(self, operator, user):
+        named = JobFactory(owner=user, name="alpha run")
+        JobFactory(owner=user, name="beta run")
+
+        response = operator.post("/admin/scheduler/job/bulk/cancel/?q=alpha", follow=True)
+
+        assert "Cancelled 1 job; skipped 0 whose state did not allow it." in _messages(response)
+        assert _status(named) == JobStatus.CANCELLED
+        assert Job.objects.filter(status=JobStatus.QUEUED).count() == 1
+
+    def test_unknown_action_is_404_and_bad_filters_go_back(self, operator):
+        assert operator.get("/admin/scheduler/job/bulk/delete/").status_code == 404
+
+        response = operator.get("/admin/scheduler/job/bulk/cancel/?nonsense__field=1", follow=True)
+
+        assert "Those filters are not valid." in _messages(response)
+
+    def test_a_non_operator_cannot_reach_it(self, client, user):
+        client.force_login(user)
+        JobFactory(owner=user, dead=True)
+
+        response = client.post("/admin/scheduler/job/bulk/recover/")
+
+        assert response.status_code == 302
+        assert Job.objects.filter(status=JobStatus.DEAD).count() == 1
+
+
+class TestSchedules:
+    @pytest.fixture
+    def schedule(self, user) -> CronSchedule:
+        return schedules.schedule_create(owner=user, name="hourly", cron="0 * * * *", job={"type": "DEMO_TASK"})
+
+    def test_detail_shows_the_next_five_fire_times(self, operator, schedule):
+        html = operator.get(f"/admin/scheduler/cronschedule/{schedule.id}/change/").content.decode()
+
+        times = re.findall(r'<time datetime="([^"]+)">', html)
+        assert len(times) == 5
+        parsed = [dt.datetime.fromisoformat(t) for t in times]
+        assert parsed == sorted(parsed) and all(t.minute == 0 for t in parsed)
+
+    def test_disable_enable_and_trigger(self, operator, schedule):
+        url = "/admin/scheduler/cronschedule/"
+
+        response = _act(operator, "disable_schedules", [schedule], url)
+        assert "Disabled 1 schedule; 0 failed." in _messages(response)
+        assert CronSchedule.objects.get(id=schedule.id).enabled is False
+
+        _act(operator, "enable_schedules", [schedule], url)
+        assert CronSchedule.objects.get(id=schedule.id).enabled is True
+
+        response = _act(operator, "trigger_schedules", [schedule], url)
+        assert "Triggered 1 schedule; 0 failed." in _messages(response)
+        assert Job.objects.filter(schedule=schedule).count() == 1
+
+
+class TestWorkersAndQueues:
+    def test_workers_alive_or_gone_with_running_jobs(self, operator, user):
+        now = timezone.now()
+        common = {"hostname": "h", "pid": 1, "concurrency": 4, "pool": "threads", "started_at": now}
+        WorkerNode.objects.create(id="live-1", last_heartbeat_at=now, busy_slots=1, **common)
+        WorkerNode.objects.create(id="gone-1", last_heartbeat_at=now - dt.timedelta(hours=1), **common)
+        JobFactory(owner=user, running=True, lease_owner="live-1")
+
+        response = operator.get("/admin/scheduler/workernode/")
+        rows = {w.id: w for w in response.context["cl"].result_list}
+
+        assert rows["live-1"].is_alive and rows["live-1"].running == 1
+        assert not rows["gone-1"].is_alive and rows["gone-1"].running == 0
+        alive_only = operator.get("/admin/scheduler/workernode/", {"alive": "yes"}).context["cl"].result_list
+        assert [w.id for w in alive_only] == ["live-1"]
+
+    def test_pause_and_resume_actions_go_through_the_service(self, operator, user):
+        queue = queues.queue_resume(name="reports")
+        JobFactory.create_batch(2, owner=user, queue="reports")
+        url = "/admin/scheduler/queue/"
+
+        response = _act(operator, "pause_queues", [queue], url)
+        assert "Paused 1 queue: reports." in _messages(response)
+        assert Queue.objects.get(name="reports").paused
+
+        listed = operator.get(url).context["cl"].result_list
+        assert [(q.name, q.queued_count) for q in listed] == [("reports", 2)]
+
+        _act(operator, "resume_queues", [queue], url)
+        assert not Queue.objects.get(name="reports").paused
+
+
+class TestEventsAndDashboard:
+    def test_outbox_and_audit_lists_are_searchable_by_job_id(self, operator, user):
+        job = enqueue("DEMO_TASK", {}, owner=user)
+        enqueue("DEMO_TASK", {}, owner=user)
+        AuditEvent.objects.create(
+            event_id=uuid.uuid4(), job_id=job.id, event_type="JOB_CREATED", sequence=1, occurred_at=timezone.now()
+        )
+
+        outbox = operator.get("/admin/scheduler/outboxevent/", {"q": str(job.id)}).context["cl"].result_list
+        audit = operator.get("/admin/audit/auditevent/", {"q": str(job.id)}).context["cl"].result_list
+
+        assert {e.job_id for e in outbox} == {job.id} and len(outbox) == 2
+        assert [e.job_id for e in audit] == [job.id]
+        backlog = operator.get("/admin/scheduler/outboxevent/", {"published": "no"}).context["cl"].result_list
+        assert len(backlog) == 4
+
+    def test_dashboard_on_the_index(self, operator, user):
+        JobFactory.create_batch(2, owner=user, dead=True, last_error="boom")
+        JobFactory(owner=user, scheduled_at=timezone.now() - dt.timedelta(minutes=5))
+        done = JobFactory(owner=user, succeeded=True)
+        JobAttempt.objects.create(
+            job=done,
+            attempt_number=1,
+            status=AttemptStatus.SUCCEEDED,
+            started_at=timezone.now(),
+            finished_at=timezone.now(),
+        )
+        failed = JobFactory(owner=user, failed=True)
+        JobAttempt.objects.create(
+            job=failed,
+            attempt_number=1,
+            status=AttemptStatus.FAILED,
+            started_at=timezone.now(),
+            finished_at=timezone.now(),
+        )
+        LeaderFence.objects.create(role="cron", token=7, holder="host-a:123:abc")
+        enqueue("DEMO_TASK", {}, owner=user)  # two unpublished outbox events
+        now = timezone.now()
+        WorkerNode.objects.create(
+            id="w",
+            hostname="h",
+            pid=1,
+            concurrency=4,
+            busy_slots=3,
+            pool="threads",
+            started_at=now,
+            last_heartbeat_at=now,
+        )
+
+        response = operator.get(reverse("admin:index"))
+        html = response.content.decode()
+
+        assert response.status_code == 200
+        assert html.count("<h1") == 1
+        assert '<span data-count-for="DEAD">2</span>' in html
+        assert "Dead jobs needing attention" in html and "boom" in html
+        assert "<svg" in html and "1 succeeded and 1 failed in the last hour" in html
+        assert "token 7" in html and "host-a:123:abc" in html
+        assert "1 live" in html and "3 of 4 slots busy" in html
+        assert re.search(r'id="stint-outbox".*?<p class="stint-figure">2</p>', html, re.S)
+        assert re.search(r'id="stint-oldest-queued".*?<p class="stint-figure">5 min', html, re.S)

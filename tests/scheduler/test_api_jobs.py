@@ -1,0 +1,597 @@
+"""The jobs REST API: create and its validation, lists and filters, actions, ownership (BOLA), schema."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from scheduler import services
+from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
+from scheduler.states import AttemptStatus, JobStatus, Priority
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """These users authenticate by JWT, never by password: spare fixtures argon2's deliberate cost."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+JOBS = "/api/jobs"
+READ_FIELDS = {
+    "id",
+    "name",
+    "type",
+    "payload",
+    "status",
+    "priority",
+    "queue",
+    "scheduled_at",
+    "attempts",
+    "max_retries",
+    "timeout_seconds",
+    "cancel_requested",
+    "owner",
+    "schedule",
+    "fire_time",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "last_error",
+}
+PAYLOAD_LIMIT = 10 * 1024  # bytes
+
+
+def _post(api, body, **extra):
+    return api.post(JOBS, body, format="json", **extra)
+
+
+def _snapshot(job_id) -> tuple[dict, int]:
+    """The job's whole row and its event count: what "nothing changed" compares."""
+    return Job.objects.filter(id=job_id).values().get(), OutboxEvent.objects.filter(job_id=job_id).count()
+
+
+def _error(resp) -> dict:
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message", "details"}, body
+    return body["error"]
+
+
+# --- create -----------------------------------------------------------------------------------
+
+
+def test_create_answers_201_with_the_job_and_its_location(user_api, user):
+    resp = _post(user_api, {"type": "DEMO_TASK"})
+
+    assert resp.status_code == 201, resp.content
+    job = resp.json()
+    assert set(job) == READ_FIELDS
+    assert job["status"] == "QUEUED"
+    assert (job["priority"], job["queue"], job["max_retries"], job["timeout_seconds"]) == ("MEDIUM", "default", 3, 300)
+    assert (job["owner"], job["payload"], job["name"], job["attempts"]) == (user.pk, {}, "", 0)
+    assert resp.headers["Location"] == f"http://testserver/api/jobs/{job['id']}"
+    assert "Idempotent-Replayed" not in resp.headers
+    events = OutboxEvent.objects.filter(job_id=job["id"]).order_by("sequence")
+    assert [(e.event_type, e.to_status) for e in events] == [("JOB_CREATED", "CREATED"), ("JOB_QUEUED", "QUEUED")]
+
+
+def test_create_with_every_field_and_a_future_offset_time_is_scheduled(user_api):
+    body = {
+        "name": "nightly",
+        "type": "REPORT",
+        "payload": {"since": "2024-01-01", "nested": [1, {"a": None}]},
+        "priority": "HIGH",
+        "queue": "reports.eu-1",
+        "scheduled_at": "2099-05-01T09:30:00+02:00",
+        "max_retries": 10,
+        "timeout_seconds": 3600,
+    }
+    resp = _post(user_api, body)
+
+    assert resp.status_code == 201, resp.content
+    job = resp.json()
+    assert job["status"] == "SCHEDULED"
+    assert dt.datetime.fromisoformat(job["scheduled_at"]) == dt.datetime(2099, 5, 1, 7, 30, tzinfo=dt.UTC)
+    assert {k: job[k] for k in body if k != "scheduled_at"} == {k: v for k, v in body.items() if k != "scheduled_at"}
+    assert Job.objects.get(id=job["id"]).priority == Priority.HIGH
+
+
+def test_create_with_a_past_time_is_queued_now(user_api):
+    resp = _post(user_api, {"type": "DEMO_TASK", "scheduled_at": "2001-01-01T00:00:00Z"})
+    assert resp.status_code == 201
+    assert resp.json()["status"] == "QUEUED"
+
+
+def test_create_takes_the_lowest_and_null_edges(user_api):
+    resp = _post(user_api, {"type": "DEMO_TASK", "max_retries": 1, "timeout_seconds": 1, "payload": None})
+    assert resp.status_code == 201, resp.content
+    assert (resp.json()["max_retries"], resp.json()["timeout_seconds"], resp.json()["payload"]) == (1, 1, {})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_retries", 0),
+        ("max_retries", 11),
+        ("max_retries", "many"),
+        ("max_retries", 2.5),
+        ("max_retries", True),
+        ("timeout_seconds", 0),
+        ("timeout_seconds", 3601),
+        ("timeout_seconds", -5),
+        ("priority", "URGENT"),
+        ("priority", 0),
+        ("priority", "high"),
+        ("type", "NO_SUCH_HANDLER"),
+        ("type", ""),
+        ("type", None),
+        ("scheduled_at", "2099-01-01T00:00:00"),
+        ("scheduled_at", "2099-01-01"),
+        ("scheduled_at", "tomorrow"),
+        ("queue", "has spaces"),
+        ("queue", ""),
+        ("queue", "q" * 101),
+        ("name", "n" * 201),
+    ],
+)
+def test_create_rejects_an_invalid_field_with_400(user_api, field, value):
+    resp = _post(user_api, {"type": "DEMO_TASK", field: value})
+
+    assert resp.status_code == 400, resp.content
+    error = _error(resp)
+    assert error["code"] == "validation_error"
+    assert field in error["details"]
+    assert not Job.objects.exists()
+
+
+def test_create_requires_a_type(user_api):
+    resp = _post(user_api, {"payload": {}})
+    assert resp.status_code == 400
+    assert "type" in _error(resp)["details"]
+
+
+def test_naive_scheduled_at_is_refused_with_a_message_about_the_offset(user_api):
+    resp = _post(user_api, {"type": "DEMO_TASK", "scheduled_at": "2099-01-01T12:00:00"})
+    assert resp.status_code == 400
+    assert "offset" in _error(resp)["details"]["scheduled_at"][0]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("status", "SUCCESS"),
+        ("owner", 1),
+        ("attempts", 5),
+        ("attempts_base", 5),
+        ("lease_owner", "me"),
+        ("lease_token", str(uuid.uuid4())),
+        ("lease_expires_at", "2099-01-01T00:00:00Z"),
+        ("cancel_requested", True),
+        ("id", str(uuid.uuid4())),
+        ("idempotency_key", "k"),
+        ("event_sequence", 9),
+        ("created_at", "2001-01-01T00:00:00Z"),
+        ("started_at", "2001-01-01T00:00:00Z"),
+        ("finished_at", "2001-01-01T00:00:00Z"),
+        ("last_error", "x"),
+        ("schedule", 1),
+        ("fire_time", "2001-01-01T00:00:00Z"),
+        ("unheard_of", 1),
+    ],
+)
+def test_create_rejects_unknown_fields_so_nothing_is_mass_assigned(user_api, field, value):
+    resp = _post(user_api, {"type": "DEMO_TASK", field: value})
+
+    assert resp.status_code == 400, resp.content
+    assert field in _error(resp)["details"]
+    assert not Job.objects.exists()
+
+
+def test_payload_up_to_10kb_is_accepted_and_one_byte_more_is_413(user_api):
+    # {"x":"aaa..."} is 8 bytes of JSON around the string.
+    exact = _post(user_api, {"type": "DEMO_TASK", "payload": {"x": "a" * (PAYLOAD_LIMIT - 8)}})
+    assert exact.status_code == 201, exact.content
+
+    over = _post(user_api, {"type": "DEMO_TASK", "payload": {"x": "a" * (PAYLOAD_LIMIT - 7)}})
+    assert over.status_code == 413
+    assert _error(over)["code"] == "payload_too_large"
+    assert Job.objects.count() == 1
+
+
+def test_payload_size_counts_utf8_bytes_not_characters(user_api):
+    # "é" is 2 bytes in UTF-8: 5200 of them are 10400 bytes, over the limit in fewer characters.
+    resp = _post(user_api, {"type": "DEMO_TASK", "payload": {"x": "é" * 5200}})
+    assert resp.status_code == 413
+
+
+def test_a_huge_body_is_413_before_it_is_parsed(user_api):
+    # Not even valid JSON: the size check comes first and never reads it all.
+    body = b'{"type": "DEMO_TASK", "payload": "' + b"a" * 2_000_000
+    resp = user_api.post(JOBS, body, content_type="application/json")
+
+    assert resp.status_code == 413
+    error = _error(resp)
+    assert error["code"] == "payload_too_large"
+    assert "request body" in error["message"]
+
+
+def test_an_indented_body_with_escapes_under_the_payload_limit_is_not_refused_as_raw(user_api):
+    # \u00e9 escapes make the raw body ~3x the compact UTF-8 payload; it must still reach the 10 KB rule.
+    payload = {"x": "é" * 4000}  # 8008 bytes compact UTF-8
+    body = json.dumps({"type": "DEMO_TASK", "payload": payload}, indent=4, ensure_ascii=True)
+    assert len(body) > 24_000
+    resp = user_api.post(JOBS, body, content_type="application/json")
+    assert resp.status_code == 201, resp.content
+
+
+@pytest.mark.parametrize("body", [b'{"type": "DEMO_TASK",', b"{'type': 'DEMO_TASK'}", b"NaN", b"\xff\xfe"])
+def test_malformed_json_is_400_in_the_error_shape(user_api, body):
+    resp = user_api.post(JOBS, body, content_type="application/json")
+    assert resp.status_code == 400, resp.content
+    assert _error(resp)["code"] == "validation_error"
+
+
+@pytest.mark.parametrize("body", [[{"type": "DEMO_TASK"}], "DEMO_TASK", 7, None])
+def test_a_body_that_is_not_an_object_is_400(user_api, body):
+    resp = user_api.post(JOBS, json.dumps(body), content_type="application/json")
+    assert resp.status_code == 400
+    _error(resp)
+
+
+def test_a_non_json_body_is_415(user_api):
+    resp = user_api.post(JOBS, "type=DEMO_TASK", content_type="application/x-www-form-urlencoded")
+    assert resp.status_code == 415
+    assert _error(resp)["code"] == "unsupported_media_type"
+
+
+# --- authentication ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/jobs"),
+        ("post", "/api/jobs"),
+        ("get", "/api/jobs/{id}"),
+        ("post", "/api/jobs/{id}/cancel"),
+        ("post", "/api/jobs/{id}/retry"),
+        ("post", "/api/jobs/{id}/recover"),
+        ("get", "/api/jobs/{id}/attempts"),
+        ("get", "/api/jobs/{id}/result"),
+        ("get", "/api/admin/jobs"),
+    ],
+)
+def test_every_endpoint_needs_a_token(api, method, path):
+    job = JobFactory()
+    resp = getattr(api, method)(path.format(id=job.id), {"type": "DEMO_TASK"}, format="json")
+    assert resp.status_code == 401
+    assert _error(resp)["code"] == "not_authenticated"
+    assert Job.objects.count() == 1
+
+
+# --- list and filters -------------------------------------------------------------------------
+
+
+def test_list_shows_only_my_jobs_newest_first_in_pages(user_api, user, other_user):
+    mine = [services.enqueue("DEMO_TASK", owner=user).id for _ in range(3)]
+    services.enqueue("DEMO_TASK", owner=other_user)
+
+    resp = user_api.get(JOBS)
+
+    assert resp.status_code == 200
+    page = resp.json()
+    assert set(page) == {"count", "next", "previous", "results"}
+    assert page["count"] == 3
+    expected = list(Job.objects.filter(id__in=mine).order_by("-created_at", "-id").values_list("id", flat=True))
+    assert [r["id"] for r in page["results"]] == [str(i) for i in expected]
+
+
+def test_an_admins_own_list_is_still_only_their_jobs(admin_api, admin_user, user):
+    services.enqueue("DEMO_TASK", owner=user)
+    own = services.enqueue("DEMO_TASK", owner=admin_user)
+    assert [r["id"] for r in admin_api.get(JOBS).json()["results"]] == [str(own.id)]
+
+
+def test_pagination_is_stable_across_created_at_ties(user_api, user):
+    # One statement inserts them all: they share created_at, so only the id tie-break orders them.
+    ids = services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(7)], owner=user)
+    assert Job.objects.filter(id__in=ids).values("created_at").distinct().count() == 1
+
+    seen, url = [], f"{JOBS}?page_size=3"
+    while url:
+        page = user_api.get(url).json()
+        seen += [r["id"] for r in page["results"]]
+        url = page["next"]
+
+    assert seen == sorted((str(i) for i in ids), reverse=True)
+    assert (
+        user_api.get(f"{JOBS}?page_size=3").json()["results"] == user_api.get(f"{JOBS}?page_size=3").json()["results"]
+    )
+
+
+def test_page_size_is_capped(user_api, user):
+    services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)], owner=user)
+    assert len(user_api.get(f"{JOBS}?page_size=100000").json()["results"]) == 3
+    assert user_api.get(f"{JOBS}?page=9").status_code == 404
+
+
+def test_list_filters(user_api, user):
+    a = services.enqueue("DEMO_TASK", owner=user, priority="HIGH", queue="fast")
+    b = services.enqueue("REPORT", owner=user, priority="LOW")
+    c = services.enqueue("DEMO_TASK", owner=user, scheduled_at=timezone.now() + dt.timedelta(hours=1))
+    Job.objects.filter(id=b.id).update(status=JobStatus.FAILED)
+    Job.objects.filter(id=a.id).update(created_at=timezone.now() - dt.timedelta(days=2))
+
+    def ids(query: str) -> set[str]:
+        resp = user_api.get(f"{JOBS}?{query}")
+        assert resp.status_code == 200, resp.content
+        return {r["id"] for r in resp.json()["results"]}
+
+    assert ids("status=FAILED") == {str(b.id)}
+    assert ids("status=QUEUED&status=SCHEDULED") == {str(a.id), str(c.id)}
+    assert ids("type=DEMO_TASK") == {str(a.id), str(c.id)}
+    assert ids("priority=HIGH") == {str(a.id)}
+    assert ids("priority=MEDIUM") == {str(c.id)}
+    assert ids("priority=LOW&type=REPORT") == {str(b.id)}
+    assert ids("queue=fast") == {str(a.id)}
+    day_ago = (timezone.now() - dt.timedelta(days=1)).isoformat()
+    assert ids(f"created_before={day_ago.replace('+', '%2B')}") == {str(a.id)}
+    assert ids(f"created_after={day_ago.replace('+', '%2B')}") == {str(b.id), str(c.id)}
+
+
+@pytest.mark.parametrize("query", ["status=BOGUS", "priority=URGENT", "priority=0", "created_after=yesterday"])
+def test_a_bad_filter_value_is_400_not_ignored(user_api, user, query):
+    services.enqueue("DEMO_TASK", owner=user)
+    resp = user_api.get(f"{JOBS}?{query}")
+    assert resp.status_code == 400, resp.content
+    assert query.split("=")[0] in _error(resp)["details"]
+
+
+# --- detail -----------------------------------------------------------------------------------
+
+
+def test_detail(user_api, user):
+    job = services.enqueue("DEMO_TASK", {"k": 1}, owner=user, name="one")
+    resp = user_api.get(f"{JOBS}/{job.id}")
+    assert resp.status_code == 200
+    assert (resp.json()["id"], resp.json()["payload"], resp.json()["name"]) == (str(job.id), {"k": 1}, "one")
+
+
+def test_unknown_and_malformed_ids_are_404(user_api):
+    missing = user_api.get(f"{JOBS}/{uuid.uuid4()}")
+    assert missing.status_code == 404
+    assert _error(missing)["code"] == "not_found"
+    malformed = user_api.get(f"{JOBS}/not-a-uuid")
+    assert malformed.status_code == 404
+    assert malformed.json()["error"]["code"] == "not_found"
+
+
+def test_detail_does_not_answer_other_methods(user_api, user):
+    job = services.enqueue("DEMO_TASK", owner=user)
+    for method in ("put", "patch", "delete"):
+        resp = getattr(user_api, method)(f"{JOBS}/{job.id}", {"status": "SUCCESS"}, format="json")
+        assert resp.status_code == 405
+    assert Job.objects.get(id=job.id).status == JobStatus.QUEUED
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+def test_cancel_a_queued_job_is_200_and_cancelled(user_api, user):
+    job = services.enqueue("DEMO_TASK", owner=user)
+    resp = user_api.post(f"{JOBS}/{job.id}/cancel")
+    assert resp.status_code == 200
+    assert resp.json()["status"] == "CANCELLED"
+    assert resp.json()["finished_at"] is not None
+
+
+def test_cancel_a_running_job_is_202_and_only_requests_it(user_api, user):
+    job = JobFactory(owner=user, running=True)
+    resp = user_api.post(f"{JOBS}/{job.id}/cancel")
+    assert resp.status_code == 202
+    assert (resp.json()["status"], resp.json()["cancel_requested"]) == ("RUNNING", True)
+    # Asking again is harmless and answers the same.
+    assert user_api.post(f"{JOBS}/{job.id}/cancel").status_code == 202
+    assert not OutboxEvent.objects.filter(job_id=job.id).exists()
+
+
+def test_cancel_a_finished_job_is_409_invalid_state(user_api, user):
+    job = JobFactory(owner=user, succeeded=True)
+    resp = user_api.post(f"{JOBS}/{job.id}/cancel")
+    assert resp.status_code == 409
+    error = _error(resp)
+    assert error["code"] == "invalid_state"
+    assert error["details"] == {"status": "SUCCESS"}
+
+
+def test_retry_a_failed_job(user_api, user):
+    job = services.enqueue("DEMO_TASK", owner=user)
+    Job.objects.filter(id=job.id).update(status=JobStatus.FAILED, attempts=4, finished_at=timezone.now())
+    resp = user_api.post(f"{JOBS}/{job.id}/retry")
+    assert resp.status_code == 200, resp.content
+    assert (resp.json()["status"], resp.json()["finished_at"]) == ("RETRYING", None)
+    assert Job.objects.get(id=job.id).attempts_left == 4
+
+
+def test_recover_is_for_admins_only(admin_api, user_api, user, other_user):
+    mine = JobFactory(owner=user, dead=True)
+    theirs = JobFactory(owner=other_user, dead=True)
+
+    own = user_api.post(f"{JOBS}/{mine.id}/recover")
+    assert own.status_code == 403
+    assert _error(own)["code"] == "permission_denied"
+    others = user_api.post(f"{JOBS}/{theirs.id}/recover")
+    assert others.status_code == 404
+    assert Job.objects.filter(status=JobStatus.DEAD).count() == 2
+
+    resp = admin_api.post(f"{JOBS}/{mine.id}/recover")
+    assert resp.status_code == 200
+    assert resp.json()["status"] == "QUEUED"
+    job = Job.objects.get(id=mine.id)
+    assert (job.attempts_base, job.attempts_left) == (4, 4)
+
+
+def test_attempts_are_paginated_in_order(user_api, user):
+    job = JobFactory(owner=user, failed=True, attempts=3)
+    now = timezone.now()
+    for n in (3, 1, 2):
+        JobAttempt.objects.create(
+            job=job, attempt_number=n, status=AttemptStatus.FAILED, worker="w1", started_at=now, error=f"e{n}"
+        )
+
+    page = user_api.get(f"{JOBS}/{job.id}/attempts?page_size=2").json()
+
+    assert page["count"] == 3
+    assert [a["attempt_number"] for a in page["results"]] == [1, 2]
+    assert set(page["results"][0]) == {"attempt_number", "status", "worker", "started_at", "finished_at", "error"}
+    assert page["results"][0]["error"] == "e1"
+    assert [a["attempt_number"] for a in user_api.get(page["next"]).json()["results"]] == [3]
+
+
+def test_result_is_404_no_result_until_there_is_one(user_api, user):
+    job = JobFactory(owner=user, running=True)
+    none_yet = user_api.get(f"{JOBS}/{job.id}/result")
+    assert none_yet.status_code == 404
+    assert _error(none_yet)["code"] == "no_result"
+
+    JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.SUCCEEDED, result={"echo": [1, 2]})
+    resp = user_api.get(f"{JOBS}/{job.id}/result")
+    assert resp.status_code == 200
+    assert {k: resp.json()[k] for k in ("status", "result", "attempt")} == {
+        "status": "SUCCEEDED",
+        "result": {"echo": [1, 2]},
+        "attempt": 1,
+    }
+
+
+# --- admin list -------------------------------------------------------------------------------
+
+
+def test_admin_list_shows_every_owner_and_filters_by_owner(admin_api, user_api, user, other_user):
+    a = services.enqueue("DEMO_TASK", owner=user)
+    b = services.enqueue("REPORT", owner=other_user, priority="LOW")
+
+    everyone = admin_api.get("/api/admin/jobs").json()
+    assert {r["id"] for r in everyone["results"]} == {str(a.id), str(b.id)}
+    by_owner = admin_api.get(f"/api/admin/jobs?owner={other_user.pk}").json()
+    assert [r["id"] for r in by_owner["results"]] == [str(b.id)]
+    assert admin_api.get("/api/admin/jobs?priority=LOW&type=REPORT").json()["count"] == 1
+    assert admin_api.get("/api/admin/jobs?owner=me").status_code == 400
+
+    refused = user_api.get("/api/admin/jobs")
+    assert refused.status_code == 403
+    assert _error(refused)["code"] == "permission_denied"
+
+
+# --- BOLA: another user's job id is a 404 on every endpoint; an admin sees all ----------------
+
+# (method, path, the state in which the owner's call would succeed, the owner's success status)
+ENDPOINTS = [
+    ("get", "/api/jobs/{id}", "queued", 200),
+    ("post", "/api/jobs/{id}/cancel", "queued", 200),
+    ("post", "/api/jobs/{id}/cancel", "running", 202),
+    ("post", "/api/jobs/{id}/retry", "failed", 200),
+    ("post", "/api/jobs/{id}/recover", "dead", 200),
+    ("get", "/api/jobs/{id}/attempts", "failed", 200),
+    ("get", "/api/jobs/{id}/result", "succeeded", 200),
+]
+
+
+def _job_in(state: str, owner) -> Job:
+    job = JobFactory(owner=owner, **({} if state == "queued" else {state: True}))
+    if state == "succeeded":
+        JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.SUCCEEDED, result=1)
+    return job
+
+
+@pytest.mark.parametrize(("method", "path", "state", "_ok"), ENDPOINTS)
+def test_another_users_job_is_404_on_every_endpoint_and_untouched(other_api, user, method, path, state, _ok):
+    job = _job_in(state, user)
+    before = _snapshot(job.id)
+
+    resp = getattr(other_api, method)(path.format(id=job.id))
+
+    assert resp.status_code == 404, resp.content
+    assert _error(resp)["code"] == "not_found"
+    assert str(job.id) not in resp.content.decode()
+    assert _snapshot(job.id) == before
+
+
+@pytest.mark.parametrize(("method", "path", "state", "ok"), ENDPOINTS)
+def test_an_admin_reaches_every_users_job_on_every_endpoint(admin_api, user, method, path, state, ok):
+    job = _job_in(state, user)
+    resp = getattr(admin_api, method)(path.format(id=job.id))
+    assert resp.status_code == ok, resp.content
+
+
+def test_another_users_idempotency_key_is_theirs_alone(user_api, other_api):
+    first = _post(user_api, {"type": "DEMO_TASK"}, HTTP_IDEMPOTENCY_KEY="shared")
+    second = _post(other_api, {"type": "DEMO_TASK", "payload": {"different": True}}, HTTP_IDEMPOTENCY_KEY="shared")
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["id"] != second.json()["id"]
+
+
+def test_a_user_cannot_see_jobs_of_others_in_lists(other_api, user):
+    for _ in range(3):
+        services.enqueue("DEMO_TASK", owner=user)
+    assert other_api.get(JOBS).json()["count"] == 0
+    assert other_api.get(f"{JOBS}?owner={user.pk}").json()["count"] == 0
+
+
+# --- schema -----------------------------------------------------------------------------------
+
+
+def test_schema_documents_every_job_endpoint_and_the_idempotency_headers(api):
+    resp = api.get("/api/schema/?format=json")
+    assert resp.status_code == 200
+    schema = json.loads(resp.content)
+    paths = schema["paths"]
+    for path, method in [
+        ("/api/jobs", "get"),
+        ("/api/jobs", "post"),
+        ("/api/jobs/{job_id}", "get"),
+        ("/api/jobs/{job_id}/cancel", "post"),
+        ("/api/jobs/{job_id}/retry", "post"),
+        ("/api/jobs/{job_id}/recover", "post"),
+        ("/api/jobs/{job_id}/attempts", "get"),
+        ("/api/jobs/{job_id}/result", "get"),
+        ("/api/admin/jobs", "get"),
+    ]:
+        assert method in paths[path], (path, method)
+    create = paths["/api/jobs"]["post"]
+    assert {"in": "header", "name": "Idempotency-Key"}.items() <= next(
+        p for p in create["parameters"] if p["name"] == "Idempotency-Key"
+    ).items()
+    assert "Idempotent-Replayed" in create["responses"]["200"]["headers"]
+    assert {"200", "201", "400", "409", "413"} <= set(create["responses"])
+    assert {p["name"] for p in paths["/api/admin/jobs"]["get"]["parameters"]} >= {
+        "owner",
+        "status",
+        "type",
+        "priority",
+        "queue",
+        "created_after",
+        "created_before",
+    }
+    assert schema["components"]["schemas"]["Priority"]["enum"] == ["HIGH", "MEDIUM", "LOW"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2026-01-01T00:00:00+23:59", "0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00"],
+)
+def test_created_filters_with_extreme_offsets_never_500(user_api, value):
+    """Found by schemathesis: PostgreSQL rejects offsets beyond 15:59; the filter normalises to UTC first."""
+    for name in ("created_before", "created_after"):
+        resp = user_api.get("/api/jobs", {name: value})
+        assert resp.status_code in (200, 400), resp.content
+        if resp.status_code == 400:
+            assert resp.json()["error"]["code"] == "validation_error"

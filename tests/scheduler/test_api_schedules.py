@@ -1,0 +1,289 @@
+"""The schedules API: CRUD for owners and admins, trigger, preview, strict bodies, 400 on bad cron or zone."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+
+from scheduler.models import CronSchedule, Job
+from scheduler.states import JobStatus
+
+pytestmark = pytest.mark.django_db
+
+NIGHTLY = {
+    "name": "nightly report",
+    "cron": "30 2 * * *",
+    "timezone": "America/New_York",
+    "misfire_policy": "catch_up",
+    "overlap_policy": "skip",
+    "job": {"type": "REPORT", "payload": {"since": "2024-01-01"}, "priority": "HIGH", "queue": "reports"},
+}
+
+
+def db_now() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def parse(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def create(client, body=None):
+    resp = client.post("/api/schedules", body or NIGHTLY, format="json")
+    assert resp.status_code == 201, resp.content
+    return resp.json()
+
+
+def test_create_reads_back_with_every_documented_field(user_api, user):
+    body = create(user_api)
+    assert set(body) >= {
+        "id",
+        "name",
+        "cron",
+        "interval_seconds",
+        "timezone",
+        "enabled",
+        "misfire_policy",
+        "overlap_policy",
+        "job",
+        "next_fire_at",
+        "last_fired_at",
+        "next_fire_times",
+    }
+    assert body["owner"] == user.id
+    assert (body["cron"], body["interval_seconds"], body["timezone"]) == ("30 2 * * *", None, "America/New_York")
+    assert (body["enabled"], body["misfire_policy"], body["overlap_policy"]) == (True, "catch_up", "skip")
+    assert body["job"] == {
+        "type": "REPORT",
+        "payload": {"since": "2024-01-01"},
+        "priority": "HIGH",
+        "queue": "reports",
+        "max_retries": 3,
+        "timeout_seconds": 300,
+    }
+    assert body["last_fired_at"] is None
+    times = [parse(t) for t in body["next_fire_times"]]
+    assert len(times) == 5
+    assert times[0] == parse(body["next_fire_at"])
+    assert times[0] > db_now()
+    assert all(t.utcoffset() == dt.timedelta(0) for t in times)
+    assert all(t.astimezone(dt.UTC).minute == 30 for t in times)
+
+
+def test_defaults_and_interval_schedules(user_api):
+    resp = user_api.post(
+        "/api/schedules", {"name": "tick", "interval_seconds": 60, "job": {"type": "DEMO_TASK"}}, format="json"
+    )
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert (body["cron"], body["interval_seconds"], body["timezone"]) == (None, 60, "UTC")
+    assert (body["enabled"], body["misfire_policy"], body["overlap_policy"]) == (True, "skip", "allow")
+    assert body["job"]["priority"] == "MEDIUM"
+    assert body["job"]["queue"] == "default"
+    times = [parse(t) for t in body["next_fire_times"]]
+    assert [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)] == [60.0] * 4
+
+
+def test_macros_are_stored_expanded(user_api):
+    body = create(user_api, {**NIGHTLY, "cron": "@hourly", "timezone": "UTC"})
+    assert body["cron"] == "0 * * * *"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"cron": "* * * * * *"}, "cron"),
+        ({"cron": "@reboot"}, "cron"),
+        ({"cron": "0 0 30 2 *"}, "cron"),  # never fires
+        ({"timezone": "Mars/Olympus_Mons"}, "timezone"),
+        ({"cron": None}, "cron"),  # neither cron nor interval
+        ({"interval_seconds": 60}, "cron"),  # both
+        ({"interval_seconds": 0, "cron": None}, "interval_seconds"),
+        ({"misfire_policy": "sometimes"}, "misfire_policy"),
+        ({"overlap_policy": "queue"}, "overlap_policy"),
+        ({"name": ""}, "name"),
+        ({"owner": 1}, "owner"),  # unknown field
+        ({"next_fire_at": "2030-01-01T00:00:00Z"}, "next_fire_at"),  # read-only: unknown in a body
+        ({"job": {"type": "NO_SUCH_HANDLER"}}, "job"),
+        ({"job": {"type": "DEMO_TASK", "max_retries": 11}}, "job"),
+        ({"job": {"type": "DEMO_TASK", "status": "SUCCESS"}}, "job"),  # unknown nested field
+        ({"job": {"type": "DEMO_TASK", "priority": "URGENT"}}, "job"),
+    ],
+)
+def test_bad_bodies_are_400_with_the_field_named(user_api, change, field):
+    resp = user_api.post("/api/schedules", {**NIGHTLY, **change}, format="json")
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["code"] == "validation_error"
+    assert field in error["details"]
+    assert not CronSchedule.objects.exists()
+
+
+def test_an_oversized_template_payload_is_413(user_api):
+    resp = user_api.post(
+        "/api/schedules", {**NIGHTLY, "job": {"type": "DEMO_TASK", "payload": {"x": "y" * 11_000}}}, format="json"
+    )
+    assert resp.status_code == 413
+    assert resp.json()["error"]["code"] == "payload_too_large"
+
+
+def test_users_see_only_their_own_schedules_and_admins_see_all(user_api, other_api, admin_api):
+    mine = create(user_api)
+    theirs = create(other_api, {**NIGHTLY, "name": "theirs"})
+    listed = user_api.get("/api/schedules").json()
+    assert set(listed) == {"count", "next", "previous", "results"}
+    assert [s["id"] for s in listed["results"]] == [mine["id"]]
+    assert {s["id"] for s in admin_api.get("/api/schedules").json()["results"]} == {mine["id"], theirs["id"]}
+    for method, suffix in (("get", ""), ("patch", ""), ("put", ""), ("delete", ""), ("post", "/trigger")):
+        resp = getattr(user_api, method)(f"/api/schedules/{theirs['id']}{suffix}", {"name": "x"}, format="json")
+        assert resp.status_code == 404, (method, resp.content)
+        assert resp.json()["error"]["code"] == "not_found"
+    assert CronSchedule.objects.get(id=theirs["id"]).name == "theirs"
+    assert not Job.objects.exists()
+    assert admin_api.get(f"/api/schedules/{mine['id']}").status_code == 200
+    assert admin_api.patch(f"/api/schedules/{mine['id']}", {"enabled": False}, format="json").status_code == 200
+
+
+def test_anonymous_requests_are_401(api):
+    assert api.get("/api/schedules").status_code == 401
+    assert api.post("/api/schedules/preview", {"cron": "* * * * *"}, format="json").status_code == 401
+
+
+def test_patch_changes_only_what_it_names(user_api):
+    body = create(user_api)
+    resp = user_api.patch(
+        f"/api/schedules/{body['id']}", {"name": "renamed", "job": {"payload": {"v": 2}}}, format="json"
+    )
+    assert resp.status_code == 200, resp.content
+    after = resp.json()
+    assert after["name"] == "renamed"
+    assert after["job"] == {**body["job"], "payload": {"v": 2}}
+    assert after["next_fire_at"] == body["next_fire_at"]  # not a timing change
+
+
+def test_patch_switches_between_cron_and_interval_and_recomputes_the_next_fire(user_api):
+    body = create(user_api)
+    to_interval = user_api.patch(f"/api/schedules/{body['id']}", {"interval_seconds": 30}, format="json").json()
+    assert (to_interval["cron"], to_interval["interval_seconds"]) == (None, 30)
+    assert parse(to_interval["next_fire_at"]) <= db_now() + dt.timedelta(seconds=30)
+    to_cron = user_api.patch(f"/api/schedules/{body['id']}", {"cron": "*/10 * * * *"}, format="json").json()
+    assert (to_cron["cron"], to_cron["interval_seconds"]) == ("*/10 * * * *", None)
+    assert parse(to_cron["next_fire_at"]).minute % 10 == 0
+    bad = user_api.patch(f"/api/schedules/{body['id']}", {"timezone": "Nowhere/Land"}, format="json")
+    assert bad.status_code == 400
+    assert "timezone" in bad.json()["error"]["details"]
+    assert CronSchedule.objects.get(id=body["id"]).timezone == "America/New_York"
+
+
+def test_disable_clears_the_timetable_and_enable_restarts_it_from_now(user_api):
+    body = create(user_api)
+    off = user_api.patch(f"/api/schedules/{body['id']}", {"enabled": False}, format="json").json()
+    assert (off["enabled"], off["next_fire_at"], off["next_fire_times"]) == (False, None, [])
+    on = user_api.patch(f"/api/schedules/{body['id']}", {"enabled": True}, format="json").json()
+    assert parse(on["next_fire_at"]) > db_now()
+    assert len(on["next_fire_times"]) == 5
+
+
+def test_put_replaces_the_whole_schedule(user_api):
+    body = create(user_api)
+    resp = user_api.put(
+        f"/api/schedules/{body['id']}",
+        {"name": "every minute", "cron": "* * * * *", "job": {"type": "DEMO_TASK"}},
+        format="json",
+    )
+    assert resp.status_code == 200, resp.content
+    after = resp.json()
+    assert (after["timezone"], after["misfire_policy"], after["overlap_policy"]) == ("UTC", "skip", "allow")
+    assert after["job"] == {
+        "type": "DEMO_TASK",
+        "payload": {},
+        "priority": "MEDIUM",
+        "queue": "default",
+        "max_retries": 3,
+        "timeout_seconds": 300,
+    }
+    missing = user_api.put(f"/api/schedules/{body['id']}", {"name": "x"}, format="json")
+    assert missing.status_code == 400
+    assert "job" in missing.json()["error"]["details"]
+
+
+def test_delete_removes_the_schedule_and_keeps_its_jobs(user_api):
+    body = create(user_api)
+    job = user_api.post(f"/api/schedules/{body['id']}/trigger").json()
+    assert user_api.delete(f"/api/schedules/{body['id']}").status_code == 204
+    assert user_api.get(f"/api/schedules/{body['id']}").status_code == 404
+    assert Job.objects.get(id=job["id"]).schedule_id is None
+
+
+def test_trigger_fires_now_and_leaves_the_timetable(user_api, user):
+    body = create(user_api)
+    before = db_now()
+    resp = user_api.post(f"/api/schedules/{body['id']}/trigger")
+    assert resp.status_code == 201, resp.content
+    job = resp.json()
+    assert (job["schedule"], job["type"], job["priority"], job["queue"], job["owner"]) == (
+        body["id"],
+        "REPORT",
+        "HIGH",
+        "reports",
+        user.id,
+    )
+    assert job["status"] == JobStatus.QUEUED
+    assert parse(job["fire_time"]) >= before
+    after = user_api.get(f"/api/schedules/{body['id']}").json()
+    assert after["next_fire_at"] == body["next_fire_at"]
+    assert after["last_fired_at"] == job["fire_time"]
+    assert user_api.post(f"/api/schedules/{body['id']}/trigger").json()["id"] != job["id"]
+
+
+def test_preview_lists_fire_times_after_start_in_utc(user_api):
+    resp = user_api.post(
+        "/api/schedules/preview",
+        {"cron": "30 2 * * *", "timezone": "America/New_York", "start": "2024-03-09T00:00:00-05:00", "count": 3},
+        format="json",
+    )
+    assert resp.status_code == 200, resp.content
+    assert resp.json() == {"fire_times": ["2024-03-09T07:30:00Z", "2024-03-10T07:00:00Z", "2024-03-11T06:30:00Z"]}
+    interval = user_api.post(
+        "/api/schedules/preview",
+        {"interval_seconds": 90, "start": "2024-01-01T00:00:00+00:00", "count": 2},
+        format="json",
+    )
+    assert interval.json() == {"fire_times": ["2024-01-01T00:01:30Z", "2024-01-01T00:03:00Z"]}
+    default = user_api.post("/api/schedules/preview", {"cron": "@daily"}, format="json").json()
+    assert len(default["fire_times"]) == 5
+    assert parse(default["fire_times"][0]) > db_now()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"cron": "not cron"}, "cron"),
+        ({"cron": "* * * * *", "timezone": "Europe/Atlantis"}, "timezone"),
+        ({"cron": "* * * * *", "count": 0}, "count"),
+        ({"cron": "* * * * *", "count": 101}, "count"),
+        ({"cron": "* * * * *", "start": "2024-01-01T00:00:00"}, "start"),  # no offset
+        ({}, "cron"),
+        ({"cron": "* * * * *", "interval_seconds": 5}, "cron"),
+        ({"cron": "* * * * *", "extra": 1}, "extra"),
+    ],
+)
+def test_preview_rejects_bad_input(user_api, body, field):
+    resp = user_api.post("/api/schedules/preview", body, format="json")
+    assert resp.status_code == 400, resp.content
+    assert field in resp.json()["error"]["details"]
+
+
+def test_the_schema_documents_the_schedule_endpoints(api):
+    resp = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert resp.status_code == 200
+    schema = resp.json() if resp["Content-Type"].endswith("json") else None
+    paths = schema["paths"] if schema else resp.content.decode()
+    for path in ("/api/schedules", "/api/schedules/{schedule_id}", "/api/schedules/{schedule_id}/trigger"):
+        assert path in paths
+    assert "/api/schedules/preview" in paths

@@ -1,0 +1,476 @@
+"""Fire-time math: the ISC/Debian cron DST rules, written out by hand in UTC, and misfire plans."""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+import pytest
+from croniter import croniter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.cron import (
+    ENUMERATE_LIMIT,
+    cron_spec,
+    fire_times,
+    interval_spec,
+    normalize_cron,
+    plan_fires,
+)
+from scheduler.exceptions import InvalidSchedule
+
+UTC = dt.UTC
+
+
+def utc(text: str) -> dt.datetime:
+    """``"2024-03-10 07:00"`` as an aware UTC datetime."""
+    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def local(text: str, zone: str) -> dt.datetime:
+    """A wall time in ``zone`` (first occurrence if repeated)."""
+    return dt.datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(zone))
+
+
+def fires(expr: str, zone: str, start: dt.datetime, count: int) -> list[str]:
+    return [t.strftime("%Y-%m-%d %H:%M") for t in fire_times(cron_spec(expr, zone), start=start, count=count)]
+
+
+# Transitions used below (all 2024):
+#   America/New_York  spring 03-10 02:00 EST(-5) -> 03:00 EDT(-4), at 07:00Z; walls 02:00-02:59 skipped
+#                     autumn 11-03 02:00 EDT(-4) -> 01:00 EST(-5), at 06:00Z; walls 01:00-01:59 twice
+#   Europe/London     spring 03-31 01:00 GMT(+0) -> 02:00 BST(+1), at 01:00Z; walls 01:00-01:59 skipped
+#                     autumn 10-27 02:00 BST(+1) -> 01:00 GMT(+0), at 01:00Z; walls 01:00-01:59 twice
+#   Australia/Lord_Howe spring 10-06 02:00 +10:30 -> 02:30 +11:00, at 10-05 15:30Z; walls 02:00-02:29 skipped
+#                       autumn 04-07 02:00 +11:00 -> 01:30 +10:30, at 04-06 15:00Z; walls 01:30-01:59 twice
+DST_TABLE = [
+    # -- fixed entries: once per local date and time; a skipped time fires at the gap's end, a
+    #    repeated time at its first occurrence.
+    (
+        "30 2 * * *",
+        "America/New_York",
+        "2024-03-09 00:00",
+        ["2024-03-09 07:30", "2024-03-10 07:00", "2024-03-11 06:30"],
+    ),
+    (
+        "30 2 * * *",
+        "America/New_York",
+        "2024-11-02 00:00",
+        ["2024-11-02 06:30", "2024-11-03 07:30", "2024-11-04 07:30"],
+    ),
+    (
+        "30 1 * * *",
+        "America/New_York",
+        "2024-03-09 00:00",
+        ["2024-03-09 06:30", "2024-03-10 06:30", "2024-03-11 05:30"],
+    ),
+    (
+        "30 1 * * *",
+        "America/New_York",
+        "2024-11-02 00:00",
+        ["2024-11-02 05:30", "2024-11-03 05:30", "2024-11-04 06:30"],
+    ),
+    ("30 2 * * *", "Europe/London", "2024-03-30 00:00", ["2024-03-30 02:30", "2024-03-31 01:30", "2024-04-01 01:30"]),
+    ("30 2 * * *", "Europe/London", "2024-10-26 00:00", ["2024-10-26 01:30", "2024-10-27 02:30", "2024-10-28 02:30"]),
+    ("30 1 * * *", "Europe/London", "2024-03-30 00:00", ["2024-03-30 01:30", "2024-03-31 01:00", "2024-04-01 00:30"]),
+    ("30 1 * * *", "Europe/London", "2024-10-26 00:00", ["2024-10-26 00:30", "2024-10-27 00:30", "2024-10-28 01:30"]),
+    (
+        "0 2 * * *",
+        "Australia/Lord_Howe",
+        "2024-10-05 00:00",
+        ["2024-10-04 15:30", "2024-10-05 15:30", "2024-10-06 15:00"],
+    ),
+    (
+        "0 2 * * *",
+        "Australia/Lord_Howe",
+        "2024-04-06 00:00",
+        ["2024-04-05 15:00", "2024-04-06 15:30", "2024-04-07 15:30"],
+    ),
+    (
+        "45 1 * * *",
+        "Australia/Lord_Howe",
+        "2024-10-05 00:00",
+        ["2024-10-04 15:15", "2024-10-05 15:15", "2024-10-06 14:45"],
+    ),
+    (
+        "45 1 * * *",
+        "Australia/Lord_Howe",
+        "2024-04-06 00:00",
+        ["2024-04-05 14:45", "2024-04-06 14:45", "2024-04-07 15:15"],
+    ),
+    # Two skipped times of one entry are one fire at the gap's end; the next day is normal.
+    (
+        "0,30 2 * * *",
+        "America/New_York",
+        "2024-03-10 00:00",
+        ["2024-03-10 07:00", "2024-03-11 06:00", "2024-03-11 06:30"],
+    ),
+    # -- real-time entries (minute or hour starts with *): every instant whose wall time matches.
+    (
+        "0 * * * *",
+        "America/New_York",
+        "2024-03-09 23:00",
+        ["2024-03-10 05:00", "2024-03-10 06:00", "2024-03-10 07:00", "2024-03-10 08:00", "2024-03-10 09:00"],
+    ),
+    (
+        "0 * * * *",
+        "America/New_York",
+        "2024-11-02 23:00",
+        ["2024-11-03 04:00", "2024-11-03 05:00", "2024-11-03 06:00", "2024-11-03 07:00", "2024-11-03 08:00"],
+    ),
+    (
+        "*/30 * * * *",
+        "America/New_York",
+        "2024-03-10 00:30",
+        ["2024-03-10 06:00", "2024-03-10 06:30", "2024-03-10 07:00", "2024-03-10 07:30", "2024-03-10 08:00"],
+    ),
+    (
+        "*/30 * * * *",
+        "America/New_York",
+        "2024-11-03 00:00",
+        [
+            "2024-11-03 04:30",
+            "2024-11-03 05:00",
+            "2024-11-03 05:30",
+            "2024-11-03 06:00",  # 01:00 EST, the second 01:00
+            "2024-11-03 06:30",  # 01:30 EST, the second 01:30
+            "2024-11-03 07:00",
+        ],
+    ),
+    (
+        "0 * * * *",
+        "Europe/London",
+        "2024-03-30 23:00",
+        ["2024-03-31 00:00", "2024-03-31 01:00", "2024-03-31 02:00", "2024-03-31 03:00", "2024-03-31 04:00"],
+    ),
+    (
+        "0 * * * *",
+        "Europe/London",
+        "2024-10-26 23:00",
+        ["2024-10-26 23:00", "2024-10-27 00:00", "2024-10-27 01:00", "2024-10-27 02:00", "2024-10-27 03:00"],
+    ),
+    (
+        "*/30 * * * *",
+        "Europe/London",
+        "2024-03-31 00:00",
+        ["2024-03-31 00:30", "2024-03-31 01:00", "2024-03-31 01:30", "2024-03-31 02:00", "2024-03-31 02:30"],
+    ),
+    (
+        "*/30 * * * *",
+        "Europe/London",
+        "2024-10-27 00:00",
+        [
+            "2024-10-26 23:30",
+            "2024-10-27 00:00",
+            "2024-10-27 00:30",
+            "2024-10-27 01:00",  # 01:00 GMT, the second 01:00
+            "2024-10-27 01:30",  # 01:30 GMT, the second 01:30
+            "2024-10-27 02:00",
+        ],
+    ),
+    (
+        "*/15 * * * *",
+        "Australia/Lord_Howe",
+        "2024-10-06 01:30",
+        ["2024-10-05 15:15", "2024-10-05 15:30", "2024-10-05 15:45", "2024-10-05 16:00"],
+    ),
+    (
+        "*/15 * * * *",
+        "Australia/Lord_Howe",
+        "2024-04-07 01:15",
+        [
+            "2024-04-06 14:30",  # 01:30 +11:00
+            "2024-04-06 14:45",  # 01:45 +11:00
+            "2024-04-06 15:00",  # 01:30 +10:30, the second 01:30
+            "2024-04-06 15:15",  # 01:45 +10:30, the second 01:45
+            "2024-04-06 15:30",  # 02:00 +10:30
+        ],
+    ),
+    # @hourly is "0 * * * *": real time.
+    ("@hourly", "Europe/London", "2024-03-31 00:30", ["2024-03-31 01:00", "2024-03-31 02:00"]),
+    # @daily is "0 0 * * *": fixed.
+    ("@daily", "America/New_York", "2024-11-02 12:00", ["2024-11-03 04:00", "2024-11-04 05:00"]),
+]
+
+
+@pytest.mark.parametrize(("expr", "zone", "start", "expected"), DST_TABLE)
+def test_dst_fire_times_match_the_hand_written_utc_instants(expr, zone, start, expected):
+    assert fires(expr, zone, local(start, zone), len(expected)) == expected
+
+
+def test_fixed_entry_started_in_the_second_pass_of_a_repeated_hour_waits_for_the_next_day():
+    # 06:00Z is 01:00 EST, the second 01:00 of 2024-11-03; "30 1" already fired at 05:30Z (EDT).
+    assert fires("30 1 * * *", "America/New_York", utc("2024-11-03 06:00"), 1) == ["2024-11-04 06:30"]
+    # From the first pass (05:10Z = 01:10 EDT) it still fires at the first occurrence only.
+    assert fires("30 1 * * *", "America/New_York", utc("2024-11-03 05:10"), 2) == [
+        "2024-11-03 05:30",
+        "2024-11-04 06:30",
+    ]
+
+
+def test_real_time_entry_started_late_in_the_first_pass_fires_the_second_pass_next():
+    # 05:45Z is 01:45 EDT; the next "*/30" instant is 01:00 EST (06:00Z), then 01:30 EST.
+    assert fires("*/30 * * * *", "America/New_York", utc("2024-11-03 05:45"), 3) == [
+        "2024-11-03 06:00",
+        "2024-11-03 06:30",
+        "2024-11-03 07:00",
+    ]
+    # "0 1 * * *"-like minute with a wildcard hour: "0 * ..." from 05:30Z (01:30 EDT) -> 06:00Z (01:00 EST).
+    assert fires("0 * * * *", "America/New_York", utc("2024-11-03 05:30"), 1) == ["2024-11-03 06:00"]
+    # From inside the second pass only the second pass and later remain.
+    assert fires("*/30 * * * *", "America/New_York", utc("2024-11-03 06:10"), 2) == [
+        "2024-11-03 06:30",
+        "2024-11-03 07:00",
+    ]
+
+
+def test_a_real_time_entry_fires_nothing_for_a_skipped_hour():
+    # "30 * * * *" is real time (hour *): 02:30 EST does not exist on 2024-03-10.
+    assert fires("30 * * * *", "America/New_York", utc("2024-03-10 06:00"), 2) == [
+        "2024-03-10 06:30",
+        "2024-03-10 07:30",  # 03:30 EDT
+    ]
+
+
+def test_a_clock_change_of_three_hours_or_more_is_a_correction_not_dst():
+    # Samoa skipped 2011-12-30 entirely (-10 -> +14). ISC cron runs nothing for a jump >= 3 h.
+    assert fires("0 12 * * *", "Pacific/Apia", local("2011-12-29 00:00", "Pacific/Apia"), 2) == [
+        "2011-12-29 22:00",  # 12:00 -10:00
+        "2011-12-30 22:00",  # 12:00 +14:00 on the 31st; the 30th never happened
+    ]
+
+
+def test_interval_schedules_ignore_wall_time():
+    spec = interval_spec(3600, anchor=utc("2024-11-03 04:00"))
+    assert [t.strftime("%H:%M") for t in fire_times(spec, start=utc("2024-11-03 04:00"), count=4)] == [
+        "05:00",
+        "06:00",
+        "07:00",
+        "08:00",
+    ]
+    assert spec.next_after(utc("2024-11-03 05:30")) == utc("2024-11-03 06:00")
+    assert spec.next_after(utc("2024-11-03 03:00")) == utc("2024-11-03 04:00")
+    assert spec.latest_before(utc("2024-11-03 07:00"), floor=utc("2024-11-03 04:00")) == utc("2024-11-03 06:00")
+    assert spec.latest_before(utc("2024-11-03 04:00"), floor=utc("2024-11-03 04:00")) is None
+
+
+def test_utc_is_plain_cron():
+    assert fires("*/20 9-10 * * 1-5", "UTC", utc("2024-01-05 10:30"), 3) == [
+        "2024-01-05 10:40",
+        "2024-01-08 09:00",
+        "2024-01-08 09:20",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expression", "normalized"),
+    [("@hourly", "0 * * * *"), ("@DAILY", "0 0 * * *"), ("  0   5 * *   MON-FRI ", "0 5 * * MON-FRI")],
+)
+def test_normalize_cron(expression, normalized):
+    assert normalize_cron(expression) == normalized
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["", "61 * * * *", "* * * *", "* * * * * *", "0 0 1 1 * 2030", "@reboot", "H * * * *", "R 0 * * *", "0 0 ? * *"],
+)
+def test_bad_expressions_are_refused(expression):
+    with pytest.raises(InvalidSchedule) as exc:
+        cron_spec(expression, "UTC")
+    assert "cron" in exc.value.details
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "../../etc/passwd", "", "utc+1"])
+def test_bad_zones_are_refused(zone):
+    with pytest.raises(InvalidSchedule) as exc:
+        cron_spec("0 * * * *", zone)
+    assert "timezone" in exc.value.details
+
+
+def test_an_expression_that_never_fires_has_no_next_time():
+    assert cron_spec("0 0 30 2 *", "UTC").next_after(utc("2024-01-01 00:00")) is None
+
+
+# -- an independent oracle: walk every UTC minute and apply the rules as stated ----------------
+
+
+def matcher(expr: str):
+    """Return wall -> bool for a 5-field expression with ``*`` day-of-month (croniter parses, we match)."""
+    minutes, hours, doms, months, dows = croniter(normalize_cron(expr)).expanded
+    assert doms == ["*"] and months == ["*"]
+
+    def match(wall: dt.datetime) -> bool:
+        return (
+            (minutes == ["*"] or wall.minute in minutes)
+            and (hours == ["*"] or wall.hour in hours)
+            and (dows == ["*"] or (wall.weekday() + 1) % 7 in dows)
+        )
+
+    return match
+
+
+def oracle(expr: str, zone_name: str, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """Fire times in (start, end] by brute force over UTC minutes, straight from the issue's wording."""
+    zone = ZoneInfo(zone_name)
+    fields = normalize_cron(expr).split(" ")
+    real_time = fields[0].startswith("*") or fields[1].startswith("*")
+    match = matcher(expr)
+    minute = dt.timedelta(minutes=1)
+    u = start.replace(second=0, microsecond=0) + minute
+    out = []
+    while u <= end:
+        here = u.astimezone(zone)
+        wall = here.replace(tzinfo=None, fold=0)
+        if real_time:
+            fire = match(wall)
+        else:
+            fire = match(wall) and here.fold == 0
+            jump = here.utcoffset() - (u - minute).astimezone(zone).utcoffset()
+            if not fire and jump > dt.timedelta(0):  # u is the first instant after a gap of `jump`
+                fire = any(match(wall - jump + k * minute) for k in range(int(jump / minute)))
+        if fire:
+            out.append(u)
+        u += minute
+    return out
+
+
+EXPRESSIONS = [
+    "*/15 * * * *",
+    "0 * * * *",
+    "30 * * * *",
+    "30 2 * * *",
+    "30 1 * * *",
+    "45 1 * * *",
+    "0 2 * * *",
+    "0,30 1-3 * * *",
+    "*/7 2 * * *",
+    "0 0-3 * * *",
+    "15 2 * * 0",
+]
+TRANSITIONS = [
+    ("America/New_York", utc("2024-03-10 07:00")),
+    ("America/New_York", utc("2024-11-03 06:00")),
+    ("Europe/London", utc("2024-03-31 01:00")),
+    ("Europe/London", utc("2024-10-27 01:00")),
+    ("Australia/Lord_Howe", utc("2024-10-05 15:30")),
+    ("Australia/Lord_Howe", utc("2024-04-06 15:00")),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    expr=st.sampled_from(EXPRESSIONS),
+    where=st.sampled_from(TRANSITIONS),
+    offset_minutes=st.integers(min_value=-36 * 60, max_value=12 * 60),
+    seconds=st.integers(min_value=0, max_value=59),
+)
+def test_next_fire_times_agree_with_a_minute_by_minute_oracle(expr, where, offset_minutes, seconds):
+    zone, change = where
+    start = change + dt.timedelta(minutes=offset_minutes, seconds=seconds)
+    got = fire_times(cron_spec(expr, zone), start=start, count=5)
+    assert len(got) == 5
+    assert got == oracle(expr, zone, start, got[-1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    expr=st.sampled_from(EXPRESSIONS),
+    where=st.sampled_from(TRANSITIONS),
+    offset_minutes=st.integers(min_value=-30 * 60, max_value=30 * 60),
+)
+def test_latest_before_inverts_next_after(expr, where, offset_minutes):
+    zone, change = where
+    spec = cron_spec(expr, zone)
+    floor = spec.next_after(change - dt.timedelta(days=3))
+    t = change + dt.timedelta(minutes=offset_minutes, seconds=7)
+    expected = [f for f in oracle(expr, zone, floor - dt.timedelta(minutes=1), t) if f < t]
+    assert spec.latest_before(t, floor=floor) == (expected[-1] if expected else None)
+
+
+# -- misfire plans ----------------------------------------------------------------------------
+
+
+EVERY_MINUTE = cron_spec("* * * * *", "UTC")
+
+
+def plan(policy: str, *, next_fire_at: str, now: str, missed_before: str, limit: int = 100):
+    return plan_fires(
+        EVERY_MINUTE,
+        next_fire_at=utc(next_fire_at),
+        now=utc(now),
+        missed_before=utc(missed_before),
+        misfire_policy=policy,
+        catch_up_limit=limit,
+    )
+
+
+def hhmm(p) -> list[str]:
+    return [t.strftime("%H:%M") for t in p.fires]
+
+
+def test_on_time_fires_all_fire_whatever_the_policy():
+    for policy in ("skip", "catch_up", "none"):
+        p = plan(policy, next_fire_at="2024-01-01 10:00", now="2024-01-01 10:02:30", missed_before="2024-01-01 09:00")
+        assert hhmm(p) == ["10:00", "10:01", "10:02"]
+        assert p.next_fire_at == utc("2024-01-01 10:03")
+        assert p.dropped == 0
+
+
+def test_skip_fires_once_for_the_latest_missed_time_then_the_on_time_ones():
+    # Leader since 10:05:30; missed 10:00-10:05, on time 10:06-10:07.
+    p = plan("skip", next_fire_at="2024-01-01 10:00", now="2024-01-01 10:07:10", missed_before="2024-01-01 10:05:30")
+    assert hhmm(p) == ["10:05", "10:06", "10:07"]
+    assert p.dropped == 5
+    assert p.next_fire_at == utc("2024-01-01 10:08")
+
+
+def test_none_fires_nothing_missed():
+    p = plan("none", next_fire_at="2024-01-01 10:00", now="2024-01-01 10:07:10", missed_before="2024-01-01 10:05:30")
+    assert hhmm(p) == ["10:06", "10:07"]
+    assert p.dropped == 6
+
+
+def test_catch_up_fires_every_missed_time_up_to_its_bound():
+    p = plan("catch_up", next_fire_at="2024-01-01 10:00", now="2024-01-01 10:03:00", missed_before="2024-01-01 10:02")
+    assert hhmm(p) == ["10:00", "10:01", "10:02", "10:03"]
+    bounded = plan(
+        "catch_up",
+        next_fire_at="2024-01-01 10:00",
+        now="2024-01-01 10:09:00",
+        missed_before="2024-01-01 10:08",
+        limit=3,
+    )
+    assert hhmm(bounded) == ["10:05", "10:06", "10:07", "10:08", "10:09"]  # the latest 3 missed + on time
+    assert bounded.dropped == 5
+
+
+def test_a_long_outage_is_crossed_without_walking_every_missed_minute():
+    # 60 days of minutes is far beyond ENUMERATE_LIMIT: the plan jumps by bisection.
+    assert 60 * 24 * 60 > ENUMERATE_LIMIT
+    skip = plan("skip", next_fire_at="2024-01-01 00:00", now="2024-03-01 12:00:30", missed_before="2024-03-01 11:59:30")
+    assert [t.isoformat() for t in skip.fires] == ["2024-03-01T11:59:00+00:00", "2024-03-01T12:00:00+00:00"]
+    assert skip.next_fire_at == utc("2024-03-01 12:01")
+    catch_up = plan(
+        "catch_up", next_fire_at="2024-01-01 00:00", now="2024-03-01 12:00:30", missed_before="2024-03-01 11:59:30"
+    )
+    assert len(catch_up.fires) == 101
+    assert catch_up.fires[0] == utc("2024-03-01 10:20")
+    assert catch_up.fires[-1] == utc("2024-03-01 12:00")
+    assert all(b - a == dt.timedelta(minutes=1) for a, b in zip(catch_up.fires, catch_up.fires[1:], strict=False))
+    none = plan("none", next_fire_at="2024-01-01 00:00", now="2024-03-01 12:00:30", missed_before="2024-03-01 11:59:30")
+    assert hhmm(none) == ["12:00"]
+
+
+def test_a_plan_for_an_expression_that_stops_firing_ends_with_no_next_time():
+    once = cron_spec("0 0 29 2 *", "UTC")  # leap days only: the next one after 2024 is 2028
+    p = plan_fires(
+        once,
+        next_fire_at=utc("2024-02-29 00:00"),
+        now=utc("2024-02-29 00:00:05"),
+        missed_before=utc("2024-02-29 00:00"),
+        misfire_policy="skip",
+        catch_up_limit=10,
+    )
+    assert hhmm(p) == ["00:00"]
+    assert p.next_fire_at == utc("2028-02-29 00:00")

@@ -1,0 +1,214 @@
+"""Leadership: the Redis lock and its fencing tokens, the database fence, the advisory-lock fallback."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from django.db import connection
+from django_redis import get_redis_connection
+
+from scheduler.leadership import (
+    Leadership,
+    _claim,
+    _claim_next,
+    advisory_key,
+    fence_check,
+    fence_token,
+    lock_key,
+    token_key,
+)
+from scheduler.models import LeaderFence
+from tests.scheduler.redis_server import RedisServer
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def role() -> Iterator[str]:
+    """A role of its own per test, so Redis keys never leak between tests."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    yield name
+    try:
+        get_redis_connection("default").delete(lock_key(name), token_key(name))
+    except Exception:  # noqa: S110 - the private server of a fallback test may be gone
+        pass
+
+
+@pytest.fixture
+def make(role) -> Iterator:
+    """Build Leadership objects for ``role``; release them all at the end."""
+    made: list[Leadership] = []
+
+    def build(ttl_seconds: float = 10) -> Leadership:
+        lead = Leadership(role=role, ttl_seconds=ttl_seconds, redis_retry_seconds=0)
+        made.append(lead)
+        return lead
+
+    yield build
+    for lead in made:
+        lead.release()
+
+
+def test_the_first_process_leads_with_a_token_and_the_others_wait(make, role):
+    a, b = make(), make()
+    assert a.acquire_or_renew() is True
+    assert (a.is_leader, a.mode) == (True, "redis")
+    assert a.token is not None and a.token >= 1
+    assert a.leading_since is not None
+    assert b.acquire_or_renew() is False
+    assert (b.is_leader, b.token) == (False, None)
+    # The term's token is claimed in the database at once.
+    assert fence_token(role=role) == a.token
+    assert get_redis_connection("default").get(lock_key(role)).decode() == f"{a.holder}:{a.token}"
+
+
+def test_renewal_keeps_the_token_and_extends_the_lock(make, role):
+    a = make(ttl_seconds=10)
+    a.acquire_or_renew()
+    token = a.token
+    redis = get_redis_connection("default")
+    redis.pexpire(lock_key(role), 500)
+    assert a.acquire_or_renew() is True
+    assert a.token == token
+    assert redis.pttl(lock_key(role)) > 5000
+
+
+def test_release_frees_the_lock_and_the_next_leader_gets_a_larger_token(make):
+    a, b = make(), make()
+    a.acquire_or_renew()
+    first = a.token
+    a.release()
+    assert (a.is_leader, a.token, a.mode) == (False, None, None)
+    assert b.acquire_or_renew() is True
+    assert b.token > first
+
+
+def test_a_lost_lock_ends_the_term_and_the_stale_token_is_fenced_out(make, role):
+    a, b = make(), make()
+    a.acquire_or_renew()
+    stale = a.token
+    # A pauses past its TTL: the lock expires (deleted here, not waited for) and B takes over.
+    get_redis_connection("default").delete(lock_key(role))
+    assert b.acquire_or_renew() is True
+    assert b.token > stale
+    # A still believes it leads until it next renews; the database refuses its token anyway.
+    assert a.is_leader is True
+    assert fence_check(role=role, token=stale, holder=a.holder) is False
+    assert fence_check(role=role, token=b.token, holder=b.holder) is True
+    assert a.acquire_or_renew() is False
+    assert (a.is_leader, a.token) == (False, None)
+
+
+def test_fence_check_inserts_the_row_and_accepts_equal_or_newer_tokens(role):
+    assert fence_check(role=role, token=5, holder="x") is True
+    assert LeaderFence.objects.get(role=role).token == 5
+    assert fence_check(role=role, token=5, holder="x") is True
+    assert fence_check(role=role, token=4, holder="y") is False
+    assert fence_check(role=role, token=9, holder="z") is True
+    assert LeaderFence.objects.get(role=role).token == 9
+
+
+def test_the_token_counter_never_falls_below_the_database_fence(make, role):
+    # Redis lost its counter (restart without persistence) or a fallback leader moved the fence on.
+    LeaderFence.objects.create(role=role, token=1000)
+    get_redis_connection("default").set(token_key(role), 3)
+    a = make()
+    assert a.acquire_or_renew() is True
+    assert a.token == 1001
+    assert int(get_redis_connection("default").get(token_key(role))) == 1001
+
+
+def test_a_claim_must_be_strictly_newer_than_the_fence(role):
+    # Tokens from Redis and from the fallback never tie: of two equal claims the second fails.
+    LeaderFence.objects.create(role=role, token=7)
+    assert _claim(role=role, token=7, holder="x") is None
+    assert _claim(role=role, token=8, holder="x") is not None
+    assert _claim_next(role=role, holder="y")[0] == 9
+
+
+def test_an_invalid_ttl_is_refused():
+    with pytest.raises(ValueError, match="positive"):
+        Leadership(role="x", ttl_seconds=0)
+
+
+# -- Redis down: the PostgreSQL advisory lock ----------------------------------------------------
+
+
+@pytest.fixture
+def private_redis(settings) -> Iterator[RedisServer]:
+    """A redis-server of our own, wired in as the default cache, that the test may stop."""
+    server = RedisServer()
+    server.start()
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": server.url}}
+    yield server
+    server.close()
+
+
+def _advisory_lock_held(role: str) -> bool:
+    """True when some session holds the role's advisory lock (checked from a fresh connection)."""
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", [advisory_key(role)]).fetchone()[0]
+        if got:
+            conn.execute("SELECT pg_advisory_unlock(%s)", [advisory_key(role)])
+        return not got
+
+
+def test_redis_down_hands_the_term_to_the_advisory_lock_and_back(private_redis, make, role):
+    a, b = make(), make()
+    assert a.acquire_or_renew() is True
+    redis_token = a.token
+    since = a.leading_since
+
+    private_redis.stop()
+    # A cannot renew in Redis: it moves to the advisory lock at once, with a newer token, and
+    # keeps its leading_since (no tick was lost). B cannot lead: the advisory lock is A's.
+    assert a.acquire_or_renew() is True
+    assert a.mode == "postgres"
+    assert a.token > redis_token
+    assert a.leading_since == since
+    assert fence_token(role=role) == a.token
+    assert _advisory_lock_held(role)
+    assert b.acquire_or_renew() is False
+    assert a.acquire_or_renew() is True  # renewing in fallback mode keeps the token
+    pg_token = a.token
+
+    private_redis.start()  # back, and empty: no lock, no counter
+    assert a.acquire_or_renew() is True
+    assert a.mode == "redis"
+    assert a.token > pg_token  # the counter restarted at 1 but the floor is the fence
+    assert not _advisory_lock_held(role)
+    assert b.acquire_or_renew() is False
+
+
+def test_when_redis_returns_another_process_may_take_over_and_the_fallback_leader_steps_down(private_redis, make, role):
+    a, b = make(), make()
+    private_redis.stop()
+    assert a.acquire_or_renew() is True
+    assert a.mode == "postgres"
+    assert b.acquire_or_renew() is False
+
+    private_redis.start()
+    assert b.acquire_or_renew() is True  # the Redis lock is free and its token beats the fence
+    assert b.mode == "redis"
+    assert b.token > a.token
+    assert fence_check(role=role, token=a.token, holder=a.holder) is False
+    assert a.acquire_or_renew() is False  # A sees B's lock and steps down
+    assert a.token is None
+    assert not _advisory_lock_held(role)
+
+
+def test_with_redis_unreachable_from_the_start_the_first_process_leads_through_postgresql(settings, make):
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:9/0"}}
+    a, b = make(), make()
+    assert a.acquire_or_renew() is True
+    assert a.mode == "postgres"
+    assert b.acquire_or_renew() is False
+    a.release()  # closing the session frees the advisory lock at once
+    assert b.acquire_or_renew() is True
+    assert b.token > 0

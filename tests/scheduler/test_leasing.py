@@ -1,0 +1,494 @@
+"""Tests for scheduler.leasing: batched claims, fenced heartbeats and fenced, batched outcome writes.
+
+Each test runs in one transaction, so the database's ``now()`` is the same instant for every
+statement of a test: due times and leases can be compared exactly against ``db_now()``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from scheduler import leasing
+from scheduler.exceptions import RetryableError
+from scheduler.leasing import Outcome, Report
+from scheduler.lifecycle import Claimed
+from scheduler.maintenance.promoter import DuePromoter
+from scheduler.maintenance.rescuer import LeaseRescuer
+from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
+from scheduler.registry import handler
+from scheduler.services import enqueue, job_cancel
+from scheduler.states import AttemptStatus, EventType, JobStatus
+
+pytestmark = pytest.mark.django_db
+
+WORKER = "test-host:1:abc"
+SLOW_BACKOFF = "TEST_LEASING_SLOW_BACKOFF"
+
+
+@handler(SLOW_BACKOFF, backoff_base_seconds=5.0, backoff_max_seconds=7.0)
+def _slow_backoff(payload: Any, ctx: Any) -> None:
+    """A type with its own backoff: 5 s, then capped at 7 s."""
+    raise RetryableError("always")
+
+
+@pytest.fixture(autouse=True)
+def _scheduler_settings(settings) -> None:
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "LEASE_SECONDS": 30,
+        "BACKOFF_BASE_SECONDS": 1.0,
+        "BACKOFF_MAX_SECONDS": 30.0,
+        "BACKOFF_JITTER": False,
+    }
+
+
+def db_now() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def ago(seconds: float) -> dt.datetime:
+    return db_now() - dt.timedelta(seconds=seconds)
+
+
+def make_job(type_: str = "DEMO_TASK", payload: Any = None, **options: Any) -> Job:
+    return enqueue(type_, payload or {}, **options)
+
+
+def claim(limit: int = 1, **options: Any) -> list[Claimed]:
+    return leasing.claim_jobs(worker_id=options.pop("worker_id", WORKER), limit=limit, queues=None, **options)
+
+
+def claim_one(job: Job) -> Claimed:
+    """Claim ``job``, which must be the only claimable one."""
+    (claimed,) = claim(limit=1)
+    assert claimed.id == job.id
+    return claimed
+
+
+def claim_each(*jobs: Job) -> list[Claimed]:
+    """Claim exactly ``jobs`` in one batch; return their claims in the order given."""
+    claimed = {c.id: c for c in claim(limit=len(jobs) + 1)}
+    assert set(claimed) == set(ids(jobs))
+    return [claimed[j.id] for j in jobs]
+
+
+def promote_all() -> int:
+    return DuePromoter().run_once(now=db_now() + dt.timedelta(days=1))
+
+
+def reload(job: Job | Claimed) -> Job:
+    return Job.objects.get(id=job.id)
+
+
+def attempts(job: Job | Claimed) -> list[tuple[int, str]]:
+    return list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+
+
+def events(job: Job | Claimed) -> list[str]:
+    return list(OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").values_list("event_type", flat=True))
+
+
+def report(job: Claimed, outcome: Outcome, **fields: Any) -> Report:
+    return Report(job=job, outcome=outcome, **fields)
+
+
+def record(*reports: Report) -> set[uuid.UUID]:
+    return leasing.record_outcomes(list(reports))
+
+
+def ids(items: Sequence[Job | Claimed]) -> list[uuid.UUID]:
+    return [i.id for i in items]
+
+
+# -- claim -----------------------------------------------------------------------------------
+
+
+def test_claim_orders_by_priority_then_scheduled_at_then_created_at() -> None:
+    low_oldest = make_job(priority="LOW", scheduled_at=ago(600))
+    medium_late = make_job(priority="MEDIUM", scheduled_at=ago(10))
+    medium_early = make_job(priority="MEDIUM", scheduled_at=ago(20))
+    high_now = make_job(priority="HIGH")
+    high_early = make_job(priority="HIGH", scheduled_at=ago(30))
+    # Same priority and due time: the older row goes first.
+    same_due = ago(20)
+    tie_newer = make_job(priority="MEDIUM", scheduled_at=same_due)
+    tie_older = make_job(priority="MEDIUM", scheduled_at=same_due)
+    Job.objects.filter(id=tie_newer.id).update(created_at=ago(5))
+    Job.objects.filter(id=tie_older.id).update(created_at=ago(50))
+    Job.objects.filter(id=medium_early.id).update(scheduled_at=ago(25))
+
+    order = [claim(limit=1)[0].id for _ in range(7)]
+
+    assert order == ids([high_early, high_now, medium_early, tie_older, tie_newer, medium_late, low_oldest])
+    assert claim(limit=1) == []
+
+
+def test_claim_takes_at_most_limit_and_writes_attempt_lease_and_event() -> None:
+    jobs = [make_job() for _ in range(5)]
+
+    claimed = claim(limit=3)
+
+    assert len(claimed) == 3
+    assert Job.objects.filter(status=JobStatus.QUEUED).count() == 2
+    now = db_now()
+    for c in claimed:
+        job = reload(c)
+        assert job.status == JobStatus.RUNNING
+        assert (job.attempts, c.attempt) == (1, 1)
+        assert job.lease_owner == WORKER
+        assert job.lease_token == c.lease_token is not None
+        assert job.lease_expires_at == now + dt.timedelta(seconds=30)
+        assert job.started_at == now
+        assert attempts(job) == [(1, AttemptStatus.RUNNING)]
+        assert JobAttempt.objects.get(job_id=job.id).worker == WORKER
+        assert events(job)[-1] == EventType.JOB_STARTED
+    assert len({c.lease_token for c in claimed}) == 3
+    assert {c.id for c in claimed} < set(ids(jobs))
+
+
+def test_claim_with_no_free_slots_claims_nothing() -> None:
+    make_job()
+    assert claim(limit=0) == []
+    assert Job.objects.get().status == JobStatus.QUEUED
+
+
+def test_claim_is_one_statement_whatever_the_batch() -> None:
+    for _ in range(30):
+        make_job()
+    with CaptureQueriesContext(connection) as one:
+        assert len(claim(limit=1)) == 1
+    with CaptureQueriesContext(connection) as many:
+        assert len(claim(limit=25)) == 25
+    assert len(many) == len(one)
+
+
+def test_claim_only_from_the_given_queues() -> None:
+    a = make_job(queue="a")
+    b = make_job(queue="b")
+    c = make_job(queue="c")
+
+    claimed = leasing.claim_jobs(worker_id=WORKER, limit=10, queues=["a", "b"])
+
+    assert sorted(ids(claimed)) == sorted(ids([a, b]))
+    assert reload(c).status == JobStatus.QUEUED
+    assert ids(leasing.claim_jobs(worker_id=WORKER, limit=10, queues=None)) == [c.id]
+
+
+def test_claim_skips_paused_queues() -> None:
+    paused = make_job(queue="paused", priority="HIGH")
+    live = make_job(queue="live", priority="LOW")
+
+    claimed = leasing.claim_jobs(worker_id=WORKER, limit=10, queues=None, paused=["paused"])
+
+    assert ids(claimed) == [live.id]
+    assert reload(paused).status == JobStatus.QUEUED
+    assert leasing.claim_jobs(worker_id=WORKER, limit=10, queues=["paused"], paused=["paused"]) == []
+
+
+def test_claim_ignores_jobs_that_are_not_queued() -> None:
+    make_job(scheduled_at=db_now() + dt.timedelta(hours=1))
+    cancelled = make_job()
+    job_cancel(job_id=cancelled.id)
+    failed = make_job()
+    record(report(claim_one(failed), Outcome.RETRYABLE, error="boom"))
+
+    assert claim(limit=10) == []
+    assert sorted(Job.objects.values_list("status", flat=True)) == ["CANCELLED", "RETRYING", "SCHEDULED"]
+
+
+# -- fencing ---------------------------------------------------------------------------------
+
+
+def test_a_completion_after_the_lease_was_rescued_is_discarded() -> None:
+    job = make_job(payload={"result": "late"})
+    first = claim_one(job)
+    assert LeaseRescuer().run_once(now=db_now() + dt.timedelta(seconds=31)) == 1
+
+    assert record(report(first, Outcome.SUCCEEDED, result={"late": True})) == set()
+
+    rescued = reload(job)
+    assert rescued.status == JobStatus.RETRYING
+    assert rescued.lease_token is None
+    assert attempts(job) == [(1, AttemptStatus.LOST)]
+    assert not JobResult.objects.filter(job_id=job.id).exists()
+
+    # The rescued job runs again; the first worker's late report still cannot touch it.
+    promote_all()
+    second = claim_one(job)
+    assert second.attempt == 2
+    assert record(report(first, Outcome.SUCCEEDED, result={"late": True})) == set()
+    assert record(report(first, Outcome.RETRYABLE, error="late failure")) == set()
+    assert reload(job).status == JobStatus.RUNNING
+    assert attempts(job) == [(1, AttemptStatus.LOST), (2, AttemptStatus.RUNNING)]
+
+    assert record(report(second, Outcome.SUCCEEDED, result={"on": 2})) == {job.id}
+    assert reload(job).status == JobStatus.SUCCESS
+    assert attempts(job) == [(1, AttemptStatus.LOST), (2, AttemptStatus.SUCCEEDED)]
+    assert JobResult.objects.get(job_id=job.id).result == {"on": 2}
+
+
+def test_an_outcome_is_recorded_once() -> None:
+    job = make_job()
+    claimed = claim_one(job)
+
+    assert record(report(claimed, Outcome.TIMED_OUT, error="timed out")) == {job.id}
+    # The thread pool's late result for the same run arrives after the timeout was recorded.
+    assert record(report(claimed, Outcome.SUCCEEDED, result=1)) == set()
+
+    assert reload(job).status == JobStatus.RETRYING
+    assert attempts(job) == [(1, AttemptStatus.TIMED_OUT)]
+    assert not JobResult.objects.filter(job_id=job.id).exists()
+    assert events(job).count(EventType.JOB_RETRIED) == 1
+
+
+# -- heartbeat -------------------------------------------------------------------------------
+
+
+def test_heartbeat_extends_only_leases_still_held(settings) -> None:
+    held, finished, other = (make_job() for _ in range(3))
+    c_held, c_finished, c_other = claim_each(held, finished, other)
+    record(report(c_finished, Outcome.SUCCEEDED))
+    before = reload(other).lease_expires_at
+    settings.SCHEDULER = {**settings.SCHEDULER, "LEASE_SECONDS": 600}
+
+    still, cancel = leasing.heartbeat(
+        worker_id=WORKER,
+        jobs=[(held.id, c_held.lease_token), (finished.id, c_finished.lease_token), (other.id, uuid.uuid4())],
+    )
+
+    assert (still, cancel) == ({held.id}, set())
+    assert reload(held).lease_expires_at == db_now() + dt.timedelta(seconds=600)
+    assert reload(other).lease_expires_at == before
+    assert reload(finished).lease_expires_at is None
+
+
+def test_heartbeat_reports_cancel_requested() -> None:
+    keep, stop = make_job(), make_job()
+    c_keep, c_stop = claim_each(keep, stop)
+
+    assert job_cancel(job_id=stop.id).status == JobStatus.RUNNING
+
+    still, cancel = leasing.heartbeat(
+        worker_id=WORKER, jobs=[(keep.id, c_keep.lease_token), (stop.id, c_stop.lease_token)]
+    )
+    assert still == {keep.id, stop.id}
+    assert cancel == {stop.id}
+    assert leasing.cancel_requested([keep.id, stop.id]) == {stop.id}
+
+
+def test_heartbeat_with_nothing_held_does_nothing() -> None:
+    with CaptureQueriesContext(connection) as queries:
+        assert leasing.heartbeat(worker_id=WORKER, jobs=[]) == (set(), set())
+    assert len(queries) == 0
+
+
+# -- record_outcomes -------------------------------------------------------------------------
+
+
+def test_success_stores_result_attempt_and_event() -> None:
+    job = make_job()
+    claimed = claim_one(job)
+
+    assert record(report(claimed, Outcome.SUCCEEDED, result={"echo": "hi", "attempt": 1})) == {job.id}
+
+    done = reload(job)
+    assert done.status == JobStatus.SUCCESS
+    assert done.finished_at == db_now()
+    assert (done.lease_owner, done.lease_token, done.lease_expires_at) == (None, None, None)
+    attempt = JobAttempt.objects.get(job_id=job.id)
+    assert (attempt.status, attempt.finished_at) == (AttemptStatus.SUCCEEDED, db_now())
+    result = JobResult.objects.get(job_id=job.id)
+    assert (result.attempt, result.status, result.result) == (1, AttemptStatus.SUCCEEDED, {"echo": "hi", "attempt": 1})
+    assert events(job) == ["JOB_CREATED", "JOB_QUEUED", "JOB_STARTED", "JOB_COMPLETED"]
+    assert list(OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").values_list("sequence", flat=True)) == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def test_retryable_failure_retries_after_backoff() -> None:
+    job = make_job(max_retries=3)
+    first = claim_one(job)
+
+    assert record(report(first, Outcome.RETRYABLE, error="RetryableError: boom", traceback="Traceback...")) == {job.id}
+
+    retrying = reload(job)
+    assert retrying.status == JobStatus.RETRYING
+    assert retrying.scheduled_at == db_now() + dt.timedelta(seconds=1)
+    assert retrying.last_error == "RetryableError: boom"
+    assert retrying.finished_at is None
+    attempt = JobAttempt.objects.get(job_id=job.id)
+    assert (attempt.status, attempt.error, attempt.traceback) == (
+        AttemptStatus.FAILED,
+        "RetryableError: boom",
+        "Traceback...",
+    )
+    assert not JobResult.objects.filter(job_id=job.id).exists()
+    retried = OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").last()
+    assert retried.event_type == EventType.JOB_RETRIED
+    assert retried.payload["backoff_seconds"] == 1.0
+
+    # Not due yet at the database's now; due one backoff later.
+    assert DuePromoter().run_once() == 0
+    assert DuePromoter().run_once(now=db_now() + dt.timedelta(seconds=1)) == 1
+    second = claim_one(job)
+    record(report(second, Outcome.RETRYABLE, error="again"))
+    assert reload(job).scheduled_at == db_now() + dt.timedelta(seconds=2)
+
+
+def test_backoff_is_capped_and_per_type(settings) -> None:
+    job = make_job(SLOW_BACKOFF, max_retries=5)
+    delays = []
+    for _ in range(3):
+        record(report(claim_one(job), Outcome.RETRYABLE, error="boom"))
+        delays.append((reload(job).scheduled_at - db_now()).total_seconds())
+        promote_all()
+    assert delays == [5.0, 7.0, 7.0]
+
+
+def test_jitter_keeps_the_retry_within_the_backoff(settings) -> None:
+    settings.SCHEDULER = {**settings.SCHEDULER, "BACKOFF_JITTER": True, "BACKOFF_BASE_SECONDS": 10.0}
+    jobs = [make_job() for _ in range(20)]
+    claimed = claim(limit=20)
+    record(*(report(c, Outcome.RETRYABLE, error="boom") for c in claimed))
+    delays = [(reload(j).scheduled_at - db_now()).total_seconds() for j in jobs]
+    assert all(0.0 <= d <= 10.0 for d in delays)
+    assert len(set(delays)) > 1
+
+
+def test_no_attempts_left_dead_letters() -> None:
+    job = make_job(max_retries=1)
+    record(report(claim_one(job), Outcome.RETRYABLE, error="first"))
+    promote_all()
+
+    assert record(report(claim_one(job), Outcome.TIMED_OUT, error="timed out after 300 s")) == {job.id}
+
+    dead = reload(job)
+    assert dead.status == JobStatus.DEAD
+    assert dead.attempts == 2
+    assert dead.finished_at == db_now()
+    assert dead.last_error == "timed out after 300 s"
+    assert attempts(job) == [(1, AttemptStatus.FAILED), (2, AttemptStatus.TIMED_OUT)]
+    assert events(job)[-1] == EventType.JOB_DEAD
+    assert JobResult.objects.get(job_id=job.id).result is None
+
+
+def test_permanent_error_fails_without_retrying() -> None:
+    job = make_job(max_retries=5)
+
+    assert record(report(claim_one(job), Outcome.PERMANENT, error="PermanentError: bad input")) == {job.id}
+
+    failed = reload(job)
+    assert failed.status == JobStatus.FAILED
+    assert failed.last_error == "PermanentError: bad input"
+    assert failed.finished_at == db_now()
+    assert attempts(job) == [(1, AttemptStatus.FAILED)]
+    assert events(job)[-1] == EventType.JOB_FAILED
+
+
+def test_cancelled_run_ends_cancelled() -> None:
+    job = make_job()
+    claimed = claim_one(job)
+    job_cancel(job_id=job.id)
+
+    assert record(report(claimed, Outcome.CANCELLED, error="cancelled")) == {job.id}
+
+    assert reload(job).status == JobStatus.CANCELLED
+    assert attempts(job) == [(1, AttemptStatus.CANCELLED)]
+    assert events(job)[-1] == EventType.JOB_CANCELLED
+
+
+def test_a_failure_after_cancel_was_requested_is_not_retried() -> None:
+    job = make_job(max_retries=3)
+    claimed = claim_one(job)
+    job_cancel(job_id=job.id)
+
+    assert record(report(claimed, Outcome.RETRYABLE, error="boom while stopping")) == {job.id}
+
+    assert reload(job).status == JobStatus.CANCELLED
+    assert attempts(job) == [(1, AttemptStatus.FAILED)]
+
+
+def test_hand_back_requeues_at_once_without_spending_the_budget() -> None:
+    job = make_job(max_retries=1)
+
+    for attempt in (1, 2):
+        claimed = claim_one(job)
+        assert claimed.attempt == attempt
+        assert record(report(claimed, Outcome.HANDED_BACK, error="worker shut down")) == {job.id}
+        handed = reload(job)
+        assert handed.status == JobStatus.RETRYING
+        assert handed.scheduled_at == db_now()
+        assert handed.attempts_left == 2
+        assert DuePromoter().run_once() == 1
+
+    # Two hand-backs later the budget of 1 + max_retries is whole: one failure retries, the next is final.
+    record(report(claim_one(job), Outcome.RETRYABLE, error="one"))
+    assert reload(job).status == JobStatus.RETRYING
+    promote_all()
+    record(report(claim_one(job), Outcome.RETRYABLE, error="two"))
+    assert reload(job).status == JobStatus.DEAD
+    assert attempts(job) == [
+        (1, AttemptStatus.LOST),
+        (2, AttemptStatus.LOST),
+        (3, AttemptStatus.FAILED),
+        (4, AttemptStatus.FAILED),
+    ]
+
+
+def test_a_mixed_batch_is_written_in_one_go() -> None:
+    jobs = [make_job(max_retries=2) for _ in range(7)]
+    stale = claim_each(*jobs)[6]
+    LeaseRescuer().run_once(now=db_now() + dt.timedelta(seconds=31))  # rescues all seven ...
+    promote_all()
+    c = claim_each(*jobs)  # ... which run again; the seventh gets a report from its first run
+    c[6] = stale
+
+    accepted = record(
+        report(c[0], Outcome.SUCCEEDED, result=[1, 2]),
+        report(c[1], Outcome.RETRYABLE, error="boom"),
+        report(c[2], Outcome.PERMANENT, error="bad"),
+        report(c[3], Outcome.CANCELLED, error="cancelled"),
+        report(c[4], Outcome.TIMED_OUT, error="slow"),
+        report(c[5], Outcome.HANDED_BACK, error="shutdown"),
+        report(c[6], Outcome.SUCCEEDED, result="stale"),
+    )
+
+    assert accepted == set(ids(jobs[:6]))
+    statuses = [reload(j).status for j in jobs]
+    assert statuses == ["SUCCESS", "RETRYING", "FAILED", "CANCELLED", "RETRYING", "RETRYING", "RUNNING"]
+    assert [attempts(j)[-1][1] for j in jobs] == ["SUCCEEDED", "FAILED", "FAILED", "CANCELLED", "TIMED_OUT", "LOST"] + [
+        "RUNNING"
+    ]
+    assert JobResult.objects.get(job_id=jobs[0].id).result == [1, 2]
+    assert not JobResult.objects.filter(job_id=jobs[6].id).exists()
+
+
+def test_outcome_writes_do_not_grow_with_the_batch() -> None:
+    def statements_for(n: int) -> int:
+        for _ in range(n):
+            make_job()
+        claimed = claim(limit=n)
+        with CaptureQueriesContext(connection) as queries:
+            assert len(record(*(report(c, Outcome.SUCCEEDED, result=i) for i, c in enumerate(claimed)))) == n
+        return len(queries)
+
+    assert statements_for(2) == statements_for(40)
+    assert Job.objects.filter(status=JobStatus.SUCCESS).count() == 42
+
+
+def test_recording_nothing_touches_nothing() -> None:
+    with CaptureQueriesContext(connection) as queries:
+        assert leasing.record_outcomes([]) == set()
+    assert len(queries) == 0

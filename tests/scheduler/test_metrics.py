@@ -1,0 +1,362 @@
+"""Metrics: a real worker and scheduler process scraped over HTTP, the scrape-time collector, jobs_created_total.
+
+The process tests start ``manage.py run_workers``/``run_scheduler`` with ``--metrics-port`` on
+the test database and read ``/metrics`` with prometheus_client's own parser. Each process is
+fresh, so its counters start at zero and must end at exactly what the run did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduler import metrics
+from scheduler.maintenance.promoter import DuePromoter
+from scheduler.metrics import ClusterStateCollector, register_cluster_state
+from scheduler.models import Job, OutboxEvent, WorkerNode
+from scheduler.services import enqueue, enqueue_many, job_cancel
+from scheduler.states import JobStatus
+from tests.factories import JobFactory
+from tests.scheduler.test_workers import Processes, status_is, wait_until
+
+ISSUE_METRICS = (
+    "jobs_created_total",
+    "jobs_completed_total",
+    "jobs_failed_total",
+    "jobs_retried_total",
+    "jobs_dead_total",
+    "jobs_cancelled_total",
+    "jobs_execution_duration_seconds",
+    "jobs_schedule_lag_seconds",
+    "workers_active",
+    "worker_slots_busy",
+    "jobs_queue_depth",
+    "leases_rescued_total",
+    "cron_fires_total",
+    "scheduler_is_leader",
+    "outbox_backlog",
+    "outbox_publish_lag_seconds",
+    "audit_events_stored_total",
+    "rate_limit_rejections_total",
+    "rate_limit_backend_errors_total",
+)
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    """Return a TCP port that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrape(port: int) -> Samples:
+    """GET http://127.0.0.1:port/metrics and return {(sample name, labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310 - loopback
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    """The value of one sample, or None when the process does not export it."""
+    return samples.get((name, frozenset(labels.items())))
+
+
+@pytest.fixture
+def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
+    """Processes of one test, all stopped (and their logs shown on failure) afterwards."""
+    processes = Processes(tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+        sys.stderr.write(processes.report() + "\n")
+
+
+@pytest.fixture(autouse=True)
+def _fast_backoff(settings) -> None:
+    """In-test maintenance (the promoter) uses the same short backoff as the processes."""
+    settings.SCHEDULER = {**settings.SCHEDULER, "BACKOFF_BASE_SECONDS": 0.1, "BACKOFF_MAX_SECONDS": 0.2}
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def test_every_metric_of_the_issue_is_declared_in_the_one_registry() -> None:
+    registry = CollectorRegistry()
+    register_cluster_state(registry)
+    declared = {family.name for family in REGISTRY.collect()} | {f.name for f in registry.collect()}
+
+    for name in ISSUE_METRICS:
+        family = name.removesuffix("_total")  # prometheus_client names a counter family without it
+        assert family in declared, name
+
+
+def test_registering_the_cluster_collector_twice_registers_it_once() -> None:
+    registry = CollectorRegistry()
+
+    first = register_cluster_state(registry)
+    second = register_cluster_state(registry)
+
+    assert first is second
+    assert [f.name for f in registry.collect() if f.name == "outbox_backlog"] == ["outbox_backlog"]
+
+
+# -- jobs_created_total ------------------------------------------------------------------------
+
+
+def created(type_: str, queue: str, priority: str) -> float:
+    return REGISTRY.get_sample_value("jobs_created_total", {"type": type_, "queue": queue, "priority": priority}) or 0.0
+
+
+@pytest.mark.django_db
+def test_jobs_created_total_counts_committed_jobs_by_type_queue_and_priority(
+    django_capture_on_commit_callbacks,
+) -> None:
+    before = (
+        created("DEMO_TASK", "mq1", "HIGH"),
+        created("FAILING", "mq1", "MEDIUM"),
+        created("DEMO_TASK", "mq2", "LOW"),
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        enqueue_many([{"type": "DEMO_TASK", "queue": "mq1", "priority": "HIGH"}] * 3)
+        enqueue("FAILING", queue="mq1")
+        enqueue("DEMO_TASK", queue="mq2", priority="LOW", scheduled_at=timezone.now() + dt.timedelta(hours=1))
+
+    after = (
+        created("DEMO_TASK", "mq1", "HIGH"),
+        created("FAILING", "mq1", "MEDIUM"),
+        created("DEMO_TASK", "mq2", "LOW"),
+    )
+    assert [a - b for a, b in zip(after, before, strict=True)] == [3, 1, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_enqueue_counts_nothing() -> None:
+    before = created("DEMO_TASK", "mq-rollback", "MEDIUM")
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue("DEMO_TASK", queue="mq-rollback")
+        raise RuntimeError("roll back")
+    enqueue("DEMO_TASK", queue="mq-rollback")
+
+    assert created("DEMO_TASK", "mq-rollback", "MEDIUM") - before == 1
+
+
+# -- the scrape-time collector -----------------------------------------------------------------
+
+
+def collected(collector: ClusterStateCollector) -> Samples:
+    return {(s.name, frozenset(s.labels.items())): s.value for f in collector.collect() for s in f.samples}
+
+
+@pytest.mark.django_db
+def test_cluster_state_collector_counts_depth_workers_and_outbox_backlog() -> None:
+    enqueue_many([{"type": "DEMO_TASK", "queue": "depth"}] * 3)  # QUEUED, 2 outbox events each
+    JobFactory.create_batch(2, scheduled=True, queue="depth", owner=None)
+    JobFactory(running=True, queue="depth", owner=None)
+    JobFactory(status=JobStatus.RETRYING, queue="depth", owner=None)
+    JobFactory(succeeded=True, queue="depth", owner=None)  # terminal: not counted
+    JobFactory(dead=True, queue="other", owner=None)  # waits for a person: not counted
+    enqueue("DEMO_TASK", queue="idle")
+    job_cancel(job_id=enqueue("DEMO_TASK", queue="idle").id)
+    OutboxEvent.objects.filter(job_id__in=list(OutboxEvent.objects.values_list("job_id", flat=True)[:1])).update(
+        published_at=Now()
+    )
+    unpublished = OutboxEvent.objects.filter(published_at__isnull=True).count()
+    now = timezone.now()
+    node = {
+        "hostname": "h",
+        "queues": [],
+        "concurrency": 1,
+        "pool": "threads",
+        "started_at": now - dt.timedelta(hours=1),
+    }
+    WorkerNode.objects.create(id="alive", pid=1, last_heartbeat_at=now, **node)
+    WorkerNode.objects.create(id="stopped", pid=2, last_heartbeat_at=now, stopped_at=now, **node)
+    WorkerNode.objects.create(id="silent", pid=3, last_heartbeat_at=now - dt.timedelta(minutes=5), **node)
+    WorkerNode.objects.create(
+        id="reaped",
+        pid=4,
+        last_heartbeat_at=now - dt.timedelta(minutes=3),
+        stopped_at=now - dt.timedelta(minutes=2),
+        **node,
+    )
+    WorkerNode.objects.create(
+        id="reaped-long-ago",
+        pid=5,
+        last_heartbeat_at=now - dt.timedelta(hours=1),
+        stopped_at=now - dt.timedelta(minutes=50),
+        **node,
+    )
+
+    samples = collected(ClusterStateCollector(close_connection=False))
+
+    depth = {
+        (dict(labels)["queue"], dict(labels)["status"]): v
+        for (name, labels), v in samples.items()
+        if name == "jobs_queue_depth"
+    }
+    assert depth == {
+        ("depth", "QUEUED"): 3,
+        ("depth", "SCHEDULED"): 2,
+        ("depth", "RUNNING"): 1,
+        ("depth", "RETRYING"): 1,
+        ("idle", "QUEUED"): 1,
+        ("idle", "SCHEDULED"): 0,
+        ("idle", "RUNNING"): 0,
+        ("idle", "RETRYING"): 0,
+        # "other" has no row in stint_queue (a factory row) and no waiting job: not reported.
+    }
+    assert value(samples, "workers_active") == 1
+    assert value(samples, "workers_heartbeat_overdue") == 2  # "silent" and "reaped"
+    assert value(samples, "outbox_backlog") == unpublished > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cluster_state_collector_skips_its_samples_when_the_database_fails(monkeypatch) -> None:
+    enqueue("DEMO_TASK", queue="locked")
+    monkeypatch.setattr(metrics, "STATEMENT_TIMEOUT_MS", 200)
+    d = connection.settings_dict
+    conninfo = {"dbname": d["NAME"], "user": d["USER"], "password": d["PASSWORD"], "host": d["HOST"], "port": d["PORT"]}
+    # A real lock held by another session: the collector's query hits its statement timeout.
+    with psycopg.connect(**{k: v for k, v in conninfo.items() if v}) as locker:
+        locker.execute("LOCK TABLE stint_outbox IN ACCESS EXCLUSIVE MODE")
+        families = list(ClusterStateCollector().collect())
+        locker.rollback()
+
+    assert {f.name for f in families} == {
+        "jobs_queue_depth",
+        "workers_active",
+        "workers_heartbeat_overdue",
+        "outbox_backlog",
+    }
+    assert all(not f.samples for f in families)
+    # The next scrape, with the lock gone, reports again.
+    assert value(collected(ClusterStateCollector()), "jobs_queue_depth", queue="locked", status="QUEUED") == 1
+
+
+# -- real processes ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_worker_run_moves_each_counter_and_histogram_by_the_expected_amount(procs: Processes) -> None:
+    port = free_port()
+    procs.worker(concurrency=2, extra=[f"--metrics-port={port}"])
+    assert value(scrape(port), "jobs_completed_total", type="DEMO_TASK", queue="metrics") is None
+    created_before = {
+        key: created(*key)
+        for key in [
+            ("DEMO_TASK", "metrics", "HIGH"),
+            ("FAILING", "metrics", "MEDIUM"),
+            ("DEMO_TASK", "metrics", "MEDIUM"),
+        ]
+    }
+
+    # 3 successes.
+    ids = enqueue_many(
+        [{"type": "DEMO_TASK", "queue": "metrics", "priority": "HIGH", "payload": {"result": i}} for i in range(3)]
+    )
+    wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCESS).count() == 3, what="3 jobs succeeded")
+    # 2 failed attempts: retried once, then dead-lettered.
+    failing = enqueue("FAILING", queue="metrics", max_retries=1)
+    wait_until(status_is(failing, JobStatus.DEAD), what="FAILING dead", each=DuePromoter().run_once)
+    # 1 timed-out attempt (retried), then cancelled while it waits for its retry.
+    slow = enqueue("DEMO_TASK", {"sleep_seconds": 60}, queue="metrics", timeout_seconds=1, max_retries=1)
+    wait_until(status_is(slow, JobStatus.RETRYING), what="the slow job timed out")
+    job_cancel(job_id=slow.id)
+    # 1 cancelled while running.
+    running = enqueue("DEMO_TASK", {"sleep_seconds": 60}, queue="metrics")
+    wait_until(status_is(running, JobStatus.RUNNING), what="the long job started")
+    job_cancel(job_id=running.id)
+    wait_until(status_is(running, JobStatus.CANCELLED), what="the long job stopped")
+
+    def idle() -> Samples | None:
+        samples = scrape(port)
+        return samples if value(samples, "worker_slots_busy") == 0 else None
+
+    s = wait_until(idle, what="the heartbeat reports every slot idle")
+    demo, fail = {"type": "DEMO_TASK", "queue": "metrics"}, {"type": "FAILING", "queue": "metrics"}
+    assert value(s, "jobs_completed_total", **demo) == 3
+    assert value(s, "jobs_completed_total", **fail) is None
+    assert value(s, "jobs_failed_total", **fail) == 2
+    assert value(s, "jobs_failed_total", **demo) == 1  # the timeout
+    assert value(s, "jobs_retried_total", **fail) == 1
+    assert value(s, "jobs_retried_total", **demo) == 1
+    assert value(s, "jobs_dead_total", **fail) == 1
+    assert value(s, "jobs_dead_total", **demo) is None
+    assert value(s, "jobs_timed_out_total", **demo) == 1
+    assert value(s, "jobs_cancelled_total", **demo) == 1  # the one cancelled while running
+    # One observation per handler that returned in time: 3 successes + the cancelled one; the
+    # timed-out attempt is finalized at its deadline, not when its handler returns.
+    assert value(s, "jobs_execution_duration_seconds_count", **demo) == 4
+    assert value(s, "jobs_execution_duration_seconds_bucket", **demo, le="+Inf") == 4
+    assert value(s, "jobs_execution_duration_seconds_count", **fail) == 2
+    assert value(s, "jobs_execution_duration_seconds_sum", **demo) > 0
+    # One lag observation per claim: 3 HIGH; MEDIUM: FAILING twice, the slow and the long job.
+    assert value(s, "jobs_schedule_lag_seconds_count", queue="metrics", priority="HIGH") == 3
+    assert value(s, "jobs_schedule_lag_seconds_count", queue="metrics", priority="MEDIUM") == 4
+    assert value(s, "jobs_schedule_lag_seconds_bucket", queue="metrics", priority="MEDIUM", le="+Inf") == 4
+    assert value(s, "worker_slots_total") == 2
+    assert value(s, "worker_slots_busy") == 0
+    # Jobs are created by the process that enqueues: this one.
+    assert {key: created(*key) - before for key, before in created_before.items()} == {
+        ("DEMO_TASK", "metrics", "HIGH"): 3,
+        ("FAILING", "metrics", "MEDIUM"): 1,
+        ("DEMO_TASK", "metrics", "MEDIUM"): 2,
+    }
+    # A worker does not report cluster-wide gauges: the schedulers do.
+    assert value(s, "outbox_backlog") is None
+
+
+@pytest.mark.slow
+def test_a_real_scheduler_serves_cluster_gauges_and_leadership(procs: Processes) -> None:
+    later = timezone.now() + dt.timedelta(days=1)
+    enqueue_many([{"type": "DEMO_TASK", "queue": "sched", "scheduled_at": later}] * 2)
+    node = {"hostname": "h", "queues": [], "concurrency": 1, "pool": "threads", "started_at": timezone.now()}
+    WorkerNode.objects.create(id="alive", pid=1, last_heartbeat_at=timezone.now(), **node)
+    port = free_port()
+    procs.env.update(
+        # Kafka unreachable: the relay publishes nothing, so the backlog holds still.
+        KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:9",
+        KAFKA_TOPIC="stint-test-metrics",
+        STINT_HEARTBEAT_SECONDS="10",
+    )
+    procs.start("scheduler", ["run_scheduler", "--tick-seconds=0.1", f"--metrics-port={port}"])
+
+    def keep_alive() -> None:
+        WorkerNode.objects.filter(id="alive").update(last_heartbeat_at=Now())
+
+    def leading() -> Samples | None:
+        try:
+            samples = scrape(port)
+        except OSError:
+            return None  # not listening yet
+        return samples if value(samples, "scheduler_is_leader") == 1 else None
+
+    s = wait_until(leading, what="the scheduler leads and serves metrics", each=keep_alive)
+
+    assert value(s, "jobs_queue_depth", queue="sched", status="SCHEDULED") == 2
+    assert value(s, "jobs_queue_depth", queue="sched", status="QUEUED") == 0
+    assert value(s, "workers_active") == 1
+    assert value(s, "workers_heartbeat_overdue") == 0
+    assert value(s, "outbox_backlog") == OutboxEvent.objects.filter(published_at__isnull=True).count() == 4
+    assert value(s, "leases_rescued_total") == 0

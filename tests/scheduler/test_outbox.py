@@ -1,0 +1,389 @@
+"""The outbox relay and pruner against a real Kafka-compatible broker (Tansu) and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from audit.consumer import AuditConsumer
+from audit.models import AuditEvent
+from scheduler.models import OutboxEvent
+from scheduler.outbox import OutboxPruner, OutboxRelay, ensure_topic, event_document
+from scheduler.services import enqueue, enqueue_many, job_cancel
+from tests import kafka_support
+from tests.kafka_support import (
+    ROOT,
+    Broker,
+    consume_all,
+    free_port,
+    subprocess_env,
+    topic_messages,
+    unique_topic,
+    wait_for,
+)
+
+# Real-Kafka fixtures (tests/kafka_support.py): one session consumer, one topic per test.
+audit_pool = kafka_support.audit_pool
+kafka_topic = kafka_support.kafka_topic
+fresh_topic = kafka_support.fresh_topic
+private_broker = kafka_support.private_broker
+
+PAUSE_SECONDS = 5.0  # broker SIGSTOP in the suite; bench/outbox_pause.py does 30 s
+
+
+class FakeClock:
+    """A monotonic clock the test advances by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def unpublished() -> int:
+    return OutboxEvent.objects.filter(published_at__isnull=True).count()
+
+
+def audit_of_this_test():
+    """Audit rows of this test's jobs (the session consumer may also store other tests' leftovers)."""
+    return AuditEvent.objects.filter(job_id__in=OutboxEvent.objects.values("job_id"))
+
+
+def assert_audit_equals_outbox() -> None:
+    """Every outbox event is in the audit table exactly once, with the same fields, and nothing else."""
+    outbox = {e.event_id: e for e in OutboxEvent.objects.all()}
+    audit = list(audit_of_this_test())
+    assert len(audit) == len({a.event_id for a in audit}) == len(outbox)
+    for a in audit:
+        o = outbox[a.event_id]
+        assert (a.job_id, a.event_type, a.owner_id, a.sequence, a.attempt) == (
+            o.job_id,
+            o.event_type,
+            o.owner_id,
+            o.sequence,
+            o.attempt,
+        )
+        assert (a.from_status, a.to_status, a.occurred_at, a.payload) == (
+            o.from_status,
+            o.to_status,
+            o.occurred_at,
+            o.payload,
+        )
+
+
+def assert_gapless_trails() -> None:
+    sequences: dict[uuid.UUID, list[int]] = defaultdict(list)
+    for job_id, sequence in audit_of_this_test().values_list("job_id", "sequence"):
+        sequences[job_id].append(sequence)
+    for job_id, seen in sequences.items():
+        assert sorted(seen) == list(range(1, len(seen) + 1)), job_id
+
+
+# -- documents and topics ---------------------------------------------------------------------
+
+
+def test_event_document_is_the_documented_json_shape():
+    event_id, job_id = uuid.uuid4(), uuid.uuid4()
+    document = event_document(
+        event_id=event_id,
+        event_type="JOB_CREATED",
+        job_id=job_id,
+        owner_id=7,
+        sequence=1,
+        attempt=0,
+        from_status="",
+        to_status="CREATED",
+        schema_version=1,
+        payload='{"type": "DEMO_TASK", "queue": "default", "priority": 1}',
+        occurred_at=dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC),
+    )
+    assert document == {
+        "schema_version": 1,
+        "event_id": str(event_id),
+        "event_type": "JOB_CREATED",
+        "job_id": str(job_id),
+        "owner_id": 7,
+        "sequence": 1,
+        "attempt": 0,
+        "from_status": None,
+        "to_status": "CREATED",
+        "occurred_at": "2026-01-02T03:04:05.678000Z",
+        "payload": {"type": "DEMO_TASK", "queue": "default", "priority": 1},
+    }
+
+
+def test_relay_creates_the_missing_topic_with_the_configured_partitions(db, fresh_topic, settings):
+    settings.KAFKA_TOPIC_PARTITIONS = 3
+    enqueue("DEMO_TASK")
+
+    assert OutboxRelay().run_once() == 2
+
+    admin = AdminClient({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
+    assert len(admin.list_topics(timeout=10).topics[fresh_topic].partitions) == 3
+    again = ensure_topic(bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, topic=fresh_topic, partitions=3)
+    assert again is False
+
+
+# -- publishing --------------------------------------------------------------------------------
+
+
+def test_relay_publishes_every_event_keyed_by_job_in_sequence_order_and_marks_it(db, kafka_topic, audit_pool, user):
+    jobs = [enqueue("DEMO_TASK", {"result": i}, owner=user) for i in range(3)]
+    job_cancel(job_id=jobs[0].id)
+    relay = OutboxRelay(batch_size=2)  # four batches in one tick
+
+    assert relay.run_once() == 7
+    assert unpublished() == 0
+    assert relay.run_once() == 0
+
+    messages = topic_messages(kafka_topic)
+    outbox = {str(e.event_id): e for e in OutboxEvent.objects.all()}
+    assert sorted(json.loads(m.value())["event_id"] for m in messages) == sorted(outbox)
+    offsets: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for message in messages:
+        value = json.loads(message.value())
+        event = outbox[value["event_id"]]
+        assert message.key() == str(event.job_id).encode()
+        assert message.headers() == [("event_type", event.event_type.encode())]
+        offsets[value["job_id"]].append((message.partition(), message.offset(), value["sequence"]))
+    for placed in offsets.values():
+        assert len({partition for partition, _, _ in placed}) == 1  # one partition per job
+        assert [seq for _, _, seq in sorted(placed)] == sorted(seq for _, _, seq in placed)
+
+    cancelled = json.loads(next(m.value() for m in messages if b"JOB_CANCELLED" in m.value()))
+    assert cancelled["job_id"] == str(jobs[0].id)
+    assert (cancelled["sequence"], cancelled["from_status"], cancelled["to_status"]) == (3, "QUEUED", "CANCELLED")
+    assert cancelled["owner_id"] == user.pk and cancelled["schema_version"] == 1
+    assert cancelled["occurred_at"].endswith("Z")
+    assert cancelled["payload"]["type"] == "DEMO_TASK"
+
+    consume_all(audit_pool.consumer, kafka_topic)
+    assert_audit_equals_outbox()
+    assert_gapless_trails()
+
+
+def test_events_sent_again_after_an_unmarked_delivery_are_stored_once(db, kafka_topic, audit_pool):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(5)])
+
+    class CrashError(Exception):
+        """Stands in for a relay that dies after delivery, before the mark."""
+
+    def crash(delivered: list[int]) -> None:
+        assert len(delivered) == 10
+        raise CrashError
+
+    with pytest.raises(CrashError):
+        OutboxRelay(on_delivered=crash).run_once()
+    assert unpublished() == 10
+    assert len(topic_messages(kafka_topic)) == 10
+
+    assert OutboxRelay().run_once() == 10
+    assert unpublished() == 0
+    assert len(topic_messages(kafka_topic)) == 20  # every event is in Kafka twice
+
+    consume_all(audit_pool.consumer, kafka_topic)
+    assert_audit_equals_outbox()
+
+
+RELAY_KILLED_BEFORE_MARK = """
+import os, signal, django
+django.setup()
+from scheduler.outbox import OutboxRelay
+OutboxRelay(on_delivered=lambda ids: os.kill(os.getpid(), signal.SIGKILL)).run_once()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_relay_process_killed_after_producing_before_marking_is_stored_once(kafka_topic, audit_pool):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(20)])
+
+    child = subprocess.run(
+        [sys.executable, "-c", RELAY_KILLED_BEFORE_MARK],
+        env=subprocess_env(KAFKA_TOPIC=kafka_topic),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    assert unpublished() == 40
+    assert len(topic_messages(kafka_topic)) == 40
+    assert OutboxRelay().run_once() == 40
+    assert len(topic_messages(kafka_topic)) == 80
+    consume_all(audit_pool.consumer, kafka_topic)
+    assert_audit_equals_outbox()
+    assert_gapless_trails()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_relays_lease_disjoint_rows_and_publish_each_event_once(fresh_topic):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(500)])
+    both_hold_a_batch = threading.Barrier(2, timeout=30)
+    published = [0, 0]
+    errors: list[Exception] = []
+
+    def relay_until_empty(slot: int) -> None:
+        first = {"batch": True}
+
+        def rendezvous(delivered: list[int]) -> None:
+            # Both relays are inside a lease transaction at once: SKIP LOCKED gave them disjoint rows.
+            if first.pop("batch", False):
+                both_hold_a_batch.wait()
+
+        relay = OutboxRelay(batch_size=100, on_delivered=rendezvous)
+        try:
+            while OutboxEvent.objects.filter(published_at__isnull=True).exists():
+                published[slot] += relay.run_once()
+        except Exception as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=relay_until_empty, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+
+    assert not errors
+    assert min(published) > 0 and sum(published) == 1000
+    assert unpublished() == 0
+    messages = topic_messages(fresh_topic)
+    assert len(messages) == len({json.loads(m.value())["event_id"] for m in messages}) == 1000
+
+
+# -- Kafka unavailable ---------------------------------------------------------------------------
+
+
+def test_unreachable_broker_backs_off_keeps_rows_and_never_blocks_enqueue_or_the_api(db, tmp_path, user, user_api):
+    port = free_port()  # nothing listens here yet
+    clock = FakeClock()
+    relay = OutboxRelay(
+        bootstrap_servers=f"127.0.0.1:{port}", topic=unique_topic(), probe_timeout_seconds=0.5, clock=clock
+    )
+    first = enqueue("DEMO_TASK", owner=user)
+
+    assert relay.run_once() == 0
+    assert (relay.failures, relay.retry_at) == (1, clock.now + 0.5)
+    assert relay.run_once() == 0
+    assert relay.attempts == 1  # backing off: did not even try
+    clock.advance(0.5)
+    assert relay.run_once() == 0
+    assert (relay.failures, relay.retry_at) == (2, clock.now + 1.0)
+    assert relay.next_delay == 2.0
+
+    # Neither enqueue nor the API waits on Kafka.
+    second = enqueue("DEMO_TASK", owner=user)
+    response = user_api.get(f"/api/jobs/{second.id}/events")
+    assert response.status_code == 200 and response.json()["count"] == 0
+    assert unpublished() == 4
+
+    broker = Broker(port=port, log=tmp_path / "tansu.log")
+    broker.start()
+    relay.probe_timeout_seconds = 10  # a fresh broker on a busy machine may take a moment to answer
+    try:
+        clock.advance(1.0)
+        assert relay.run_once() == 4
+        assert (relay.failures, relay.retry_at) == (0, None)
+        assert unpublished() == 0
+        assert {
+            json.loads(m.value())["job_id"] for m in topic_messages(relay.topic, bootstrap_servers=broker.bootstrap)
+        } == {
+            str(first.id),
+            str(second.id),
+        }
+    finally:
+        relay.close()
+        broker.stop()
+
+
+@pytest.mark.slow
+def test_paused_broker_backlog_grows_then_drains_with_nothing_lost_or_doubled(db, private_broker):
+    topic = unique_topic()
+    relay = OutboxRelay(
+        bootstrap_servers=private_broker.bootstrap,
+        topic=topic,
+        delivery_timeout_ms=1000,
+        probe_timeout_seconds=0.5,
+        backoff_max_seconds=1.0,
+    )
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(50)])
+
+    def relay_tick() -> None:
+        relay.run_once()
+        time.sleep(0.05)
+
+    # The fresh broker's first deliveries may outlast the short timeout on a busy machine: retry.
+    wait_for(lambda: unpublished() == 0, what="the first events to be published", step=relay_tick)
+
+    private_broker.pause()
+    backlog = []
+    try:
+        resume_at = time.monotonic() + PAUSE_SECONDS
+        while time.monotonic() < resume_at:
+            enqueue_many([{"type": "DEMO_TASK"} for _ in range(10)])  # enqueue goes on regardless
+            relay.run_once()
+            backlog.append(unpublished())
+            time.sleep(0.1)
+    finally:
+        private_broker.resume()
+    assert relay.failures >= 1
+    assert backlog == sorted(backlog) and backlog[-1] >= 20 * len(backlog)  # it only grew
+
+    wait_for(lambda: unpublished() == 0, what="the backlog to drain", step=relay_tick)
+    relay.close()
+
+    consumer = AuditConsumer(bootstrap_servers=private_broker.bootstrap, topics=[topic], group_id=unique_topic("g"))
+    consumer.start()
+    try:
+        consume_all(consumer, topic, bootstrap_servers=private_broker.bootstrap)
+    finally:
+        consumer.close()
+    assert_audit_equals_outbox()
+    assert_gapless_trails()
+
+
+# -- pruning -------------------------------------------------------------------------------------
+
+
+def test_pruner_deletes_only_published_rows_older_than_the_retention(db):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)])
+    now = timezone.now()
+    rows = list(OutboxEvent.objects.order_by("id"))
+    ages = [dt.timedelta(days=8), dt.timedelta(days=7, seconds=1), dt.timedelta(days=6), dt.timedelta(seconds=1)]
+    for row, age in zip(rows, ages, strict=False):
+        OutboxEvent.objects.filter(id=row.id).update(published_at=now - age)
+    OutboxEvent.objects.filter(id__in=[r.id for r in rows[4:]]).update(occurred_at=now - dt.timedelta(days=30))
+
+    assert OutboxPruner().run_once(now=now) == 2
+    assert OutboxPruner().run_once(now=now) == 0
+    left = OutboxEvent.objects.order_by("id")
+    assert [r.id for r in left] == [r.id for r in rows[2:]]  # old unpublished rows are never pruned
+    assert OutboxPruner(retention=dt.timedelta(0)).run_once(now=now) == 2
+
+
+def test_relay_and_pruner_are_scheduler_services():
+    from scheduler.maintenance import default_services
+
+    names = {service.name: service for service in default_services()}
+    assert names["outbox_relay"].leader_only is False
+    assert names["outbox_pruner"].leader_only is False
+    assert names["outbox_relay"].interval_seconds == settings.OUTBOX_RELAY_INTERVAL_SECONDS

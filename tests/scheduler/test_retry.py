@@ -1,0 +1,73 @@
+"""Tests for scheduler.retry: the backoff formula of DESIGN.md, its cap and full-jitter bounds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.retry import backoff
+
+
+@pytest.mark.parametrize(
+    ("attempt", "expected"),
+    [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 16.0), (6, 30.0), (7, 30.0), (50, 30.0)],
+)
+def test_backoff_doubles_from_base_up_to_the_cap(attempt: int, expected: float) -> None:
+    assert backoff(attempt, base=1.0, cap=30.0) == expected
+
+
+def test_backoff_scales_with_base() -> None:
+    assert [backoff(n, base=0.5, cap=100.0) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+
+
+def test_backoff_with_zero_base_or_cap_is_immediate() -> None:
+    assert backoff(3, base=0.0, cap=30.0) == 0.0
+    assert backoff(3, base=1.0, cap=0.0) == 0.0
+
+
+def test_huge_attempt_numbers_do_not_overflow() -> None:
+    assert backoff(10_000, base=1.0, cap=30.0) == 30.0
+    assert backoff(10_000, base=1.0, cap=30.0, jitter=True, rng=random.Random(1)) <= 30.0
+
+
+@pytest.mark.parametrize("attempt", [0, -1])
+def test_attempt_numbers_start_at_one(attempt: int) -> None:
+    with pytest.raises(ValueError, match="attempt"):
+        backoff(attempt, base=1.0, cap=30.0)
+
+
+@pytest.mark.parametrize(("base", "cap"), [(-1.0, 30.0), (1.0, -1.0)])
+def test_negative_base_or_cap_is_rejected(base: float, cap: float) -> None:
+    with pytest.raises(ValueError, match="base and cap"):
+        backoff(1, base=base, cap=cap)
+
+
+@given(
+    attempt=st.integers(min_value=1, max_value=200),
+    base=st.floats(min_value=0, max_value=60, allow_nan=False),
+    cap=st.floats(min_value=0, max_value=3600, allow_nan=False),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_full_jitter_stays_within_zero_and_the_plain_delay(attempt: int, base: float, cap: float, seed: int) -> None:
+    plain = backoff(attempt, base=base, cap=cap)
+    jittered = backoff(attempt, base=base, cap=cap, jitter=True, rng=random.Random(seed))
+    assert 0.0 <= jittered <= plain <= cap
+
+
+def test_full_jitter_spreads_over_the_whole_interval() -> None:
+    rng = random.Random(42)
+    draws = [backoff(4, base=1.0, cap=30.0, jitter=True, rng=rng) for _ in range(2000)]
+    assert all(0.0 <= d <= 8.0 for d in draws)
+    # Full jitter, not "equal jitter": draws reach both the bottom and the top quarter of [0, 8].
+    assert min(draws) < 2.0
+    assert max(draws) > 6.0
+    assert len(set(draws)) > 1900
+
+
+def test_jitter_without_an_rng_uses_the_module_random() -> None:
+    draws = {backoff(3, base=1.0, cap=30.0, jitter=True) for _ in range(50)}
+    assert all(0.0 <= d <= 4.0 for d in draws)
+    assert len(draws) > 1

@@ -1,0 +1,241 @@
+"""Job services: enqueue and its validation, enqueue_many, cancel/retry/recover with ownership."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+import scheduler
+from scheduler import services
+from scheduler.exceptions import IllegalTransition, InvalidJob, JobNotFound, PayloadTooLarge, UnknownJobType
+from scheduler.models import Job, OutboxEvent, Queue
+from scheduler.registry import handler
+from scheduler.states import EventType, JobStatus, Priority
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """These users authenticate by JWT, never by password: spare fixtures argon2's deliberate cost."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@handler("TEST_SERVICES_DEFAULTS", max_retries=7, timeout_seconds=42)
+def _with_defaults(payload, ctx):
+    return None
+
+
+def _events(job_id) -> list[tuple[int, str, str, str]]:
+    return list(
+        OutboxEvent.objects.filter(job_id=job_id)
+        .order_by("sequence")
+        .values_list("sequence", "event_type", "from_status", "to_status")
+    )
+
+
+# --- enqueue ----------------------------------------------------------------------------------
+
+
+def test_enqueue_now_is_queued_with_created_and_queued_events(user):
+    job = scheduler.enqueue("DEMO_TASK", {"result": 1}, owner=user)
+
+    assert (job.status, job.owner_id, job.payload, job.event_sequence) == (JobStatus.QUEUED, user.pk, {"result": 1}, 2)
+    assert (job.priority, job.queue, job.max_retries, job.timeout_seconds) == (Priority.MEDIUM, "default", 3, 300)
+    assert _events(job.id) == [
+        (1, EventType.JOB_CREATED, "", JobStatus.CREATED),
+        (2, EventType.JOB_QUEUED, JobStatus.CREATED, JobStatus.QUEUED),
+    ]
+    assert Queue.objects.filter(name="default").exists()
+
+
+def test_a_queue_row_exists_exactly_when_a_job_naming_it_committed():
+    # A caller's transaction that rolls back takes the queue row with it; the next enqueue makes it.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        services.enqueue("DEMO_TASK", queue="ephemeral")
+        raise RuntimeError("caller rolls back")
+    assert not Queue.objects.filter(name="ephemeral").exists()
+    services.enqueue("DEMO_TASK", queue="ephemeral")
+    assert Queue.objects.filter(name="ephemeral").exists()
+
+
+def test_enqueue_later_is_scheduled(user):
+    when = timezone.now() + dt.timedelta(minutes=5)
+    job = services.enqueue("DEMO_TASK", owner=user, scheduled_at=when)
+    assert (job.status, job.scheduled_at) == (JobStatus.SCHEDULED, when)
+    assert _events(job.id)[-1][1:] == (EventType.JOB_SCHEDULED, JobStatus.CREATED, JobStatus.SCHEDULED)
+
+
+def test_enqueue_takes_the_handlers_defaults_then_the_callers(user):
+    defaulted = services.enqueue("TEST_SERVICES_DEFAULTS", owner=user)
+    assert (defaulted.max_retries, defaulted.timeout_seconds) == (7, 42)
+    chosen = services.enqueue("TEST_SERVICES_DEFAULTS", owner=user, max_retries=1, timeout_seconds=3600)
+    assert (chosen.max_retries, chosen.timeout_seconds) == (1, 3600)
+
+
+@pytest.mark.parametrize("priority", ["HIGH", Priority.HIGH, 0])
+def test_enqueue_accepts_a_priority_by_name_member_or_value(priority):
+    assert services.enqueue("DEMO_TASK", priority=priority).priority == Priority.HIGH
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"max_retries": 0}, "max_retries"),
+        ({"max_retries": 11}, "max_retries"),
+        ({"max_retries": True}, "max_retries"),
+        ({"max_retries": "3"}, "max_retries"),
+        ({"timeout_seconds": 0}, "timeout_seconds"),
+        ({"timeout_seconds": 3601}, "timeout_seconds"),
+        ({"timeout_seconds": False}, "timeout_seconds"),
+        ({"queue": "no spaces"}, "queue"),
+        ({"queue": ""}, "queue"),
+        ({"scheduled_at": dt.datetime(2099, 1, 1)}, "scheduled_at"),  # naive
+        ({"scheduled_at": "2099-01-01T00:00:00Z"}, "scheduled_at"),
+        ({"name": "n" * 201}, "name"),
+        ({"priority": "URGENT"}, "priority"),
+        ({"priority": 3}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"idempotency_key": "k" * 256}, "idempotency_key"),
+        ({"idempotency_key": "tab\tkey"}, "idempotency_key"),
+        ({"idempotency_key": "ключ"}, "idempotency_key"),
+        ({"idempotency_key": "needs-an-owner", "owner": None}, "idempotency_key"),
+    ],
+)
+def test_enqueue_refuses_invalid_options(user, options, field):
+    options = {"owner": user, **options}
+    with pytest.raises(InvalidJob) as caught:
+        services.enqueue("DEMO_TASK", **options)
+    assert field in caught.value.details
+    assert not Job.objects.exists()
+
+
+def test_enqueue_refuses_an_unknown_type():
+    with pytest.raises(UnknownJobType):
+        services.enqueue("NOT_REGISTERED")
+
+
+def test_enqueue_refuses_a_payload_that_is_not_json():
+    with pytest.raises(InvalidJob):
+        services.enqueue("DEMO_TASK", {"when": object()})
+    with pytest.raises(InvalidJob):
+        services.enqueue("DEMO_TASK", {"x": float("nan")})
+
+
+def test_enqueue_payload_limit_is_10kb_of_compact_utf8(settings):
+    services.enqueue("DEMO_TASK", {"x": "a" * (10 * 1024 - 8)})
+    with pytest.raises(PayloadTooLarge):
+        services.enqueue("DEMO_TASK", {"x": "a" * (10 * 1024 - 7)})
+    settings.SCHEDULER = {**settings.SCHEDULER, "MAX_PAYLOAD_BYTES": 100}
+    with pytest.raises(PayloadTooLarge):
+        services.enqueue("DEMO_TASK", {"x": "a" * 100})
+
+
+def test_enqueue_many_inserts_every_job_in_one_statement_with_its_events(user):
+    later = timezone.now() + dt.timedelta(hours=1)
+    ids = services.enqueue_many(
+        [
+            {"type": "DEMO_TASK"},
+            {"type": "REPORT", "priority": "LOW", "queue": "reports", "scheduled_at": later},
+            {"type": "DEMO_TASK", "payload": []},
+        ],
+        owner=user,
+    )
+
+    jobs = {j.id: j for j in Job.objects.filter(id__in=ids)}
+    assert [jobs[i].status for i in ids] == [JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.QUEUED]
+    assert jobs[ids[2]].payload == []  # an empty list is a payload, not "no payload"
+    assert len({j.created_at for j in jobs.values()}) == 1
+    assert all(len(_events(i)) == 2 for i in ids)
+
+
+def test_enqueue_many_is_all_or_nothing():
+    with pytest.raises(InvalidJob):
+        services.enqueue_many([{"type": "DEMO_TASK"}, {"type": "DEMO_TASK", "max_retries": 0}])
+    assert not Job.objects.exists()
+
+
+# --- cancel, retry, recover -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trait", ["queued", "scheduled"])
+def test_cancel_moves_a_waiting_job_to_cancelled(user, trait):
+    job = JobFactory(owner=user, **({} if trait == "queued" else {trait: True}))
+    cancelled = services.job_cancel(job_id=job.id, actor=user)
+    assert cancelled.status == JobStatus.CANCELLED
+    assert cancelled.finished_at is not None
+    assert _events(job.id)[-1][1] == EventType.JOB_CANCELLED
+
+
+def test_cancel_of_a_running_job_only_requests_it(user):
+    job = JobFactory(owner=user, running=True)
+    after = services.job_cancel(job_id=job.id, actor=user)
+    assert (after.status, after.cancel_requested) == (JobStatus.RUNNING, True)
+    assert _events(job.id) == []
+
+
+@pytest.mark.parametrize("trait", ["succeeded", "failed", "dead", "cancelled"])
+def test_cancel_of_a_finished_job_is_illegal(user, trait):
+    job = JobFactory(owner=user, **{trait: True})
+    with pytest.raises(IllegalTransition) as caught:
+        services.job_cancel(job_id=job.id)
+    assert caught.value.details == {"status": job.status}
+
+
+def test_retry_gives_a_fresh_budget_and_clears_a_stale_cancel_request(user):
+    job = JobFactory(owner=user, failed=True, attempts=4, max_retries=3, cancel_requested=True)
+    assert Job.objects.get(id=job.id).attempts_left == 0
+
+    retried = services.job_retry(job_id=job.id, actor=user)
+
+    assert (retried.status, retried.attempts_base, retried.attempts_left) == (JobStatus.RETRYING, 4, 4)
+    assert (retried.cancel_requested, retried.finished_at) == (False, None)
+    assert retried.scheduled_at <= timezone.now()
+    event = OutboxEvent.objects.get(job_id=job.id, event_type=EventType.JOB_RETRIED)
+    assert event.payload["reason"] == "manual_retry"
+
+
+def test_recover_puts_a_dead_job_back_on_its_queue(admin_user):
+    job = JobFactory(dead=True, attempts=4, queue="q1", cancel_requested=True)
+    recovered = services.job_recover(job_id=job.id, actor=admin_user)
+    assert (recovered.status, recovered.attempts_left, recovered.cancel_requested) == (JobStatus.QUEUED, 4, False)
+    assert _events(job.id)[-1][1:] == (EventType.JOB_RECOVERED, JobStatus.DEAD, JobStatus.QUEUED)
+
+
+@pytest.mark.parametrize("action", [services.job_cancel, services.job_retry, services.job_recover])
+def test_actions_on_a_missing_job_raise_not_found(action):
+    with pytest.raises(JobNotFound):
+        action(job_id=uuid.uuid4())
+
+
+@pytest.mark.parametrize(
+    ("action", "trait"),
+    [(services.job_cancel, "queued"), (services.job_retry, "failed"), (services.job_recover, "dead")],
+)
+def test_actions_on_another_users_job_raise_not_found_and_change_nothing(user, other_user, action, trait):
+    job = JobFactory(owner=user, **({} if trait == "queued" else {trait: True}))
+    before = Job.objects.filter(id=job.id).values().get()
+    with pytest.raises(JobNotFound):
+        action(job_id=job.id, actor=other_user)
+    assert Job.objects.filter(id=job.id).values().get() == before
+
+
+def test_recover_by_the_owning_user_is_forbidden(user):
+    job = JobFactory(owner=user, dead=True)
+    with pytest.raises(PermissionDenied):
+        services.job_recover(job_id=job.id, actor=user)
+    assert Job.objects.get(id=job.id).status == JobStatus.DEAD
+
+
+def test_a_trusted_caller_needs_no_actor():
+    # The admin site, commands and Python code call without an actor.
+    job = JobFactory(dead=True)
+    assert services.job_recover(job_id=job.id).status == JobStatus.QUEUED
+    assert services.job_cancel(job_id=job.id).status == JobStatus.CANCELLED
