@@ -41,6 +41,7 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--chaos", action="store_true", help="SIGKILL a random worker every 2 s")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     parser.add_argument("--batch", type=int, default=500, help="jobs per enqueue transaction")
+    parser.add_argument("--no-audit", action="store_true", help="skip the audit consumer and trail check")
     return parser.parse_args()
 
 
@@ -90,7 +91,7 @@ def _mix(n: int, noop: bool, start: dt.datetime) -> list[dict]:
 class Cluster:
     """The worker and scheduler processes of one run, with their kernel CPU and memory accounting."""
 
-    def __init__(self, env: dict[str, str], processes: int, slots: int) -> None:
+    def __init__(self, env: dict[str, str], processes: int, slots: int, audit: bool) -> None:
         self.env = env
         self.slots_each = max(1, slots // processes)
         self.workers: list[subprocess.Popen] = []
@@ -100,6 +101,7 @@ class Cluster:
         for _ in range(processes):
             self.start_worker()
         self.scheduler = self._spawn(["run_scheduler", "--tick-seconds", "0.1"])
+        self.audit = self._spawn(["run_audit_consumer"]) if audit else None
 
     def _spawn(self, argv: list[str]) -> subprocess.Popen:
         return subprocess.Popen(  # noqa: S603 - our own manage.py
@@ -133,6 +135,11 @@ class Cluster:
         self.scheduler.wait(timeout=60)
         return codes
 
+    def stop_audit(self) -> None:
+        if self.audit is not None:
+            self.audit.send_signal(signal.SIGTERM)
+            self.audit.wait(timeout=60)
+
 
 def _percentiles(values: list[float]) -> dict[str, float]:
     if not values:
@@ -158,6 +165,9 @@ def main() -> int:
         "STINT_EXTRA_APPS": "bench",
         "LOG_LEVEL": "WARNING",
         "DJANGO_SETTINGS_MODULE": "config.settings",
+        # A topic and consumer group of this run's own, so the audit trail holds only its events.
+        "KAFKA_TOPIC": f"loadtest-{os.getpid()}-{int(time.time())}",
+        "KAFKA_AUDIT_GROUP": f"loadtest-{os.getpid()}-{int(time.time())}",
     }
     if args.chaos:
         env.update({"STINT_LEASE_SECONDS": "4", "STINT_HEARTBEAT_SECONDS": "1"})
@@ -179,7 +189,7 @@ def main() -> int:
         db_start = cursor.fetchone()[0]
     connection.close()
 
-    cluster = Cluster(env, args.worker_processes, args.slots)
+    cluster = Cluster(env, args.worker_processes, args.slots, audit=not args.no_audit)
     rng = random.Random(7)  # noqa: S311
     try:
         deadline = time.monotonic() + 60
@@ -221,6 +231,16 @@ def main() -> int:
         exit_codes = cluster.stop()
 
     report = _report(connection, args, cluster, submit_seconds, exit_codes)
+    if not args.no_audit:
+        from bench.event_stack import audit_complete, event_figures, wait_until
+
+        # The relay stopped with the scheduler: run one more to publish what is left, then wait for the trail.
+        relay = cluster._spawn(["run_scheduler", "--tick-seconds", "0.1"])
+        report["audit_complete"] = wait_until(audit_complete, timeout=300)
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(timeout=60)
+        cluster.stop_audit()
+        report["audit"] = event_figures(since=db_start)
     print(json.dumps(report, sort_keys=True))
     return 0
 
