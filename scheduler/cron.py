@@ -8,7 +8,8 @@ DST follows ISC/Debian cron (``man 8 cron``). An entry whose minute or hour fiel
 whose local wall time matches, so in a fall-back hour it fires in both occurrences and a wall
 time that does not exist never fires. Any other entry (``30 2 * * *``) fires once per matching
 local date and time: a time skipped by a spring-forward gap fires once, at the first instant
-after the gap, and a time repeated by a fall-back fires only at its first occurrence. As in ISC
+after the gap (several skipped times of one entry are that one fire), and a time repeated by a
+fall-back fires only at its first occurrence. As in ISC
 cron, a clock change of 3 hours or more is a correction, not DST: its skipped times never fire
 and its repeated times fire twice. Interval schedules ignore wall time.
 """

@@ -183,15 +183,13 @@ def _validate(schedule: CronSchedule) -> None:
 
 def _next_fire_at(schedule: CronSchedule, *, now: dt.datetime) -> dt.datetime | None:
     """Return the first fire time after ``now`` (None while disabled); raise InvalidSchedule if it never fires."""
-    if not schedule.enabled:
-        return None
     if schedule.cron is not None:
         nxt = cron_spec(schedule.cron, schedule.timezone).next_after(now)
         if nxt is None:
             raise _invalid("cron", "This expression never fires.")
-        return nxt
-    # A new interval grid starts at this whole second.
-    return now.replace(microsecond=0) + dt.timedelta(seconds=schedule.interval_seconds)
+    else:  # a new interval grid starts at this whole second
+        nxt = now.replace(microsecond=0) + dt.timedelta(seconds=schedule.interval_seconds)
+    return nxt if schedule.enabled else None
 
 
 def _ensure_queue(name: str) -> None:

@@ -62,9 +62,29 @@ def _priority_value(priority: str | int | Priority) -> int:
 def payload_size(payload: Any) -> int:
     """Return the size in bytes of ``payload`` as compact UTF-8 JSON; raise InvalidJob if not JSON."""
     try:
-        return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidJob("payload must be JSON", details={"payload": [str(exc)]}) from exc
+    if _has_nul(payload):
+        # PostgreSQL's jsonb (and text) cannot hold U+0000.
+        raise InvalidJob("payload must not contain U+0000", details={"payload": ["Must not contain U+0000."]})
+    return len(text.encode())
+
+
+def _has_nul(value: Any) -> bool:
+    """True when any string (key or value) inside ``value`` contains U+0000."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def _validated(
@@ -98,8 +118,8 @@ def _validated(
         errors["queue"] = ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]
     if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime) or timezone.is_naive(scheduled_at)):
         errors["scheduled_at"] = ["Must be a datetime with a time zone offset."]
-    if not isinstance(name, str) or len(name) > 200:
-        errors["name"] = ["At most 200 characters."]
+    if not isinstance(name, str) or len(name) > 200 or "\x00" in name:
+        errors["name"] = ["At most 200 characters, without U+0000."]
     if errors:
         raise InvalidJob(next(iter(errors.values()))[0], details=errors)
     return {

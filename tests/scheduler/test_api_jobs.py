@@ -595,3 +595,19 @@ def test_created_filters_with_extreme_offsets_never_500(user_api, value):
         assert resp.status_code in (200, 400), resp.content
         if resp.status_code == 400:
             assert resp.json()["error"]["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"type": "DEMO_TASK", "payload": {"result": "a\u0000b"}},
+        {"type": "DEMO_TASK", "payload": {"k\u0000": 1}},
+        {"type": "DEMO_TASK", "payload": {}, "name": "x\u0000"},
+    ],
+)
+def test_nul_characters_are_a_400_not_a_500(user_api, body):
+    """Found by a cron engineer: PostgreSQL's jsonb and text reject U+0000."""
+    resp = user_api.post("/api/jobs", body, format="json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["code"] == "validation_error"
+    assert not Job.objects.exists()
