@@ -442,3 +442,12 @@ def test_loop_stops_and_releases_leadership() -> None:
 def test_default_services_cover_promotion_rescue_reaping_and_pruning() -> None:
     names = {s.name for s in default_services()}
     assert {"promoter", "rescuer", "worker_reaper", "pruner"} <= names
+
+
+def test_an_idle_service_backs_off_to_at_most_a_second_and_a_busy_one_keeps_its_interval() -> None:
+    from scheduler.maintenance.loop import IDLE_MAX_SECONDS, idle_interval
+
+    assert idle_interval(0.1, 0) == 0.1
+    assert idle_interval(0.1, 2) == pytest.approx(0.4)
+    assert idle_interval(0.1, 50) == IDLE_MAX_SECONDS
+    assert idle_interval(60.0, 50) == 60.0  # a slow service is never polled faster than its own interval
