@@ -31,7 +31,8 @@ serve:
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py ensure_admin
 	@echo "Stint: http://127.0.0.1:$(PORT)/  (API /api/, admin /admin/, docs /api/docs/)"
-	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
+	@# Ctrl-C ends honcho with 130: that is a clean stop, not an error.
+	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 130 ] || exit $$rc
 
 test: $(VENV)/.dev prometheus-tools
 	@$(DEVSTACK) $(PY) -m pytest --create-db $(PYTEST_ARGS)

@@ -105,3 +105,8 @@ def handler500(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse(error_body(code="server_error", message="Internal server error."), status=500)
     return server_error(request)
+
+
+def api_not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    """Answer any unknown path under /api/ with the JSON 404, in DEBUG too (Django's page is HTML)."""
+    return JsonResponse(error_body(code="not_found", message="Not found."), status=404)

@@ -7,6 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit.api import JobEventListView
+from config.errors import api_not_found
 from config.health import HealthView
 from config.metrics_view import metrics_view
 from scheduler.api import queues as queue_api
@@ -32,5 +33,6 @@ urlpatterns = [
     path("api/", include("scheduler.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/<path:path>", api_not_found),  # any other /api/ path: the JSON 404, DEBUG or not
     path("", include("pages.urls")),  # user pages: last, so every explicit path above wins
 ]

@@ -185,7 +185,9 @@ def dashboard_data() -> Dashboard:
         oldest_queued_age_seconds=_age(now, oldest[1]) if oldest else None,
         oldest_queued_id=oldest[0] if oldest else None,
         dead_count=by_status_map.get(JobStatus.DEAD, 0),
-        dead_recent=list(Job.objects.filter(status=JobStatus.DEAD).order_by("-finished_at", "-id")[:DEAD_SHOWN]),
+        dead_recent=list(
+            Job.objects.filter(status=JobStatus.DEAD).defer("payload").order_by("-finished_at", "-id")[:DEAD_SHOWN]
+        ),
         workers_alive=workers["alive"] or 0,
         workers_gone=workers["gone"] or 0,
         slots_busy=workers["busy"] or 0,

@@ -100,13 +100,9 @@ def _check_choice(field: str, value: Any, choices: Any) -> str:
 
 
 def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+    from scheduler.services import has_nul
+
+    return has_nul(value)
 
 
 def _validated_job(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from config.parsers import json_depth
 from scheduler import lifecycle, metrics, selectors
 from scheduler.conf import conf
 from scheduler.exceptions import (
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 MAX_RETRIES_RANGE = (1, 10)
 TIMEOUT_RANGE = (1, 3600)  # seconds
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+MAX_PAYLOAD_DEPTH = 32  # levels of nested lists/objects in a payload (handlers and pages walk it)
 IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")
 # A cancel that races a job's own moves (e.g. RUNNING -> RETRYING between our two statements) retries.
 CANCEL_TRIES = 3
@@ -65,13 +67,18 @@ def payload_size(payload: Any) -> int:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidJob("payload must be JSON", details={"payload": [str(exc)]}) from exc
-    if _has_nul(payload):
+    if json_depth(payload) > MAX_PAYLOAD_DEPTH:
+        raise InvalidJob(
+            f"payload nests deeper than {MAX_PAYLOAD_DEPTH} levels",
+            details={"payload": [f"At most {MAX_PAYLOAD_DEPTH} levels of nesting."]},
+        )
+    if has_nul(payload):
         # PostgreSQL's jsonb (and text) cannot hold U+0000.
         raise InvalidJob("payload must not contain U+0000", details={"payload": ["Must not contain U+0000."]})
     return len(text.encode())
 
 
-def _has_nul(value: Any) -> bool:
+def has_nul(value: Any) -> bool:
     """True when any string (key or value) inside ``value`` contains U+0000."""
     stack = [value]
     while stack:

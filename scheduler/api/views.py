@@ -16,12 +16,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, permissions, status
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.openapi import ERROR_REF
+from config.parsers import SafeJSONParser
 from scheduler import selectors, services
 from scheduler.api.filters import AdminJobFilter, JobFilter
 from scheduler.api.serializers import (
@@ -50,7 +50,7 @@ def raw_body_limit() -> int:
     return RAW_BODY_FACTOR * conf().max_payload_bytes + RAW_BODY_OVERHEAD
 
 
-class BoundedJSONParser(JSONParser):
+class BoundedJSONParser(SafeJSONParser):
     """JSON parser that answers 413 for a body over ``raw_body_limit()`` without reading it all.
 
     DRF reads the body stream itself, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE does not apply here;

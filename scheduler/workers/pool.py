@@ -44,6 +44,14 @@ class Running:
 DoneCallback = Callable[[Running, Report], None]
 
 
+class PoolFull(Exception):  # noqa: N818 - reads as a state
+    """No pool slot could take the job right now; hand it back."""
+
+
+class UnsendableJob(Exception):  # noqa: N818
+    """The job cannot be sent to a pool child process; it can never run there."""
+
+
 class ThreadPool:
     """``slots`` daemon threads taking jobs from a queue."""
 
@@ -178,15 +186,25 @@ class ProcessPool:
             return sum(1 for c in self._children if c.entry is not None or not c.ready)
 
     def submit(self, entry: Running) -> None:
-        """Send ``entry.job`` to an idle ready child. Raises RuntimeError if none is idle."""
+        """Send ``entry.job`` to an idle ready child.
+
+        Raises ``PoolFull`` if no child is idle (one died between ``busy()`` and now), or
+        ``UnsendableJob`` if the job cannot be sent to a child (it cannot be pickled); the slot
+        stays free either way.
+        """
         with self._lock:
             for index, child in enumerate(self._children):
                 if child.ready and child.entry is None:
+                    try:
+                        child.conn.send(entry.job)
+                    except (OSError, EOFError) as exc:
+                        raise PoolFull(f"pool child {child.process.pid} is gone: {exc}") from exc
+                    except Exception as exc:  # pickling: RecursionError, PicklingError, ...
+                        raise UnsendableJob(f"{type(exc).__name__}: {exc}") from exc
                     child.entry = entry
                     entry.slot = index
-                    child.conn.send(entry.job)
                     return
-        raise RuntimeError("no idle pool child: the caller over-submitted")
+        raise PoolFull("no idle pool child")
 
     def abort(self, entry: Running) -> bool:
         """Kill the child running ``entry`` (SIGKILL) and start a replacement; return True."""

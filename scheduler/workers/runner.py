@@ -31,7 +31,7 @@ from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
 from scheduler.states import Priority
-from scheduler.workers.pool import ProcessPool, Running, ThreadPool
+from scheduler.workers.pool import PoolFull, ProcessPool, Running, ThreadPool, UnsendableJob
 
 logger = logging.getLogger(__name__)
 
@@ -167,10 +167,13 @@ class Worker:
             metrics.jobs_schedule_lag_seconds.labels(job.queue, Priority(job.priority).name).observe(lag)
             try:
                 self.pool.submit(entry)
-            except RuntimeError:
+            except PoolFull as exc:
                 # A process-pool child died between busy() and submit(): give the job straight back.
                 if self._finalize(entry):
-                    self._report(Report(job=job, outcome=Outcome.HANDED_BACK, error="no idle pool slot"))
+                    self._report(Report(job=job, outcome=Outcome.HANDED_BACK, error=str(exc)))
+            except UnsendableJob as exc:
+                if self._finalize(entry):
+                    self._report(Report(job=job, outcome=Outcome.PERMANENT, error=f"cannot run in a child: {exc}"))
         return len(jobs), free
 
     def _poll_control(self) -> None:

@@ -87,3 +87,11 @@ def test_unknown_api_path_is_json_404(api):
     resp = api.get("/api/no-such-thing")
     assert resp.status_code == 404
     assert resp.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("path", ["/api/jobs/not-a-uuid", "/api/nothing/here", "/api/schedules/abc"])
+def test_unknown_api_paths_answer_json_404_even_in_debug(api, settings, path):
+    settings.DEBUG = True
+    resp = api.get(path)
+    assert resp.status_code == 404
+    assert resp.json()["error"]["code"] == "not_found"
