@@ -90,8 +90,12 @@ def test_unknown_api_path_is_json_404(api):
 
 
 @pytest.mark.parametrize("path", ["/api/jobs/not-a-uuid", "/api/nothing/here", "/api/schedules/abc"])
-def test_unknown_api_paths_answer_json_404_even_in_debug(api, settings, path):
+def test_unknown_api_paths_answer_json_404_even_in_debug(settings, path):
+    from rest_framework.test import APIClient
+
     settings.DEBUG = True
-    resp = api.get(path)
-    assert resp.status_code == 404
-    assert resp.json()["error"]["code"] == "not_found"
+    api = APIClient(enforce_csrf_checks=True)
+    for method in (api.get, api.post, api.put, api.delete):
+        resp = method(path)
+        assert resp.status_code == 404
+        assert resp.json()["error"]["code"] == "not_found"
