@@ -21,6 +21,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -41,6 +42,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--chaos", action="store_true", help="SIGKILL a random worker every 2 s")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     parser.add_argument("--batch", type=int, default=500, help="jobs per enqueue transaction")
+    parser.add_argument(
+        "--producers", type=int, default=2, help="threads enqueuing concurrently (1 when --rate is given)"
+    )
     parser.add_argument("--no-audit", action="store_true", help="skip the audit consumer and trail check")
     return parser.parse_args()
 
@@ -207,15 +211,35 @@ def main() -> int:
             interval = batch / args.rate
         t0 = time.monotonic()
         next_chaos = t0 + CHAOS_INTERVAL
-        for i in range(0, len(jobs), batch):
-            if interval:
-                target = t0 + (i // batch) * interval
-                while (now := time.monotonic()) < target:
-                    time.sleep(min(target - now, 0.005))
-            enqueue_many(jobs[i : i + batch])
-            if args.chaos and time.monotonic() >= next_chaos:
-                cluster.kill_random(rng)
-                next_chaos += CHAOS_INTERVAL
+        batches = [jobs[i : i + batch] for i in range(0, len(jobs), batch)]
+        producers = 1 if interval else max(1, args.producers)
+
+        def produce(mine: list[list[dict]]) -> None:
+            for chunk in mine:
+                enqueue_many(chunk)
+            connection.close()
+
+        if producers > 1:
+            # Several producers, as many web processes would be: one producer alone cannot offer
+            # jobs as fast as the workers drain them on this machine.
+            threads = [threading.Thread(target=produce, args=(batches[k::producers],)) for k in range(producers)]
+            for thread in threads:
+                thread.start()
+            while any(t.is_alive() for t in threads):
+                if args.chaos and time.monotonic() >= next_chaos:
+                    cluster.kill_random(rng)
+                    next_chaos += CHAOS_INTERVAL
+                time.sleep(0.05)
+        else:
+            for n, chunk in enumerate(batches):
+                if interval:
+                    target = t0 + n * interval
+                    while (now := time.monotonic()) < target:
+                        time.sleep(min(target - now, 0.005))
+                enqueue_many(chunk)
+                if args.chaos and time.monotonic() >= next_chaos:
+                    cluster.kill_random(rng)
+                    next_chaos += CHAOS_INTERVAL
         submit_seconds = time.monotonic() - t0
         give_up = t0 + args.timeout
         while time.monotonic() < give_up:
@@ -314,6 +338,7 @@ def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_code
             "rate": args.rate or "max",
             "noop": args.noop,
             "chaos": args.chaos,
+            "producers": 1 if args.rate else args.producers,
         },
     }
 
