@@ -21,16 +21,23 @@ from scheduler.maintenance import Service
 logger = logging.getLogger(__name__)
 
 IDLE_MAX_SECONDS = 1.0  # an idle service backs off to at most this interval (or its own, if longer)
+SECOND_ALIGN_SECONDS = 0.005  # an idle poll lands this long after a whole second
 
 
-def idle_interval(base: float, idle_runs: int) -> float:
+def idle_interval(base: float, idle_runs: int, *, now: float | None = None) -> float:
     """Return the wait in seconds after ``idle_runs`` consecutive runs that changed nothing.
 
-    ``base * 2**idle_runs``, capped at ``max(base, IDLE_MAX_SECONDS)``: a busy service runs at its
-    own interval, an idle one polls at most once a second, which keeps an idle scheduler under 1%
-    of a core.
+    ``base * 2**idle_runs``, capped at ``max(base, IDLE_MAX_SECONDS)``, and for a backed-off
+    service also cut to end just after the next whole second of ``now`` (epoch seconds, default
+    the clock): cron fires and delayed jobs fall due on whole seconds, so an idle service still
+    acts within milliseconds of them while polling about once a second, which keeps an idle
+    scheduler under 1% of a core.
     """
-    return min(base * (2 ** min(idle_runs, 16)), max(base, IDLE_MAX_SECONDS))
+    wait = min(base * (2 ** min(idle_runs, 16)), max(base, IDLE_MAX_SECONDS))
+    if wait > base:
+        now = time.time() if now is None else now
+        wait = min(wait, 1.0 - now % 1.0 + SECOND_ALIGN_SECONDS)
+    return wait
 
 
 class SchedulerLoop:

@@ -447,7 +447,9 @@ def test_default_services_cover_promotion_rescue_reaping_and_pruning() -> None:
 def test_an_idle_service_backs_off_to_at_most_a_second_and_a_busy_one_keeps_its_interval() -> None:
     from scheduler.maintenance.loop import IDLE_MAX_SECONDS, idle_interval
 
-    assert idle_interval(0.1, 0) == 0.1
-    assert idle_interval(0.1, 2) == pytest.approx(0.4)
-    assert idle_interval(0.1, 50) == IDLE_MAX_SECONDS
-    assert idle_interval(60.0, 50) == 60.0  # a slow service is never polled faster than its own interval
+    assert idle_interval(0.1, 0, now=100.0) == 0.1
+    assert idle_interval(0.1, 2, now=100.0) == pytest.approx(0.4)
+    assert idle_interval(0.1, 50, now=100.0) == IDLE_MAX_SECONDS
+    # Backed off, it wakes just after the next whole second, when cron fires fall due.
+    assert idle_interval(0.1, 50, now=100.7) == pytest.approx(0.305)
+    assert idle_interval(60.0, 50, now=100.7) == 60.0  # a slow service keeps its own interval
