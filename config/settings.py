@@ -217,6 +217,8 @@ SCHEDULER = {
     "BACKOFF_JITTER": env.bool("STINT_BACKOFF_JITTER", default=False),
     "WORKER_DEAD_AFTER_SECONDS": env.int("STINT_WORKER_DEAD_AFTER_SECONDS", default=60),
     "MAX_PAYLOAD_BYTES": env.int("STINT_MAX_PAYLOAD_BYTES", default=10 * 1024),
+    # Schedules a USER may hold (ADMINs are exempt; 0: no limit).
+    "MAX_SCHEDULES_PER_USER": env.int("STINT_MAX_SCHEDULES_PER_USER", default=100),
 }
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

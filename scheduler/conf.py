@@ -21,6 +21,7 @@ class SchedulerConf:
     backoff_jitter: bool
     worker_dead_after_seconds: int
     max_payload_bytes: int
+    max_schedules_per_user: int = 0  # 0: no limit
 
 
 def conf() -> SchedulerConf:

@@ -228,10 +228,34 @@ def schedule_create(
     )
     _validate(schedule)
     _ensure_queue(schedule.job_queue)
-    schedule.next_fire_at = _next_fire_at(schedule, now=db_now())
-    schedule.save()
+    with transaction.atomic():
+        _check_quota(schedule.owner_id)
+        schedule.next_fire_at = _next_fire_at(schedule, now=db_now())
+        schedule.save()
     logger.info("schedule %s created", schedule.id, extra={"schedule_id": schedule.id})
     return schedule
+
+
+def _check_quota(owner_id: int) -> None:
+    """Refuse a USER's schedule beyond ``SCHEDULER["MAX_SCHEDULES_PER_USER"]`` (0: no limit; ADMINs exempt).
+
+    Each schedule is a standing source of jobs that no per-request rate limit covers, so the
+    number a user may hold is bounded. The owner's row is locked so concurrent creates count
+    one after another. Raises InvalidSchedule (400).
+    """
+    from accounts.models import Role, User
+    from scheduler.conf import conf
+
+    limit = conf().max_schedules_per_user
+    if not limit:
+        return
+    role = User.objects.select_for_update().filter(pk=owner_id).values_list("role", flat=True).first()
+    if role == Role.ADMIN:
+        return
+    if CronSchedule.objects.filter(owner_id=owner_id).count() >= limit:
+        raise InvalidSchedule(
+            f"A user may hold at most {limit} schedules.", details={"schedules": [f"At most {limit} per user."]}
+        )
 
 
 def schedule_update(*, schedule_id: int, actor: Any = None, changes: Mapping[str, Any]) -> CronSchedule:

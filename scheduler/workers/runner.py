@@ -41,6 +41,7 @@ FLUSH_WINDOW = 0.002  # seconds a flush waits to gather more reports
 CLAIM_COOLDOWN = 0.003
 FLUSH_MAX = 1000  # reports per outcome transaction
 DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
+_DJANGO_ONLY_OPTIONS = frozenset({"server_side_binding", "pool", "isolation_level", "assume_role", "cursor_factory"})
 _DB_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
 
 
@@ -276,6 +277,8 @@ class Worker:
             "password": params.get("PASSWORD") or None,
             "host": params.get("HOST") or None,
             "port": params.get("PORT") or None,
+            # libpq options such as sslmode; Django's own keys are not connection parameters.
+            **{k: v for k, v in (params.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY_OPTIONS},
         }
         wanted = set(self.options.queues or [])
         while not self._done.is_set():

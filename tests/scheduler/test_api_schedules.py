@@ -287,3 +287,14 @@ def test_the_schema_documents_the_schedule_endpoints(api):
     for path in ("/api/schedules", "/api/schedules/{schedule_id}", "/api/schedules/{schedule_id}/trigger"):
         assert path in paths
     assert "/api/schedules/preview" in paths
+
+
+def test_a_user_may_hold_at_most_the_configured_number_of_schedules(user_api, admin_api, settings):
+    settings.SCHEDULER = {**settings.SCHEDULER, "MAX_SCHEDULES_PER_USER": 2}
+    body = {"name": "s", "interval_seconds": 60, "job": {"type": "DEMO_TASK", "payload": {}}}
+    assert [user_api.post("/api/schedules", body, format="json").status_code for _ in range(3)] == [201, 201, 400]
+    refused = user_api.post("/api/schedules", body, format="json").json()
+    assert refused["error"]["code"] == "validation_error"
+    assert "at most 2" in refused["error"]["message"]
+    # ADMINs are exempt; the limit is per user.
+    assert [admin_api.post("/api/schedules", body, format="json").status_code for _ in range(3)] == [201] * 3
