@@ -137,12 +137,6 @@ def new_page(browser: Any, live_server: Any) -> Iterator[Callable[[], Any]]:
             context.close()
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings: Any) -> None:
-    """Argon2's deliberate cost buys nothing in a browser test; the live server shares these settings."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 # -- real workers ---------------------------------------------------------------------------------------
 
 

@@ -25,12 +25,6 @@ pytestmark = pytest.mark.django_db
 CHANGELIST = "/admin/scheduler/job/"
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """Fixture users sign in with force_login: spare argon2's deliberate cost."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def operator(client, admin_user):
     """A test client signed in as an ADMIN (staff)."""

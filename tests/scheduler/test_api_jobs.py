@@ -17,12 +17,6 @@ from tests.factories import JobFactory
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """These users authenticate by JWT, never by password: spare fixtures argon2's deliberate cost."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 JOBS = "/api/jobs"
 READ_FIELDS = {
     "id",

@@ -21,12 +21,6 @@ THREADS = 50
 BODY = {"type": "DEMO_TASK", "payload": {"result": "once"}}
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """These users authenticate by JWT, never by password: spare fixtures argon2's deliberate cost."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def _post(api, body, key):
     return api.post(JOBS, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
 

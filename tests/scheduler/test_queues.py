@@ -14,12 +14,6 @@ from tests.factories import JobFactory
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """Fixture users authenticate by JWT: spare argon2's deliberate cost."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def _paused() -> list[str]:
     # What the worker reads every poll interval (scheduler.workers.runner.Worker._poll_control).
     return list(Queue.objects.filter(paused=True).values_list("name", flat=True))

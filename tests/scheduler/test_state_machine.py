@@ -33,12 +33,6 @@ from scheduler.states import CANCELLABLE, TRANSITIONS, EventType, JobStatus, sou
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """These users authenticate by JWT, never by password: spare fixtures argon2's deliberate cost."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 S = JobStatus
 ALL = list(JobStatus)
 
