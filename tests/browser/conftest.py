@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
+
+from tests.subprocess_env import database_url
 
 # Debian's Chromium; STINT_CHROMIUM points elsewhere (e.g. to a missing path, to see the "not run" report).
 CHROMIUM = Path(os.environ.get("STINT_CHROMIUM", "/usr/bin/chromium"))
@@ -138,17 +138,6 @@ def new_page(browser: Any, live_server: Any) -> Iterator[Callable[[], Any]]:
 
 
 # -- real workers ---------------------------------------------------------------------------------------
-
-
-def database_url() -> str:
-    """Return a DATABASE_URL for the database this test runs against (the test database)."""
-    d = connection.settings_dict
-    user = quote(d.get("USER") or "", safe="")
-    password = quote(d.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = quote(d.get("HOST") or "127.0.0.1", safe="")
-    port = f":{d['PORT']}" if d.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{quote(d['NAME'], safe='')}"
 
 
 def wait_until(predicate: Callable[[], T], *, what: str, timeout: float = WAIT) -> T:

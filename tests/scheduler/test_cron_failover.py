@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -34,6 +33,7 @@ from scheduler import schedules
 from scheduler.leadership import DEFAULT_TTL_SECONDS, lock_key, token_key
 from scheduler.models import Job
 from tests.factories import UserFactory
+from tests.subprocess_env import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -51,17 +51,6 @@ ENV = {
     # No Kafka here: keep the outbox relay from probing the broker (2 s) on every retry.
     "STINT_OUTBOX_RELAY_INTERVAL_SECONDS": "3600",
 }
-
-
-def database_url() -> str:
-    """Return a DATABASE_URL for the test database."""
-    d = connection.settings_dict
-    user = quote(d.get("USER") or "", safe="")
-    password = quote(d.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = quote(d.get("HOST") or "127.0.0.1", safe="")
-    port = f":{d['PORT']}" if d.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{quote(d['NAME'], safe='')}"
 
 
 def db_now() -> dt.datetime:

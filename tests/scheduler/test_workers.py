@@ -18,15 +18,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
+from tests.subprocess_env import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -48,17 +47,6 @@ FAST = {
 }
 
 T = TypeVar("T")
-
-
-def database_url() -> str:
-    """Return a DATABASE_URL for the database this test runs against (the test database)."""
-    d = connection.settings_dict
-    user = quote(d.get("USER") or "", safe="")
-    password = quote(d.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = quote(d.get("HOST") or "127.0.0.1", safe="")
-    port = f":{d['PORT']}" if d.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{quote(d['NAME'], safe='')}"
 
 
 @dataclass(eq=False)
