@@ -133,8 +133,10 @@ def _plan(report: Report) -> tuple[JobStatus, EventType | None]:
     return JobStatus.DEAD, None
 
 
-def record_outcomes(reports: Sequence[Report]) -> set[uuid.UUID]:
+def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStatus] | None = None) -> set[uuid.UUID]:
     """Write a batch of outcomes in one transaction; return the ids whose outcome was accepted.
+
+    ``final``, when given, is filled with the status each accepted job moved to.
 
     For each target status, one fenced ``lifecycle.transition`` moves every job of that group
     (RUNNING -> SUCCESS / RETRYING with ``scheduled_at = now() + backoff`` / DEAD / FAILED /
@@ -191,6 +193,8 @@ def record_outcomes(reports: Sequence[Report]) -> set[uuid.UUID]:
             if not won:
                 continue
             accepted |= won
+            if final is not None:
+                final.update(dict.fromkeys(won, to))
             mine = [r for r in group if r.job.id in won]
             _finish_attempts(mine)
             if to != JobStatus.RETRYING:

@@ -30,7 +30,7 @@ from scheduler import leasing, metrics
 from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
-from scheduler.states import Priority
+from scheduler.states import JobStatus, Priority
 from scheduler.workers.pool import PoolFull, ProcessPool, Running, ThreadPool, UnsendableJob
 
 logger = logging.getLogger(__name__)
@@ -314,7 +314,8 @@ class Worker:
     def _flush(self, batch: list[Report]) -> None:
         while True:
             try:
-                accepted = leasing.record_outcomes(batch)
+                final: dict[uuid.UUID, JobStatus] = {}
+                accepted = leasing.record_outcomes(batch, final=final)
                 break
             except _DB_ERRORS:
                 logger.exception("worker %s: could not record %d outcomes; retrying", self.id, len(batch))
@@ -333,18 +334,17 @@ class Worker:
                     extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self.id},
                 )
                 continue
-            if report.outcome == Outcome.SUCCEEDED:
-                metrics.jobs_completed_total.labels(*labels).inc()
-            elif report.outcome == Outcome.CANCELLED:
-                metrics.jobs_cancelled_total.labels(*labels).inc()
-            elif report.outcome != Outcome.HANDED_BACK:
+            to = final.get(job.id)
+            if report.outcome not in (Outcome.SUCCEEDED, Outcome.CANCELLED, Outcome.HANDED_BACK):
                 metrics.jobs_failed_total.labels(*labels).inc()
-                if report.outcome == Outcome.PERMANENT:
-                    pass
-                elif job.attempts_left > 0:
-                    metrics.jobs_retried_total.labels(*labels).inc()
-                else:
-                    metrics.jobs_dead_total.labels(*labels).inc()
+            if to == JobStatus.SUCCESS:
+                metrics.jobs_completed_total.labels(*labels).inc()
+            elif to == JobStatus.CANCELLED:
+                metrics.jobs_cancelled_total.labels(*labels).inc()
+            elif to == JobStatus.DEAD:
+                metrics.jobs_dead_total.labels(*labels).inc()
+            elif to == JobStatus.RETRYING and report.outcome != Outcome.HANDED_BACK:
+                metrics.jobs_retried_total.labels(*labels).inc()
             logger.info(
                 "job %s %s attempt %d: %s%s",
                 job.id,
