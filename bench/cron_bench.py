@@ -28,10 +28,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.event_stack import fresh_database  # noqa: E402 - after the path is set
 
 BENCH_DB = "stint_bench_cron"
 GOAL_SECONDS = 2.0  # the issue's bound on due-to-materialized
@@ -47,17 +48,6 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="give up this long after M")
     parser.add_argument("--log", type=Path, default=None, help="append run_scheduler's output here")
     return parser.parse_args()
-
-
-def fresh_database(base_url: str, name: str) -> str:
-    """(Re)create database ``name`` on ``base_url``'s server; return its URL."""
-    import psycopg
-
-    admin_url = urlunsplit(urlsplit(base_url)._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
-    return urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
 
 
 def setup_django(database_url: str) -> None:

@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "stint_bench"
@@ -47,19 +46,6 @@ def _args() -> argparse.Namespace:
     )
     parser.add_argument("--no-audit", action="store_true", help="skip the audit consumer and trail check")
     return parser.parse_args()
-
-
-def _bench_url(base: str) -> str:
-    parts = urlsplit(base)
-    return urlunsplit(parts._replace(path=f"/{BENCH_DB}"))
-
-
-def _fresh_database(base_url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(base_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
 
 
 def _mix(n: int, noop: bool, start: dt.datetime) -> list[dict]:
@@ -162,10 +148,12 @@ def main() -> int:
     if not base_url:
         print("DATABASE_URL is not set: run through `make loadtest`", file=sys.stderr)
         return 2
-    _fresh_database(base_url)
+    sys.path.insert(0, str(ROOT))
+    from bench.event_stack import fresh_database
+
     env = {
         **os.environ,
-        "DATABASE_URL": _bench_url(base_url),
+        "DATABASE_URL": fresh_database(base_url, BENCH_DB),
         "STINT_EXTRA_APPS": "bench",
         "LOG_LEVEL": "WARNING",
         "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -176,7 +164,6 @@ def main() -> int:
     if args.chaos:
         env.update({"STINT_LEASE_SECONDS": "4", "STINT_HEARTBEAT_SECONDS": "1"})
     os.environ.update(env)
-    sys.path.insert(0, str(ROOT))
     import django
 
     django.setup()
