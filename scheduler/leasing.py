@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 from scheduler import lifecycle
 from scheduler.conf import conf
+from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import NOW, NULL, Claimed, Sql
 from scheduler.registry import get_handler
 from scheduler.retry import backoff
@@ -98,14 +99,21 @@ def cancel_requested(job_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         return {r[0] for r in cursor.fetchall()}
 
 
-def _retry_delay(job: Claimed) -> float:
-    spec = get_handler(job.type)
+def retry_delay(job_type: str, retry_number: int) -> float:
+    """Return the backoff in seconds before retry ``retry_number`` (1-based) of a ``job_type`` job.
+
+    The handler's per-type base, cap and jitter win over ``SCHEDULER``'s; an unregistered type
+    (its handler removed since it was enqueued) gets the global ones. Formula: ``retry.backoff``.
+    """
     c = conf()
-    base = spec.backoff_base_seconds if spec.backoff_base_seconds is not None else c.backoff_base_seconds
-    cap = spec.backoff_max_seconds if spec.backoff_max_seconds is not None else c.backoff_max_seconds
-    jitter = spec.backoff_jitter if spec.backoff_jitter is not None else c.backoff_jitter
-    retry_number = max(1, job.attempt - job.attempts_base)
-    return backoff(retry_number, base=base, cap=cap, jitter=jitter)
+    try:
+        spec = get_handler(job_type)
+    except UnknownJobType:
+        spec = None
+    base = spec.backoff_base_seconds if spec and spec.backoff_base_seconds is not None else c.backoff_base_seconds
+    cap = spec.backoff_max_seconds if spec and spec.backoff_max_seconds is not None else c.backoff_max_seconds
+    jitter = spec.backoff_jitter if spec and spec.backoff_jitter is not None else c.backoff_jitter
+    return backoff(max(1, retry_number), base=base, cap=cap, jitter=jitter)
 
 
 _ATTEMPT_STATUS = {
@@ -167,7 +175,12 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
             per_row: dict[str, tuple[str, Sequence[Any]]] = {"err": ("text", errors)}
             payloads = [{"error": e} if e else {} for e in errors]
             if to == JobStatus.RETRYING:
-                delays = [0.0 if r.outcome == Outcome.HANDED_BACK else _retry_delay(r.job) for r in group]
+                delays = [
+                    0.0
+                    if r.outcome == Outcome.HANDED_BACK
+                    else retry_delay(r.job.type, r.job.attempt - r.job.attempts_base)
+                    for r in group
+                ]
                 bases = [r.job.attempts_base + (1 if r.outcome == Outcome.HANDED_BACK else 0) for r in group]
                 per_row["delay"] = ("float8", delays)
                 per_row["base"] = ("int", bases)

@@ -9,26 +9,13 @@ from django.db import connection, transaction
 
 from scheduler import lifecycle, metrics
 from scheduler.conf import conf
+from scheduler.leasing import retry_delay
 from scheduler.lifecycle import NOW, NULL, Sql
-from scheduler.registry import get_handler
-from scheduler.retry import backoff
 from scheduler.states import EventType, JobStatus
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500  # jobs per transaction
-
-
-def _delay(job_type: str, retry_number: int) -> float:
-    c = conf()
-    try:
-        spec = get_handler(job_type)
-    except Exception:  # an unregistered type still gets the global backoff
-        spec = None
-    base = spec.backoff_base_seconds if spec and spec.backoff_base_seconds is not None else c.backoff_base_seconds
-    cap = spec.backoff_max_seconds if spec and spec.backoff_max_seconds is not None else c.backoff_max_seconds
-    jitter = spec.backoff_jitter if spec and spec.backoff_jitter is not None else c.backoff_jitter
-    return backoff(max(1, retry_number), base=base, cap=cap, jitter=jitter)
 
 
 class LeaseRescuer:
@@ -80,7 +67,7 @@ class LeaseRescuer:
                 error = "lease expired: the worker stopped heartbeating"
                 moved = []
                 if retry:
-                    delays = [_delay(r[1], r[3] - r[4]) for r in retry]
+                    delays = [retry_delay(r[1], r[3] - r[4]) for r in retry]
                     moved += lifecycle.transition(
                         job_ids=[r[0] for r in retry],
                         to=JobStatus.RETRYING,
