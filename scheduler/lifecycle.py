@@ -204,40 +204,6 @@ def transition_one(
     return moved[0] if moved else None
 
 
-def initial_events(
-    *, job_id: uuid.UUID, owner_id: int | None, status: JobStatus, type_: str, queue: str, priority: int
-) -> list[dict[str, Any]]:
-    """Return the two events a newly inserted job writes: JOB_CREATED, then its first transition.
-
-    A job is inserted directly in QUEUED or SCHEDULED; the CREATED -> QUEUED/SCHEDULED step of the
-    table happens inside the inserting transaction, so both events are written with it
-    (sequences 1 and 2). Raises IllegalTransition for any other initial status.
-    """
-    status = JobStatus(status)
-    if (JobStatus.CREATED, status) not in TRANSITIONS or status == JobStatus.CANCELLED:
-        raise IllegalTransition(f"a job cannot be created in {status}")
-    base = {"job_id": job_id, "owner_id": owner_id, "attempt": 0, "schema_version": SCHEMA_VERSION}
-    payload = {"type": type_, "queue": queue, "priority": priority}
-    return [
-        {
-            **base,
-            "event_type": EventType.JOB_CREATED,
-            "sequence": 1,
-            "from_status": "",
-            "to_status": JobStatus.CREATED,
-            "payload": payload,
-        },
-        {
-            **base,
-            "event_type": TRANSITIONS[(JobStatus.CREATED, status)],
-            "sequence": 2,
-            "from_status": JobStatus.CREATED,
-            "to_status": status,
-            "payload": payload,
-        },
-    ]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewJob:
     """A job to insert. ``scheduled_at`` None (or not in the future, by the database clock) queues it now."""

@@ -25,6 +25,7 @@ from scheduler.lifecycle import NewJob
 from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy, Queue
 from scheduler.notify import notify_queued
 from scheduler.services import _validated as validate_job_fields
+from scheduler.services import has_nul
 from scheduler.states import JobStatus, Priority
 
 logger = logging.getLogger(__name__)
@@ -99,12 +100,6 @@ def _check_choice(field: str, value: Any, choices: Any) -> str:
     return value
 
 
-def _has_nul(value: Any) -> bool:
-    from scheduler.services import has_nul
-
-    return has_nul(value)
-
-
 def _validated_job(job: Mapping[str, Any]) -> dict[str, Any]:
     """Return the job template as model fields; raise InvalidSchedule (details under ``job``) or PayloadTooLarge."""
     if not isinstance(job, Mapping):
@@ -116,7 +111,7 @@ def _validated_job(job: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidSchedule("job.type is required.", details={"job": {"type": ["This field is required."]}})
     payload = job.get("payload")
     payload = {} if payload is None else payload
-    if _has_nul(payload):  # PostgreSQL's jsonb cannot store U+0000
+    if has_nul(payload):  # PostgreSQL's jsonb cannot store U+0000
         raise InvalidSchedule(
             "job.payload may not contain U+0000.", details={"job": {"payload": ["Strings may not contain U+0000."]}}
         )

@@ -278,10 +278,8 @@ def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
     _ensure_queues(j.queue for j in jobs)
     created = lifecycle.create_jobs(jobs)
     metrics.jobs_created_on_commit(jobs, (i for i, _ in created))
-    queued = {j.queue for j, (_, status) in zip(jobs, created, strict=False) if status == JobStatus.QUEUED}
-    if queued:
-        by_id = {j.id: j.queue for j in jobs}
-        notify_queued(by_id[i] for i, status in created if status == JobStatus.QUEUED)
+    by_id = {j.id: j.queue for j in jobs}
+    notify_queued(by_id[i] for i, status in created if status == JobStatus.QUEUED)
     return created
 
 
