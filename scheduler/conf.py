@@ -24,7 +24,19 @@ class SchedulerConf:
     max_schedules_per_user: int = 0  # 0: no limit
 
 
+_cache: tuple[object, SchedulerConf] | None = None
+
+
 def conf() -> SchedulerConf:
-    """Return the current settings (read on each call so tests can override them)."""
+    """Return the current settings as a ``SchedulerConf``.
+
+    Built once per ``settings.SCHEDULER`` object: overriding the setting (``override_settings``,
+    pytest-django's ``settings`` fixture) installs a new dict and is seen at the next call, while
+    the enqueue, claim and outcome paths that call this per job pay a lookup, not a rebuild.
+    """
+    global _cache
     raw = settings.SCHEDULER
-    return SchedulerConf(**{k.lower(): v for k, v in raw.items() if k.lower() in SchedulerConf.__slots__})
+    if _cache is None or _cache[0] is not raw:
+        built = SchedulerConf(**{k.lower(): v for k, v in raw.items() if k.lower() in SchedulerConf.__slots__})
+        _cache = (raw, built)
+    return _cache[1]
