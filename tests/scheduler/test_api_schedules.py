@@ -22,6 +22,13 @@ NIGHTLY = {
 }
 
 
+def db_clock() -> dt.datetime:
+    """The database's wall clock (``clock_timestamp()``), as the schedule services read it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
 def db_now() -> dt.datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
@@ -170,7 +177,9 @@ def test_patch_switches_between_cron_and_interval_and_recomputes_the_next_fire(u
     body = create(user_api)
     to_interval = user_api.patch(f"/api/schedules/{body['id']}", {"interval_seconds": 30}, format="json").json()
     assert (to_interval["cron"], to_interval["interval_seconds"]) == (None, 30)
-    assert parse(to_interval["next_fire_at"]) <= db_now() + dt.timedelta(seconds=30)
+    # The grid starts at the whole second of the PATCH, read on the database's wall clock: compare
+    # with that clock now, not with now(), which is this test transaction's (earlier) start.
+    assert parse(to_interval["next_fire_at"]) <= db_clock() + dt.timedelta(seconds=30)
     to_cron = user_api.patch(f"/api/schedules/{body['id']}", {"cron": "*/10 * * * *"}, format="json").json()
     assert (to_cron["cron"], to_cron["interval_seconds"]) == ("*/10 * * * *", None)
     assert parse(to_cron["next_fire_at"]).minute % 10 == 0
