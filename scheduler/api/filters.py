@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django import forms
+from django.core.exceptions import ValidationError
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -35,10 +38,6 @@ class UtcIsoDateTimeField(filters.IsoDateTimeFilter.field_class):
 
     def to_python(self, value: object) -> object:
         """Parse as usual, then normalise to UTC; an instant outside datetime's range is a validation error."""
-        import datetime as dt
-
-        from django.core.exceptions import ValidationError
-
         parsed = super().to_python(value)
         if parsed is None or parsed.tzinfo is None:
             return parsed
