@@ -46,11 +46,13 @@ loadtest: $(VENV)/.dev
 # passing unchecked. Known exceptions are listed with reasons in docs/security.md (--ignore-vuln).
 BANDIT_EXCLUDE := ./.venv,./.devstack,./tests,./node_modules
 PIP_AUDIT_FLAGS ?= --strict
-# Benchmarks (not tests), each printing one JSON line: cron firing of 10,000 due schedules, and
-# commit-to-audit latency of lifecycle events at 500 jobs/s.
+# Benchmarks (not tests), each printing one JSON line: cron firing of 10,000 due schedules,
+# commit-to-audit latency of lifecycle events at 500 jobs/s, and the job lists and retention
+# pruner at 1,000,000 jobs.
 bench: $(VENV)/.dev
 	@$(DEVSTACK) $(PY) bench/cron_bench.py
 	@$(DEVSTACK) $(PY) bench/event_latency.py
+	@$(DEVSTACK) $(PY) bench/job_list_bench.py
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

@@ -58,6 +58,9 @@ scheduler_is_leader = Gauge("scheduler_is_leader", "1 while this scheduler proce
 outbox_publish_lag_seconds = Histogram(
     "outbox_publish_lag_seconds", "Event commit to Kafka delivery, in seconds.", buckets=LATENCY_BUCKETS
 )
+jobs_pruned_total = Counter(
+    "jobs_pruned_total", "Finished jobs deleted by the retention pruner (with their attempts and events).", ["status"]
+)
 audit_events_stored_total = Counter("audit_events_stored_total", "Audit events stored (duplicates excluded).")
 rate_limit_rejections_total = Counter("rate_limit_rejections_total", "Requests rejected with 429.", ["scope"])
 rate_limit_backend_errors_total = Counter(
