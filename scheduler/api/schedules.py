@@ -17,9 +17,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.serializers import StrictSerializer
+from config.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import AwareDateTimeField, JobSerializer, PriorityNameField
-from scheduler.api.views import BoundedJSONParser, JobPagination
+from scheduler.api.views import BoundedJSONParser
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, MisfirePolicy, OverlapPolicy
 from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
@@ -151,6 +152,12 @@ def _changes(data: dict[str, Any]) -> dict[str, Any]:
 # -- views ------------------------------------------------------------------------------------
 
 
+class SchedulePagination(KeysetPagination):
+    """Schedules by id, paged by key (``config.pagination``)."""
+
+    ordering = ("id",)
+
+
 @extend_schema_view(
     get=extend_schema(operation_id="schedules_list", summary="List schedules", tags=["schedules"]),
 )
@@ -158,7 +165,7 @@ class ScheduleListCreateView(generics.ListAPIView):
     """GET /api/schedules: the caller's schedules (an ADMIN's: everyone's), by id. POST: create one."""
 
     serializer_class = ScheduleSerializer
-    pagination_class = JobPagination
+    pagination_class = SchedulePagination
     parser_classes = [BoundedJSONParser]
     filter_backends: list = []
 

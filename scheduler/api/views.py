@@ -15,12 +15,12 @@ from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, permissions, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.openapi import ERROR_REF
+from config.pagination import KeysetPagination
 from config.parsers import SafeJSONParser
 from scheduler import selectors, services
 from scheduler.api.filters import AdminJobFilter, JobFilter
@@ -42,7 +42,6 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 # fast pre-parse check allows this factor and leaves the exact 10 KB rule to the service.
 RAW_BODY_FACTOR = 6
 RAW_BODY_OVERHEAD = 4096  # bytes
-MAX_PAGE_SIZE = 200
 
 
 def raw_body_limit() -> int:
@@ -74,11 +73,16 @@ class BoundedJSONParser(SafeJSONParser):
         return super().parse(io.BytesIO(body), media_type, parser_context)
 
 
-class JobPagination(PageNumberPagination):
-    """DRF's page shape; ``page_size`` may be asked for, up to 200."""
+class JobPagination(KeysetPagination):
+    """Jobs newest first, paged by key (``config.pagination``); ``page_size`` up to 200."""
 
-    page_size_query_param = "page_size"
-    max_page_size = MAX_PAGE_SIZE
+    ordering = selectors.NEWEST_FIRST
+
+
+class AttemptPagination(KeysetPagination):
+    """A job's attempts, first first (``attempt_number`` is unique within a job)."""
+
+    ordering = ("attempt_number",)
 
 
 class IsAdminRole(permissions.BasePermission):
@@ -295,7 +299,7 @@ class JobAttemptListView(generics.ListAPIView):
     """GET /api/jobs/{id}/attempts: paginated."""
 
     serializer_class = JobAttemptSerializer
-    pagination_class = JobPagination
+    pagination_class = AttemptPagination
     filter_backends: list = []
 
     def get_queryset(self) -> QuerySet[JobAttempt]:
