@@ -18,6 +18,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
+from config.parsers import has_lone_surrogate
 from scheduler import lifecycle
 from scheduler.conf import conf
 from scheduler.cron import (
@@ -165,8 +166,15 @@ def _job_template(schedule: CronSchedule) -> dict[str, Any]:
 
 def _validate(schedule: CronSchedule) -> None:
     """Check every field of ``schedule`` (normalizing ``cron``); raise InvalidSchedule."""
-    if not isinstance(schedule.name, str) or not schedule.name.strip() or len(schedule.name) > NAME_MAX:
-        raise _invalid("name", "1-200 characters.")
+    name = schedule.name
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or len(name) > NAME_MAX
+        or "\x00" in name
+        or has_lone_surrogate(name)
+    ):
+        raise _invalid("name", "1-200 characters of valid Unicode, without U+0000.")
     if (schedule.cron is None) == (schedule.interval_seconds is None):
         raise InvalidSchedule(
             "Give exactly one of cron and interval_seconds.",
