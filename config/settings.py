@@ -138,6 +138,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    # Not a rule: on every password change it blacklists the user's refresh tokens (accounts.passwords).
+    {"NAME": "accounts.passwords.RevokeRefreshTokensOnChange"},
 ]
 
 LANGUAGE_CODE = "en-us"
