@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import threading
+import time
 from datetime import timedelta
 
 import jwt
@@ -206,3 +208,53 @@ def test_a_password_change_revokes_every_outstanding_refresh_token(api, client, 
     assert _refresh(api, other).status_code == 200
     fresh = _login(api, user.username, NEW_PASSWORD).json()["refresh"]
     assert _refresh(api, fresh).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)  # two connections: a registration in flight and the request
+def test_racing_registrations_of_alice_and_Alice_give_one_201_and_one_400(api):
+    from django.db import connection, transaction
+
+    from accounts.services import user_register
+
+    inserted, release, outcome = threading.Event(), threading.Event(), {}
+
+    def first_registration() -> None:
+        # "Alice" is inserted but not committed: the API's case-insensitive check cannot see it yet.
+        try:
+            with transaction.atomic():
+                user_register(username="Alice", password=PASSWORD)
+                inserted.set()
+                release.wait(timeout=10)
+            outcome["first"] = "committed"
+        finally:
+            connection.close()
+
+    racer = threading.Thread(target=first_registration)
+    racer.start()
+    assert inserted.wait(timeout=10)
+
+    def release_once_blocked() -> None:
+        # Commit "Alice" once the request's INSERT of "alice" waits on the unique index.
+        try:
+            with connection.cursor() as cursor:
+                for _ in range(500):
+                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                    if cursor.fetchone()[0]:
+                        break
+                    time.sleep(0.01)
+        finally:
+            release.set()
+            connection.close()
+
+    releaser = threading.Thread(target=release_once_blocked)
+    releaser.start()
+    second = api.post("/api/auth/register", {"username": "alice", "password": PASSWORD}, format="json")
+    racer.join(timeout=10)
+    releaser.join(timeout=10)
+
+    assert outcome == {"first": "committed"}
+    assert second.status_code == 400, second.content
+    assert second.json()["error"]["details"] == {"username": ["A user with that username already exists."]}
+    assert list(User.objects.values_list("username", flat=True)) == ["Alice"]
+    later = api.post("/api/auth/register", {"username": "ALICE", "password": PASSWORD}, format="json")
+    assert later.status_code == 400
