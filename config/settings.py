@@ -61,6 +61,7 @@ INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
     "config.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
+    "config.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -20,7 +20,6 @@ from accounts.serializers import StrictSerializer
 from config.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import AwareDateTimeField, JobSerializer, PriorityNameField
-from scheduler.api.views import BoundedJSONParser
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, MisfirePolicy, OverlapPolicy
 from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
@@ -166,7 +165,6 @@ class ScheduleListCreateView(generics.ListAPIView):
 
     serializer_class = ScheduleSerializer
     pagination_class = SchedulePagination
-    parser_classes = [BoundedJSONParser]
     filter_backends: list = []
 
     def get_queryset(self) -> QuerySet[CronSchedule]:
@@ -194,8 +192,6 @@ class ScheduleListCreateView(generics.ListAPIView):
 
 class ScheduleDetailView(APIView):
     """GET, PUT, PATCH, DELETE /api/schedules/{id}, for its owner or an ADMIN."""
-
-    parser_classes = [BoundedJSONParser]
 
     @extend_schema(
         operation_id="schedules_retrieve",

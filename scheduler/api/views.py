@@ -6,9 +6,7 @@ Ownership is enforced below the views: services and selectors take the requestin
 
 from __future__ import annotations
 
-import io
 import uuid
-from typing import Any
 
 from django.db.models import QuerySet
 from django.urls import reverse
@@ -21,7 +19,6 @@ from rest_framework.views import APIView
 
 from config.openapi import ERROR_REF
 from config.pagination import KeysetPagination
-from config.parsers import SafeJSONParser
 from scheduler import selectors, services
 from scheduler.api.filters import AdminJobFilter, JobFilter
 from scheduler.api.serializers import (
@@ -30,47 +27,11 @@ from scheduler.api.serializers import (
     JobResultSerializer,
     JobSerializer,
 )
-from scheduler.conf import conf
-from scheduler.exceptions import PayloadTooLarge
 from scheduler.models import Job, JobAttempt
 from scheduler.states import JobStatus
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
-# The payload limit is measured on compact UTF-8 JSON; a raw body may honestly be several times
-# larger (indentation, \uXXXX escapes of up to 6 bytes per character) plus the other fields, so the
-# fast pre-parse check allows this factor and leaves the exact 10 KB rule to the service.
-RAW_BODY_FACTOR = 6
-RAW_BODY_OVERHEAD = 4096  # bytes
-
-
-def raw_body_limit() -> int:
-    """Return the largest request body (bytes) a job create reads before answering 413."""
-    return RAW_BODY_FACTOR * conf().max_payload_bytes + RAW_BODY_OVERHEAD
-
-
-class BoundedJSONParser(SafeJSONParser):
-    """JSON parser that answers 413 for a body over ``raw_body_limit()`` without reading it all.
-
-    DRF reads the body stream itself, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE does not apply here;
-    the declared Content-Length is refused up front and at most limit + 1 bytes are ever read.
-    """
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
-        """Refuse an oversized body with ``PayloadTooLarge``, then parse the rest as JSON."""
-        limit = raw_body_limit()
-        request = (parser_context or {}).get("request")
-        meta = getattr(request, "META", {})
-        try:
-            declared = int(meta.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
-        if declared > limit:
-            raise PayloadTooLarge(f"The request body is {declared} bytes; the limit is {limit} bytes.")
-        body = stream.read(limit + 1)
-        if len(body) > limit:
-            raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.")
-        return super().parse(io.BytesIO(body), media_type, parser_context)
 
 
 class JobPagination(KeysetPagination):
@@ -120,7 +81,6 @@ class JobListCreateView(generics.ListAPIView):
     serializer_class = JobSerializer
     filterset_class = JobFilter
     pagination_class = JobPagination
-    parser_classes = [BoundedJSONParser]
 
     def get_queryset(self) -> QuerySet[Job]:
         """The caller's own jobs (an ADMIN's too: all owners are under /api/admin/jobs)."""
