@@ -3,16 +3,18 @@
 Usage: python bench/job_list_bench.py [--jobs N] [--repeat N] [--keep]
 
 Creates the database ``stint_bench_jobs`` next to DATABASE_URL's (dropping an old one unless
-``--keep`` finds it seeded), seeds ``--jobs`` jobs (default 1,000,000) with one attempt each in
-a few ``INSERT ... SELECT generate_series`` statements (100 owners, 30 days of history, 90%
-SUCCESS and the rest FAILED, DEAD, CANCELLED and SCHEDULED), ANALYZEs, then times in this
+``--keep`` finds it seeded), seeds ``--jobs`` jobs (default 1,000,000) with one attempt, one
+published outbox event and its audit row per finished job, in a few ``INSERT ... SELECT
+generate_series`` statements (100 owners, 30 days of history, 90% SUCCESS and the rest FAILED,
+DEAD, CANCELLED and SCHEDULED), ANALYZEs, then times in this
 process (Django's test client, the real views and database):
 
 - the operator console's job list (``/admin/scheduler/job/``): first page, page 100, the
   FAILED filter, and the dashboard (``/admin/``);
 - ``GET /api/admin/jobs``: the first page and the page its ``next`` link names;
 - ``GET /api/jobs`` for one owner (about 1% of the jobs);
-- one run of the retention pruner's first batch (500 SUCCESS jobs past 7 days).
+- one statement of the retention pruner (500 SUCCESS jobs past 7 days, with their attempts,
+  outbox events and audit rows), rolled back after each timed run.
 
 Each figure is the median of ``--repeat`` timed runs after one warm-up, in milliseconds. The
 machine is shared: compare figures from the same run, not across machines.
@@ -63,6 +65,21 @@ _SEED_ATTEMPTS = """
            finished_at, '', ''
     FROM stint_job WHERE status <> 'SCHEDULED'
 """
+# One published outbox event and its audit row per finished job: the pruner deletes both with it.
+_SEED_EVENTS = """
+    INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status, to_status,
+                              schema_version, payload, occurred_at, published_at)
+    SELECT gen_random_uuid(), 'JOB_COMPLETED', id, owner_id, 4, 1, 'RUNNING', status, 1, '{}'::jsonb,
+           finished_at, finished_at
+    FROM stint_job WHERE status <> 'SCHEDULED'
+"""
+_SEED_AUDIT = """
+    INSERT INTO stint_audit_event (event_id, job_id, event_type, owner_id, sequence, attempt, from_status,
+                                   to_status, schema_version, payload, occurred_at, received_at)
+    SELECT event_id, job_id, event_type, owner_id, sequence, attempt, from_status, to_status, 1, '{}'::jsonb,
+           occurred_at, occurred_at
+    FROM stint_outbox
+"""
 
 
 def _args() -> argparse.Namespace:
@@ -106,8 +123,10 @@ def _seed(jobs: int) -> float:
             {"owners": [u.pk for u in users], "n_owners": OWNERS, "jobs": jobs, "spacing": HISTORY_SECONDS / jobs},
         )
         cursor.execute(_SEED_ATTEMPTS)
-        cursor.execute("VACUUM ANALYZE stint_job")
-        cursor.execute("VACUUM ANALYZE stint_job_attempt")
+        cursor.execute(_SEED_EVENTS)
+        cursor.execute(_SEED_AUDIT)
+        for table in ("stint_job", "stint_job_attempt", "stint_outbox", "stint_audit_event"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
     return time.monotonic() - started
 
 

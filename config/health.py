@@ -36,7 +36,7 @@ from rest_framework.views import APIView
 logger = logging.getLogger(__name__)
 
 PROBE_INTERVAL_SECONDS = 5.0  # each component is probed at most once per this, per web process
-FIRST_WAIT_SECONDS = 2.0  # the most a request waits for a component that was never probed
+FIRST_WAIT_SECONDS = 1.0  # the most a process's first request waits for the first probes
 KAFKA_TIMEOUT = 1.5  # seconds for the metadata request
 DB_STATEMENT_TIMEOUT_MS = 1000
 UP, DOWN, UNKNOWN = "up", "down", "unknown"
