@@ -165,7 +165,7 @@ FORM_TEXT = st.one_of(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payload=FORM_TEXT, name=form_text)
 def test_fuzzed_forms_never_get_a_500(signed_in, payload, name):
     job = {"type": "DEMO_TASK", "priority": "MEDIUM", "queue": "default", "payload": payload, "name": name}
