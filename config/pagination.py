@@ -27,7 +27,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q, QuerySet
 from rest_framework import serializers
-from rest_framework.pagination import BasePagination, _positive_int
+from rest_framework.pagination import BasePagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
@@ -103,12 +103,10 @@ class KeysetPagination(BasePagination):
         return Response({"count": self.count, "next": self.next, "previous": self.previous, "results": data})
 
     def _page_size(self, request: Request) -> int:
-        try:
-            return _positive_int(
-                request.query_params[self.page_size_query_param], strict=True, cutoff=self.max_page_size
-            )
-        except (KeyError, ValueError):
-            return self.page_size
+        raw = request.query_params.get(self.page_size_query_param, "")
+        if not raw.isascii() or not raw.isdigit() or not raw.strip("0"):
+            return self.page_size  # as DRF does: a malformed page_size gets the default, not an error
+        return self.max_page_size if len(raw.lstrip("0")) > 9 else min(int(raw), self.max_page_size)
 
     @staticmethod
     def _flip(field: str) -> str:

@@ -314,6 +314,8 @@ def test_pagination_is_stable_across_created_at_ties(user_api, user):
 def test_page_size_is_capped_and_a_bad_cursor_is_a_400(user_api, user):
     services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)], owner=user)
     assert len(user_api.get(f"{JOBS}?page_size=100000").json()["results"]) == 3
+    assert len(user_api.get(f"{JOBS}?page_size=2").json()["results"]) == 2
+    assert [len(user_api.get(f"{JOBS}?page_size={v}").json()["results"]) for v in ("0", "-1", "x", "")] == [3] * 4
     for cursor in ("nonsense", "eyJ2IjpbMV0sInIiOjB9", "eyJ2IjpbIjIwMzAtMDEtMDEiLCJ4Il0sInIiOjB9", "x" * 600):
         resp = user_api.get(f"{JOBS}?cursor={cursor}")
         assert resp.status_code == 400, (cursor, resp.content)
