@@ -1,4 +1,4 @@
-"""Pruner: deletes finished jobs past their retention, expired idempotency keys and long-gone worker nodes.
+"""Pruner: deletes finished jobs past their retention, and expired keys, tokens, sessions and long-gone workers.
 
 Retention of finished jobs (``SCHEDULER["RETENTION_<STATUS>_DAYS"]``, 0 keeps forever) is
 applied per status in bounded batches, each one statement in its own short transaction: it
@@ -62,6 +62,26 @@ _PRUNE_JOBS = """
 """
 
 
+AUTH_BATCH_SIZE = 10_000  # expired tokens, blacklist entries and sessions deleted per statement per run
+_PRUNE_BLACKLISTED = """
+    DELETE FROM token_blacklist_blacklistedtoken WHERE id IN (
+        SELECT b.id FROM token_blacklist_blacklistedtoken b
+        JOIN token_blacklist_outstandingtoken t ON t.id = b.token_id
+        WHERE t.expires_at < coalesce(%(now)s, now()) LIMIT %(limit)s)
+"""
+_PRUNE_OUTSTANDING = """
+    DELETE FROM token_blacklist_outstandingtoken WHERE id IN (
+        SELECT t.id FROM token_blacklist_outstandingtoken t
+        WHERE t.expires_at < coalesce(%(now)s, now())
+          AND NOT EXISTS (SELECT 1 FROM token_blacklist_blacklistedtoken b WHERE b.token_id = t.id)
+        LIMIT %(limit)s)
+"""
+_PRUNE_SESSIONS = """
+    DELETE FROM django_session WHERE session_key IN (
+        SELECT session_key FROM django_session WHERE expire_date < coalesce(%(now)s, now()) LIMIT %(limit)s)
+"""
+
+
 def retention_days() -> dict[str, int]:
     """Return {finished status: days a job of it is kept} from the settings; 0 means forever."""
     settings = conf()
@@ -101,7 +121,7 @@ class Pruner:
         self.max_batches = max_batches
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Prune expired finished jobs, idempotency records and old stopped workers; return rows deleted.
+        """Prune expired finished jobs, idempotency keys, refresh tokens, sessions, old workers; return rows deleted.
 
         ``now`` defaults to the database clock. Jobs are counted once each (not their dependent
         rows) and in ``jobs_pruned_total{status}``.
@@ -114,6 +134,12 @@ class Pruner:
                 [now, WORKER_RETENTION_SECONDS],
             )
             total += cursor.rowcount
+            # Every login and refresh records a token (simplejwt's blacklist app) and every page
+            # sign-in a session: once expired they serve nothing (an expired token is refused
+            # whether blacklisted or not), and nothing else ever deletes them.
+            for sql in (_PRUNE_BLACKLISTED, _PRUNE_OUTSTANDING, _PRUNE_SESSIONS):
+                cursor.execute(sql, {"now": now, "limit": AUTH_BATCH_SIZE})
+                total += cursor.rowcount
         if total:
             logger.info("pruned %d rows", total)
         return total

@@ -164,3 +164,29 @@ def test_a_run_works_in_bounded_batches_and_the_next_run_goes_on() -> None:
 def test_a_retention_below_one_day_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         jobs_prune(status=JobStatus.SUCCESS, days=0, now=NOW)
+
+
+def test_expired_refresh_tokens_and_sessions_are_pruned_and_live_ones_kept() -> None:
+    from django.contrib.sessions.models import Session
+    from rest_framework_simplejwt.token_blacklist.models import BlacklistedToken, OutstandingToken
+
+    user = UserFactory()
+
+    def token(jti: str, *, expires: dt.datetime, blacklisted: bool = False) -> OutstandingToken:
+        row = OutstandingToken.objects.create(user=user, jti=jti, token="t", expires_at=expires)
+        if blacklisted:
+            BlacklistedToken.objects.create(token=row)
+        return row
+
+    token("expired", expires=NOW - DAY)
+    token("expired-blacklisted", expires=NOW - DAY, blacklisted=True)
+    token("live", expires=NOW + DAY)
+    token("live-blacklisted", expires=NOW + DAY, blacklisted=True)  # must stay refused until it expires
+    Session.objects.create(session_key="old", session_data="", expire_date=NOW - DAY)
+    Session.objects.create(session_key="new", session_data="", expire_date=NOW + DAY)
+
+    assert Pruner().run_once(now=NOW) == 1 + 2 + 1  # one blacklist entry, two tokens, one session
+
+    assert set(OutstandingToken.objects.values_list("jti", flat=True)) == {"live", "live-blacklisted"}
+    assert list(BlacklistedToken.objects.values_list("token__jti", flat=True)) == ["live-blacklisted"]
+    assert list(Session.objects.values_list("session_key", flat=True)) == ["new"]
