@@ -10,6 +10,10 @@ ARGS ?=
 
 OBSERVE_DIR ?= .observe
 OBSERVE_PORT ?= 9090
+# The metrics ports of `make run` (it prints them; these are its choices while they are free).
+SCHEDULER_METRICS_PORT ?= 9101
+WORKERS_METRICS_PORT ?= 9102
+AUDIT_METRICS_PORT ?= 9103
 
 .PHONY: run serve test lint fmt loadtest bench clean observe observe-config prometheus-tools fuzz
 
@@ -27,11 +31,15 @@ run: $(VENV)/.runtime
 	@$(DEVSTACK) $(MAKE) --no-print-directory serve
 
 # Runs inside the dev stack (the server URLs are in the environment).
+# The metrics ports derive from PORT (8000: 9101-9103) and are replaced by free ones when taken, so
+# a second stack on the same host (PORT=8080 make run) starts too.
 serve:
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py ensure_admin
-	@echo "Stint: http://127.0.0.1:$(PORT)/  (API /api/, admin /admin/, docs /api/docs/)"
 	@# Ctrl-C ends honcho with 130: that is a clean stop, not an error.
+	@eval "$$($(PY) -m config.devstack metrics-ports --web-port $(PORT))" || exit 1; \
+	echo "Stint: http://127.0.0.1:$(PORT)/  (API /api/, admin /admin/, docs /api/docs/)"; \
+	echo "Metrics: scheduler :$$STINT_SCHEDULER_METRICS_PORT, workers :$$STINT_WORKERS_METRICS_PORT, audit consumer :$$STINT_AUDIT_METRICS_PORT (make observe PORT=$(PORT) SCHEDULER_METRICS_PORT=$$STINT_SCHEDULER_METRICS_PORT WORKERS_METRICS_PORT=$$STINT_WORKERS_METRICS_PORT AUDIT_METRICS_PORT=$$STINT_AUDIT_METRICS_PORT)"; \
 	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 130 ] || exit $$rc
 
 test: $(VENV)/.dev prometheus-tools
@@ -46,11 +54,13 @@ loadtest: $(VENV)/.dev
 # passing unchecked. Known exceptions are listed with reasons in docs/security.md (--ignore-vuln).
 BANDIT_EXCLUDE := ./.venv,./.devstack,./tests,./node_modules
 PIP_AUDIT_FLAGS ?= --strict
-# Benchmarks (not tests), each printing one JSON line: cron firing of 10,000 due schedules, and
-# commit-to-audit latency of lifecycle events at 500 jobs/s.
+# Benchmarks (not tests), each printing one JSON line: cron firing of 10,000 due schedules,
+# commit-to-audit latency of lifecycle events at 500 jobs/s, and the job lists and retention
+# pruner at 1,000,000 jobs.
 bench: $(VENV)/.dev
 	@$(DEVSTACK) $(PY) bench/cron_bench.py
 	@$(DEVSTACK) $(PY) bench/event_latency.py
+	@$(DEVSTACK) $(PY) bench/job_list_bench.py
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
@@ -89,16 +99,19 @@ prometheus-tools:
 
 # Prometheus scraping the processes of `make run` (run it in another terminal) with Stint's alert
 # rules: web :$(PORT)/metrics, run_scheduler :9101, run_workers :9102, run_audit_consumer :9103
-# (the Procfile's --metrics-port). UI on http://127.0.0.1:$(OBSERVE_PORT)/; data in $(OBSERVE_DIR)/.
+# (the Procfile's --metrics-port; pass the ports `make run` printed if it had to pick others).
+# UI on http://127.0.0.1:$(OBSERVE_PORT)/; data in $(OBSERVE_DIR)/.
 observe-config:
 	@mkdir -p $(OBSERVE_DIR)
 	@sed -e 's|@WEB_TARGET@|127.0.0.1:$(PORT)|' -e 's|@RULES@|$(CURDIR)/docker/prometheus/alerts.yml|' \
+	  -e 's|127.0.0.1:9101|127.0.0.1:$(SCHEDULER_METRICS_PORT)|' -e 's|127.0.0.1:9102|127.0.0.1:$(WORKERS_METRICS_PORT)|' \
+	  -e 's|127.0.0.1:9103|127.0.0.1:$(AUDIT_METRICS_PORT)|' \
 	  docker/prometheus/observe.yml > $(OBSERVE_DIR)/prometheus.yml
 	@echo "wrote $(OBSERVE_DIR)/prometheus.yml"
 
 observe: prometheus-tools observe-config
 	@command -v prometheus >/dev/null 2>&1 || { echo "prometheus is not installed (Debian: apt-get install prometheus)"; exit 1; }
 	promtool check config $(OBSERVE_DIR)/prometheus.yml
-	@echo "Prometheus: http://127.0.0.1:$(OBSERVE_PORT)/  scraping web :$(PORT), scheduler :9101, workers :9102, audit :9103"
+	@echo "Prometheus: http://127.0.0.1:$(OBSERVE_PORT)/  scraping web :$(PORT), scheduler :$(SCHEDULER_METRICS_PORT), workers :$(WORKERS_METRICS_PORT), audit :$(AUDIT_METRICS_PORT)"
 	prometheus --config.file=$(OBSERVE_DIR)/prometheus.yml --storage.tsdb.path=$(OBSERVE_DIR)/data \
 	  --web.listen-address=127.0.0.1:$(OBSERVE_PORT) --log.level=warn

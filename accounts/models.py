@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractUser, UserManager
 from django.db import models
+from django.db.models.functions import Lower
 
 
 class Role(models.TextChoices):
@@ -30,6 +31,17 @@ class User(AbstractUser):
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.USER)
 
     objects = StintUserManager()
+
+    class Meta(AbstractUser.Meta):
+        constraints = [
+            # "Alice" and "alice" are one name to people: the database refuses the second, even
+            # when two registrations race past the case-insensitive check in the serializer.
+            models.UniqueConstraint(
+                Lower("username"),
+                name="user_username_ci_unique",
+                violation_error_message="A user with that username already exists.",
+            ),
+        ]
 
     @property
     def is_admin(self) -> bool:

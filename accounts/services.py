@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
+from django.utils import timezone
 
 from accounts.models import Role, User
 
@@ -30,3 +31,23 @@ def admin_ensure(*, username: str, password: str) -> tuple[User, bool]:
     if user is not None:
         return user, False
     return User.objects.create_superuser(username=username, email="", password=password), True
+
+
+def user_refresh_tokens_revoke(*, user_id: int) -> int:
+    """Blacklist every unexpired refresh token issued to user ``user_id``; return how many it blacklisted.
+
+    Called on every password change (``accounts.passwords``), so that tokens obtained with the
+    old password, or stolen with it, stop working at once: the refresh endpoint refuses a
+    blacklisted token with 401. Access tokens cannot be revoked and expire on their own
+    (``JWT_ACCESS_LIFETIME_SECONDS``, 5 minutes). Uses simplejwt's ``token_blacklist`` tables,
+    which record every refresh token issued (login and rotation alike).
+    """
+    from rest_framework_simplejwt.token_blacklist.models import BlacklistedToken, OutstandingToken
+
+    live = OutstandingToken.objects.filter(
+        user_id=user_id, expires_at__gt=timezone.now(), blacklistedtoken__isnull=True
+    )
+    created = BlacklistedToken.objects.bulk_create(
+        [BlacklistedToken(token_id=token_id) for token_id in live.values_list("id", flat=True)], ignore_conflicts=True
+    )
+    return len(created)

@@ -7,12 +7,10 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, serializers
-from rest_framework.pagination import PageNumberPagination
 
 from audit import selectors
 from audit.models import AuditEvent
-
-MAX_PAGE_SIZE = 200
+from config.pagination import KeysetPagination
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -32,11 +30,10 @@ class AuditEventSerializer(serializers.ModelSerializer):
         return data
 
 
-class EventPagination(PageNumberPagination):
-    """DRF's page shape; ``page_size`` may be asked for, up to 200."""
+class EventPagination(KeysetPagination):
+    """A job's events in sequence order, paged by key (``config.pagination``); ``page_size`` up to 200."""
 
-    page_size_query_param = "page_size"
-    max_page_size = MAX_PAGE_SIZE
+    ordering = ("sequence", "id")
 
 
 @extend_schema_view(

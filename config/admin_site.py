@@ -7,9 +7,13 @@ every app keeps registering with ``@admin.register`` unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.admin import AdminSite
 from django.contrib.admin.apps import AdminConfig
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+
+from pages.ratelimit import AUTH_SCOPE, rate_limit_hit, too_many_requests
 
 
 class StintAdminSite(AdminSite):
@@ -25,6 +29,27 @@ class StintAdminSite(AdminSite):
 
         user = request.user
         return bool(user.is_active and user.is_staff and getattr(user, "role", None) == Role.ADMIN)
+
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Django's admin sign-in, whose POSTs spend the client address's ``auth`` budget.
+
+        The budget is the one the API's login and register and the pages' sign-in spend
+        (``config.throttling``): guessing the ``admin`` password here costs the same as anywhere.
+        Spent: the readable 429 page with ``Retry-After``.
+        """
+        if request.method == "POST":
+            decision = rate_limit_hit(request, scope=AUTH_SCOPE)
+            if decision is not None and not decision.allowed:
+                return too_many_requests(request, decision)
+        return super().login(request, extra_context)
+
+    def password_change(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Django's change-my-password page (it takes the old password): POSTs spend the ``auth`` budget too."""
+        if request.method == "POST":
+            decision = rate_limit_hit(request, scope=AUTH_SCOPE)
+            if decision is not None and not decision.allowed:
+                return too_many_requests(request, decision)
+        return super().password_change(request, extra_context)
 
 
 class StintAdminConfig(AdminConfig):

@@ -6,6 +6,7 @@ Usage (from the project root)::
     python -m config.devstack up                   # start (or reuse) and leave running; prints export lines
     python -m config.devstack env                  # export lines for the recorded servers that answer
     python -m config.devstack down                 # stop every recorded server
+    python -m config.devstack metrics-ports --web-port 8000  # export lines: free metrics ports for make run
 
 A server is started only when its variable (``DATABASE_URL``, ``REDIS_URL``,
 ``KAFKA_BOOTSTRAP_SERVERS``) is unset or empty. State lives in ``<project root>/.devstack/``
@@ -217,6 +218,36 @@ def pick_port(preferred: int | None) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+METRICS_PORT_NAMES = ("STINT_SCHEDULER_METRICS_PORT", "STINT_WORKERS_METRICS_PORT", "STINT_AUDIT_METRICS_PORT")
+METRICS_PORT_OFFSET = 1101  # web port 8000 -> metrics 9101, 9102, 9103 (the ports `make run` always used)
+
+
+def metrics_ports(web_port: int) -> dict[str, int]:
+    """Return {variable: port} for the scheduler's, workers' and audit consumer's metrics under ``make run``.
+
+    Each prefers ``web_port + 1101 + i`` (9101-9103 for the default 8000, 9181-9183 for 8080), so
+    a stack keeps its ports across restarts; a port that is taken (a second stack on the host)
+    is replaced by a free ephemeral one. The three are distinct. A race with another process
+    binding a port between this check and the server's bind remains: the command then exits
+    with a clear error, not a traceback (``scheduler.metrics.serve``).
+    """
+    chosen: dict[str, int] = {}
+    for i, name in enumerate(METRICS_PORT_NAMES):
+        preferred = web_port + METRICS_PORT_OFFSET + i
+        port = pick_port(preferred if 0 < preferred < 65536 else None)
+        while port in chosen.values():
+            port = pick_port(None)
+        chosen[name] = port
+    return chosen
+
+
+def command_metrics_ports(web_port: int) -> int:
+    """Print ``export NAME=PORT`` lines of ``metrics_ports(web_port)`` for ``make run`` to eval; return 0."""
+    for name, port in metrics_ports(web_port).items():
+        print(f"export {name}={port}")
+    return 0
 
 
 def port_open(port: int, timeout: float = PROBE_TIMEOUT) -> bool:
@@ -938,6 +969,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("up", help="start (or reuse) the servers, leave them running, print export lines")
     sub.add_parser("env", help="print export lines for the running recorded servers")
     sub.add_parser("down", help="stop every recorded server")
+    ports = sub.add_parser("metrics-ports", help="print export lines of free metrics ports for make run")
+    ports.add_argument("--web-port", type=int, default=8000, help="the web port they are derived from")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="devstack: %(message)s", stream=sys.stderr)
     if args.command == "run":
@@ -947,6 +980,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_up()
     if args.command == "env":
         return command_env()
+    if args.command == "metrics-ports":
+        return command_metrics_ports(args.web_port)
     return command_down()
 
 

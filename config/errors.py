@@ -90,6 +90,25 @@ def _json_or_html(request: HttpRequest, status_code: int, message: str, default:
     return default
 
 
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Answer Django's own 400s (e.g. ``SuspiciousOperation``) as JSON under /api/; a body too big as the 413.
+
+    ``RequestDataTooBig`` reaches here when a body without a usable ``Content-Length`` grows past
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``config.body_limit`` refuses the declared ones earlier).
+    """
+    from django.conf import settings
+    from django.core.exceptions import RequestDataTooBig
+    from django.views.defaults import bad_request
+
+    if isinstance(exception, RequestDataTooBig):
+        from config.body_limit import payload_too_large
+
+        return payload_too_large(request, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    if request.path.startswith("/api/"):
+        return _json_or_html(request, 400, "Bad request.", None)
+    return bad_request(request, exception)
+
+
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Answer 404 as JSON under /api/ and as Django's page elsewhere."""
     from django.views.defaults import page_not_found

@@ -61,6 +61,7 @@ INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
     "config.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
+    "config.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -138,6 +139,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    # Not a rule: on every password change it blacklists the user's refresh tokens (accounts.passwords).
+    {"NAME": "accounts.passwords.RevokeRefreshTokensOnChange"},
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -219,7 +222,19 @@ SCHEDULER = {
     "MAX_PAYLOAD_BYTES": env.int("STINT_MAX_PAYLOAD_BYTES", default=10 * 1024),
     # Schedules a USER may hold (ADMINs are exempt; 0: no limit).
     "MAX_SCHEDULES_PER_USER": env.int("STINT_MAX_SCHEDULES_PER_USER", default=100),
+    # The shortest gap between two fires of a USER's schedule (ADMINs are exempt; 0: no minimum).
+    "MIN_SCHEDULE_INTERVAL_SECONDS": env.int("STINT_MIN_SCHEDULE_INTERVAL_SECONDS", default=60),
+    # Retention of finished jobs by status, in days (0: keep forever): run_scheduler's pruner deletes
+    # older ones with their attempts, result, outbox rows and audit events.
+    "RETENTION_SUCCESS_DAYS": env.int("STINT_RETENTION_SUCCESS_DAYS", default=7),
+    "RETENTION_CANCELLED_DAYS": env.int("STINT_RETENTION_CANCELLED_DAYS", default=7),
+    "RETENTION_FAILED_DAYS": env.int("STINT_RETENTION_FAILED_DAYS", default=30),
+    "RETENTION_DEAD_DAYS": env.int("STINT_RETENTION_DEAD_DAYS", default=30),
 }
+
+for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", *(k for k in SCHEDULER if k.startswith("RETENTION_"))):
+    if SCHEDULER[_key] < 0:
+        raise ImproperlyConfigured(f"STINT_{_key} must be 0 or more")
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 # json: one JSON object per line (python-json-logger) for log shippers; plain: for a terminal.

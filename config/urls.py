@@ -13,6 +13,7 @@ from config.metrics_view import metrics_view
 from scheduler.api import queues as queue_api
 from scheduler.api import schedules as schedule_api
 
+handler400 = "config.errors.handler400"
 handler404 = "config.errors.handler404"
 handler500 = "config.errors.handler500"
 

@@ -15,6 +15,7 @@ from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from accounts.models import User
+from config.parsers import json_text_load
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.exceptions import StintError
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, OverlapPolicy
@@ -49,14 +50,14 @@ class JSONTextField(forms.CharField):
         super().__init__(**kwargs)
 
     def clean(self, value: Any) -> Any:
-        """Parse the text as JSON; empty means ``{}``."""
+        """Parse the text as JSON (``config.parsers.json_text_load``); empty means ``{}``."""
         text = super().clean(value)
         if not text or not text.strip():
             return {}
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from exc
+            return json_text_load(text)
+        except ValueError as exc:  # bad syntax, nesting, a lone surrogate, a 5,000-digit number
+            raise forms.ValidationError(str(exc)) from exc
 
 
 def errors_onto_form(form: forms.Form, exc: StintError, *, prefix_map: dict[str, str] | None = None) -> None:

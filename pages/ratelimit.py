@@ -26,6 +26,7 @@ from config.throttling import (
 from scheduler.metrics import rate_limit_rejections_total
 
 TOO_MANY_REQUESTS = 429
+AUTH_SCOPE = "auth"  # the per-address budget of every view that takes a password (API, pages, admin)
 
 
 def rate_limit_hit(request: HttpRequest, *, scope: str) -> RateLimitDecision | None:

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from accounts.services import user_register
 from pages.forms import JobFilterForm, JobForm, RegisterForm, ScheduleForm, errors_onto_form
-from pages.ratelimit import limit_posts
+from pages.ratelimit import AUTH_SCOPE, limit_posts
 from scheduler import schedules, selectors, services
 from scheduler.exceptions import JobNotFound, ScheduleNotFound, StintError
 from scheduler.models import CronSchedule, Job, JobResult
@@ -39,7 +39,6 @@ JOBS_PER_PAGE = 20
 STATUS_POLL_MAX_IDS = 100  # ids one status poll may ask about
 PREVIEW_COUNT = 5  # fire times a schedule preview shows
 USER_SCOPE = "user"
-AUTH_SCOPE = "auth"
 
 
 # -- sign in, sign out, register ---------------------------------------------------------------------

@@ -22,6 +22,12 @@ class SchedulerConf:
     worker_dead_after_seconds: int
     max_payload_bytes: int
     max_schedules_per_user: int = 0  # 0: no limit
+    min_schedule_interval_seconds: int = 0  # a USER schedule fires at most this often (0: no minimum)
+    # Days a finished job (with its attempts, result, outbox and audit events) is kept; 0 keeps it forever.
+    retention_success_days: int = 0
+    retention_cancelled_days: int = 0
+    retention_failed_days: int = 0
+    retention_dead_days: int = 0
 
 
 _cache: tuple[object, SchedulerConf] | None = None

@@ -307,6 +307,17 @@ def fire_times(spec: FireSpec, *, start: dt.datetime, count: int) -> list[dt.dat
     return out
 
 
+def smallest_gap(spec: FireSpec, *, start: dt.datetime, count: int) -> dt.timedelta | None:
+    """Return the shortest time between two consecutive fires among the ``count`` after ``start``.
+
+    None when fewer than two fires follow ``start``. A sample, not a proof: a timetable whose
+    shortest gap first occurs later than ``count`` fires (say, once a year) is judged by the gaps
+    it shows first. Pure: ``start`` is an aware datetime the caller took from its clock.
+    """
+    times = fire_times(spec, start=start, count=count)
+    return min((b - a for a, b in zip(times, times[1:], strict=False)), default=None)
+
+
 def first_fire_at_or_after(spec: FireSpec, t: dt.datetime) -> dt.datetime | None:
     """Return the first fire time at or after ``t`` (fire times are whole seconds)."""
     return spec.next_after(t - dt.timedelta(microseconds=1))

@@ -58,6 +58,9 @@ scheduler_is_leader = Gauge("scheduler_is_leader", "1 while this scheduler proce
 outbox_publish_lag_seconds = Histogram(
     "outbox_publish_lag_seconds", "Event commit to Kafka delivery, in seconds.", buckets=LATENCY_BUCKETS
 )
+jobs_pruned_total = Counter(
+    "jobs_pruned_total", "Finished jobs deleted by the retention pruner (with their attempts and events).", ["status"]
+)
 audit_events_stored_total = Counter("audit_events_stored_total", "Audit events stored (duplicates excluded).")
 rate_limit_rejections_total = Counter("rate_limit_rejections_total", "Requests rejected with 429.", ["scope"])
 rate_limit_backend_errors_total = Counter(
@@ -234,12 +237,21 @@ def serve(port: int, *, cluster_state: bool = False) -> None:
 
     ``cluster_state`` also registers the scrape-time database gauges (scheduler processes
     only). ``METRICS_BIND_ADDRESS`` is 127.0.0.1 by default, 0.0.0.0 in the containers where
-    Prometheus scrapes over the compose network. Raises OSError if the port is taken.
+    Prometheus scrapes over the compose network. Raises ``CommandError`` (the command exits 1
+    with that one line, not a traceback) when the port cannot be bound, e.g. taken by another
+    stack on the same host.
     """
     from django.conf import settings
+    from django.core.management.base import CommandError
 
+    address = getattr(settings, "METRICS_BIND_ADDRESS", "127.0.0.1")
+    try:
+        start_http_server(port, addr=address)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot serve metrics on {address}:{port} ({exc.strerror or exc}): is another Stint running? "
+            "Choose another --metrics-port, or 0 for none."
+        ) from exc
     if cluster_state:
         register_cluster_state()
-    address = getattr(settings, "METRICS_BIND_ADDRESS", "127.0.0.1")
-    start_http_server(port, addr=address)
     logger.info("metrics on http://%s:%d/metrics", address, port)

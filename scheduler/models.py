@@ -69,6 +69,14 @@ class Job(models.Model):
             ),
             models.Index(fields=["lease_expires_at"], name="job_lease_scan", condition=Q(status=JobStatus.RUNNING)),
             models.Index(fields=["owner", "-created_at"], name="job_owner_recent"),
+            # Every owner's jobs newest first (the operator console and GET /api/admin/jobs page by it).
+            models.Index(fields=["-created_at", "-id"], name="job_recent"),
+            # The retention pruner's scan (oldest finished jobs of one status) and the dashboard's dead jobs.
+            models.Index(
+                fields=["status", "finished_at"],
+                name="job_finished_scan",
+                condition=Q(status__in=[JobStatus.SUCCESS, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED]),
+            ),
         ]
         constraints = [
             # Partial, so the many jobs without a schedule never touch this index.

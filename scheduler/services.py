@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from config.parsers import json_depth
+from config.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth
 from scheduler import lifecycle, metrics, selectors
 from scheduler.conf import conf
 from scheduler.exceptions import (
@@ -62,7 +62,11 @@ def _priority_value(priority: str | int | Priority) -> int:
 
 
 def payload_size(payload: Any) -> int:
-    """Return the size in bytes of ``payload`` as compact UTF-8 JSON; raise InvalidJob if not JSON."""
+    """Return the size in bytes of ``payload`` as compact UTF-8 JSON.
+
+    Raises InvalidJob when it is no JSON, nests deeper than ``MAX_PAYLOAD_DEPTH``, or holds a
+    string PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate).
+    """
     try:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -75,7 +79,10 @@ def payload_size(payload: Any) -> int:
     if has_nul(payload):
         # PostgreSQL's jsonb (and text) cannot hold U+0000.
         raise InvalidJob("payload must not contain U+0000", details={"payload": ["Must not contain U+0000."]})
-    return len(text.encode())
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800"): no UTF-8 can hold it
+        raise InvalidJob(SURROGATE_MESSAGE, details={"payload": [SURROGATE_MESSAGE]}) from exc
 
 
 def has_nul(value: Any) -> bool:
@@ -125,8 +132,8 @@ def _validated(
         errors["queue"] = ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]
     if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime) or timezone.is_naive(scheduled_at)):
         errors["scheduled_at"] = ["Must be a datetime with a time zone offset."]
-    if not isinstance(name, str) or len(name) > 200 or "\x00" in name:
-        errors["name"] = ["At most 200 characters, without U+0000."]
+    if not isinstance(name, str) or len(name) > 200 or "\x00" in name or has_lone_surrogate(name):
+        errors["name"] = ["At most 200 characters of valid Unicode, without U+0000."]
     if errors:
         raise InvalidJob(next(iter(errors.values()))[0], details=errors)
     return {

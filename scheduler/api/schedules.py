@@ -17,9 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.serializers import StrictSerializer
+from config.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import AwareDateTimeField, JobSerializer, PriorityNameField
-from scheduler.api.views import BoundedJSONParser, JobPagination
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, MisfirePolicy, OverlapPolicy
 from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
@@ -151,6 +151,12 @@ def _changes(data: dict[str, Any]) -> dict[str, Any]:
 # -- views ------------------------------------------------------------------------------------
 
 
+class SchedulePagination(KeysetPagination):
+    """Schedules by id, paged by key (``config.pagination``)."""
+
+    ordering = ("id",)
+
+
 @extend_schema_view(
     get=extend_schema(operation_id="schedules_list", summary="List schedules", tags=["schedules"]),
 )
@@ -158,8 +164,7 @@ class ScheduleListCreateView(generics.ListAPIView):
     """GET /api/schedules: the caller's schedules (an ADMIN's: everyone's), by id. POST: create one."""
 
     serializer_class = ScheduleSerializer
-    pagination_class = JobPagination
-    parser_classes = [BoundedJSONParser]
+    pagination_class = SchedulePagination
     filter_backends: list = []
 
     def get_queryset(self) -> QuerySet[CronSchedule]:
@@ -187,8 +192,6 @@ class ScheduleListCreateView(generics.ListAPIView):
 
 class ScheduleDetailView(APIView):
     """GET, PUT, PATCH, DELETE /api/schedules/{id}, for its owner or an ADMIN."""
-
-    parser_classes = [BoundedJSONParser]
 
     @extend_schema(
         operation_id="schedules_retrieve",

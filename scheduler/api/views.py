@@ -6,22 +6,19 @@ Ownership is enforced below the views: services and selectors take the requestin
 
 from __future__ import annotations
 
-import io
 import uuid
-from typing import Any
 
 from django.db.models import QuerySet
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, permissions, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.openapi import ERROR_REF
-from config.parsers import SafeJSONParser
+from config.pagination import KeysetPagination
 from scheduler import selectors, services
 from scheduler.api.filters import AdminJobFilter, JobFilter
 from scheduler.api.serializers import (
@@ -30,55 +27,23 @@ from scheduler.api.serializers import (
     JobResultSerializer,
     JobSerializer,
 )
-from scheduler.conf import conf
-from scheduler.exceptions import PayloadTooLarge
 from scheduler.models import Job, JobAttempt
 from scheduler.states import JobStatus
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
-# The payload limit is measured on compact UTF-8 JSON; a raw body may honestly be several times
-# larger (indentation, \uXXXX escapes of up to 6 bytes per character) plus the other fields, so the
-# fast pre-parse check allows this factor and leaves the exact 10 KB rule to the service.
-RAW_BODY_FACTOR = 6
-RAW_BODY_OVERHEAD = 4096  # bytes
-MAX_PAGE_SIZE = 200
 
 
-def raw_body_limit() -> int:
-    """Return the largest request body (bytes) a job create reads before answering 413."""
-    return RAW_BODY_FACTOR * conf().max_payload_bytes + RAW_BODY_OVERHEAD
+class JobPagination(KeysetPagination):
+    """Jobs newest first, paged by key (``config.pagination``); ``page_size`` up to 200."""
+
+    ordering = selectors.NEWEST_FIRST
 
 
-class BoundedJSONParser(SafeJSONParser):
-    """JSON parser that answers 413 for a body over ``raw_body_limit()`` without reading it all.
+class AttemptPagination(KeysetPagination):
+    """A job's attempts, first first (``attempt_number`` is unique within a job)."""
 
-    DRF reads the body stream itself, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE does not apply here;
-    the declared Content-Length is refused up front and at most limit + 1 bytes are ever read.
-    """
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
-        """Refuse an oversized body with ``PayloadTooLarge``, then parse the rest as JSON."""
-        limit = raw_body_limit()
-        request = (parser_context or {}).get("request")
-        meta = getattr(request, "META", {})
-        try:
-            declared = int(meta.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
-        if declared > limit:
-            raise PayloadTooLarge(f"The request body is {declared} bytes; the limit is {limit} bytes.")
-        body = stream.read(limit + 1)
-        if len(body) > limit:
-            raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.")
-        return super().parse(io.BytesIO(body), media_type, parser_context)
-
-
-class JobPagination(PageNumberPagination):
-    """DRF's page shape; ``page_size`` may be asked for, up to 200."""
-
-    page_size_query_param = "page_size"
-    max_page_size = MAX_PAGE_SIZE
+    ordering = ("attempt_number",)
 
 
 class IsAdminRole(permissions.BasePermission):
@@ -116,7 +81,6 @@ class JobListCreateView(generics.ListAPIView):
     serializer_class = JobSerializer
     filterset_class = JobFilter
     pagination_class = JobPagination
-    parser_classes = [BoundedJSONParser]
 
     def get_queryset(self) -> QuerySet[Job]:
         """The caller's own jobs (an ADMIN's too: all owners are under /api/admin/jobs)."""
@@ -295,7 +259,7 @@ class JobAttemptListView(generics.ListAPIView):
     """GET /api/jobs/{id}/attempts: paginated."""
 
     serializer_class = JobAttemptSerializer
-    pagination_class = JobPagination
+    pagination_class = AttemptPagination
     filter_backends: list = []
 
     def get_queryset(self) -> QuerySet[JobAttempt]:

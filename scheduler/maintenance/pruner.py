@@ -1,17 +1,111 @@
-"""Pruner: deletes expired idempotency keys and long-gone worker nodes."""
+"""Pruner: deletes finished jobs past their retention, and expired keys, tokens, sessions and long-gone workers.
+
+Retention of finished jobs (``SCHEDULER["RETENTION_<STATUS>_DAYS"]``, 0 keeps forever) is
+applied per status in bounded batches, each one statement in its own short transaction: it
+locks up to ``JOB_BATCH_SIZE`` of the oldest expired jobs of one status (``FOR UPDATE SKIP
+LOCKED``, so concurrent pruners and a racing retry or recover never collide) and deletes them
+together with everything keyed by them: attempts, result, idempotency records, outbox rows and
+audit events. The outbox rows go with the audit events so that the event reconciler (which
+re-publishes a published outbox event that has no audit row) never resurrects a pruned trail.
+
+A job is kept, whatever its age, while something still needs it:
+
+- it is the latest fire of its schedule: the cron firer's ``overlap_policy = skip`` check reads
+  the status of each schedule's latest fire (``CronFirer._busy``), so deleting it would let the
+  check fall back on an older, possibly unfinished, fire;
+- an unexpired ``IdempotencyRecord`` names it: a replay of that key must return the job;
+- it has an unpublished outbox event: the event reaches Kafka and the audit trail first.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 
-from django.db import connection
+from django.db import connection, transaction
 
+from scheduler import metrics
+from scheduler.conf import conf
 from scheduler.services import idempotency_prune
+from scheduler.states import JobStatus
 
 logger = logging.getLogger(__name__)
 
 WORKER_RETENTION_SECONDS = 7 * 86400  # seconds a stopped worker node is kept for operators
+JOB_BATCH_SIZE = 500  # jobs deleted per statement (each with its ~10-20 dependent rows)
+JOB_MAX_BATCHES = 100  # statements per status per run: at most 50,000 jobs of a status a minute
+
+# The candidates are read from the partial index job_finished_scan (status, finished_at) in
+# finished_at order; every dependent table is reached by an index on its job id.
+_PRUNE_JOBS = """
+    WITH doomed AS (
+        SELECT j.id FROM stint_job j
+        WHERE j.status = %(status)s
+          AND j.finished_at < coalesce(%(now)s, now()) - make_interval(days => %(days)s)
+          AND (j.schedule_id IS NULL OR EXISTS (
+                SELECT 1 FROM stint_job later
+                WHERE later.schedule_id = j.schedule_id AND later.fire_time > j.fire_time))
+          AND NOT EXISTS (
+                SELECT 1 FROM stint_idempotency i
+                WHERE i.job_id = j.id AND i.expires_at > coalesce(%(now)s, now()))
+          AND NOT EXISTS (SELECT 1 FROM stint_outbox o WHERE o.job_id = j.id AND o.published_at IS NULL)
+        ORDER BY j.finished_at
+        LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
+    ),
+    attempts AS (DELETE FROM stint_job_attempt a USING doomed d WHERE a.job_id = d.id),
+    results AS (DELETE FROM stint_job_result r USING doomed d WHERE r.job_id = d.id),
+    keys AS (DELETE FROM stint_idempotency i USING doomed d WHERE i.job_id = d.id),
+    outbox AS (DELETE FROM stint_outbox o USING doomed d WHERE o.job_id = d.id),
+    audit AS (DELETE FROM stint_audit_event e USING doomed d WHERE e.job_id = d.id)
+    DELETE FROM stint_job j USING doomed d WHERE j.id = d.id
+"""
+
+
+AUTH_BATCH_SIZE = 10_000  # expired tokens, blacklist entries and sessions deleted per statement per run
+_PRUNE_BLACKLISTED = """
+    DELETE FROM token_blacklist_blacklistedtoken WHERE id IN (
+        SELECT b.id FROM token_blacklist_blacklistedtoken b
+        JOIN token_blacklist_outstandingtoken t ON t.id = b.token_id
+        WHERE t.expires_at < coalesce(%(now)s, now()) LIMIT %(limit)s)
+"""
+_PRUNE_OUTSTANDING = """
+    DELETE FROM token_blacklist_outstandingtoken WHERE id IN (
+        SELECT t.id FROM token_blacklist_outstandingtoken t
+        WHERE t.expires_at < coalesce(%(now)s, now())
+          AND NOT EXISTS (SELECT 1 FROM token_blacklist_blacklistedtoken b WHERE b.token_id = t.id)
+        LIMIT %(limit)s)
+"""
+_PRUNE_SESSIONS = """
+    DELETE FROM django_session WHERE session_key IN (
+        SELECT session_key FROM django_session WHERE expire_date < coalesce(%(now)s, now()) LIMIT %(limit)s)
+"""
+
+
+def retention_days() -> dict[str, int]:
+    """Return {finished status: days a job of it is kept} from the settings; 0 means forever."""
+    settings = conf()
+    return {
+        JobStatus.SUCCESS: settings.retention_success_days,
+        JobStatus.CANCELLED: settings.retention_cancelled_days,
+        JobStatus.FAILED: settings.retention_failed_days,
+        JobStatus.DEAD: settings.retention_dead_days,
+    }
+
+
+def jobs_prune(*, status: str, days: int, now: dt.datetime | None = None, limit: int = JOB_BATCH_SIZE) -> int:
+    """Delete up to ``limit`` ``status`` jobs finished more than ``days`` days before ``now``; return how many.
+
+    ``now`` defaults to the database clock. Deletes each job's attempts, result, idempotency
+    records, outbox rows and audit events in the same statement (module docstring: what is
+    never deleted, and why). Raises ``ValueError`` for ``days`` below 1 (0 means "keep": the
+    caller skips the status).
+    """
+    if days < 1:
+        raise ValueError("days must be at least 1")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_PRUNE_JOBS, {"status": str(status), "days": days, "now": now, "limit": limit})
+        return cursor.rowcount
 
 
 class Pruner:
@@ -21,15 +115,48 @@ class Pruner:
     interval_seconds = 60.0  # seconds
     leader_only = False
 
+    def __init__(self, *, batch_size: int = JOB_BATCH_SIZE, max_batches: int = JOB_MAX_BATCHES) -> None:
+        """Prune at most ``max_batches`` statements of ``batch_size`` jobs per status per run."""
+        self.batch_size = batch_size
+        self.max_batches = max_batches
+
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Prune expired idempotency records and old stopped workers; return rows deleted."""
-        total = idempotency_prune(now=now)
+        """Prune expired finished jobs, idempotency keys, refresh tokens, sessions, old workers; return rows deleted.
+
+        ``now`` defaults to the database clock. Jobs are counted once each (not their dependent
+        rows) and in ``jobs_pruned_total{status}``.
+        """
+        total = self._prune_jobs(now)
+        total += idempotency_prune(now=now)
         with connection.cursor() as cursor:
             cursor.execute(
                 "DELETE FROM stint_worker_node WHERE stopped_at < coalesce(%s, now()) - make_interval(secs => %s)",
                 [now, WORKER_RETENTION_SECONDS],
             )
             total += cursor.rowcount
+            # Every login and refresh records a token (simplejwt's blacklist app) and every page
+            # sign-in a session: once expired they serve nothing (an expired token is refused
+            # whether blacklisted or not), and nothing else ever deletes them.
+            for sql in (_PRUNE_BLACKLISTED, _PRUNE_OUTSTANDING, _PRUNE_SESSIONS):
+                cursor.execute(sql, {"now": now, "limit": AUTH_BATCH_SIZE})
+                total += cursor.rowcount
         if total:
             logger.info("pruned %d rows", total)
+        return total
+
+    def _prune_jobs(self, now: dt.datetime | None) -> int:
+        total = 0
+        for status, days in retention_days().items():
+            if not days:
+                continue
+            deleted = 0
+            for _ in range(self.max_batches):
+                batch = jobs_prune(status=status, days=days, now=now, limit=self.batch_size)
+                deleted += batch
+                if batch < self.batch_size:
+                    break
+            if deleted:
+                metrics.jobs_pruned_total.labels(status=str(status)).inc(deleted)
+                logger.info("pruned %d %s jobs finished over %d days ago", deleted, status, days)
+            total += deleted
         return total

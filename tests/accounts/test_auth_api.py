@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
+import threading
+import time
 from datetime import timedelta
 
 import jwt
@@ -167,3 +170,91 @@ def test_expired_access_token_lifetime_is_enforced(api, user):
     token.set_exp(lifetime=-timedelta(seconds=1))
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     assert api.get("/api/auth/me").status_code == 401
+
+
+NEW_PASSWORD = "a-brand-new-Passphrase-7"
+
+
+def _refresh(api, token: str):
+    return api.post("/api/auth/refresh", {"refresh": token}, format="json")
+
+
+@pytest.mark.parametrize("how", ["admin_user_form", "own_admin_password_change", "changepassword_command"])
+def test_a_password_change_revokes_every_outstanding_refresh_token(api, client, user, admin_user, how, monkeypatch):
+    first = _login(api, user.username).json()["refresh"]
+    rotated = _refresh(api, _login(api, user.username).json()["refresh"]).json()["refresh"]
+    other = _login(api, admin_user.username).json()["refresh"]  # someone else's: untouched, unless it is theirs
+
+    if how == "admin_user_form":  # an operator sets the user's password in the console
+        client.force_login(admin_user)
+        form = {"password1": NEW_PASSWORD, "password2": NEW_PASSWORD, "usable_password": "true"}
+        assert client.post(f"/admin/accounts/user/{user.pk}/password/", form).status_code == 302
+    elif how == "own_admin_password_change":  # the user changes their own, knowing the old one
+        user.is_staff = True
+        user.role = Role.ADMIN
+        user.save()
+        client.force_login(user)
+        form = {"old_password": PASSWORD, "new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD}
+        assert client.post("/admin/password_change/", form).status_code == 302
+    else:
+        answers = iter([NEW_PASSWORD, NEW_PASSWORD])
+        monkeypatch.setattr("getpass.getpass", lambda *a, **k: next(answers))
+        call_command("changepassword", user.username, stdout=io.StringIO())
+
+    for token in (first, rotated):
+        refused = _refresh(api, token)
+        assert refused.status_code == 401, refused.content
+        assert refused.json()["error"]["code"] == "token_not_valid"
+    assert _refresh(api, other).status_code == 200
+    fresh = _login(api, user.username, NEW_PASSWORD).json()["refresh"]
+    assert _refresh(api, fresh).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)  # two connections: a registration in flight and the request
+def test_racing_registrations_of_alice_and_Alice_give_one_201_and_one_400(api):
+    from django.db import connection, transaction
+
+    from accounts.services import user_register
+
+    inserted, release, outcome = threading.Event(), threading.Event(), {}
+
+    def first_registration() -> None:
+        # "Alice" is inserted but not committed: the API's case-insensitive check cannot see it yet.
+        try:
+            with transaction.atomic():
+                user_register(username="Alice", password=PASSWORD)
+                inserted.set()
+                release.wait(timeout=10)
+            outcome["first"] = "committed"
+        finally:
+            connection.close()
+
+    racer = threading.Thread(target=first_registration)
+    racer.start()
+    assert inserted.wait(timeout=10)
+
+    def release_once_blocked() -> None:
+        # Commit "Alice" once the request's INSERT of "alice" waits on the unique index.
+        try:
+            with connection.cursor() as cursor:
+                for _ in range(500):
+                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                    if cursor.fetchone()[0]:
+                        break
+                    time.sleep(0.01)
+        finally:
+            release.set()
+            connection.close()
+
+    releaser = threading.Thread(target=release_once_blocked)
+    releaser.start()
+    second = api.post("/api/auth/register", {"username": "alice", "password": PASSWORD}, format="json")
+    racer.join(timeout=10)
+    releaser.join(timeout=10)
+
+    assert outcome == {"first": "committed"}
+    assert second.status_code == 400, second.content
+    assert second.json()["error"]["details"] == {"username": ["A user with that username already exists."]}
+    assert list(User.objects.values_list("username", flat=True)) == ["Alice"]
+    later = api.post("/api/auth/register", {"username": "ALICE", "password": PASSWORD}, format="json")
+    assert later.status_code == 400

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -213,3 +214,48 @@ def test_signal_to_devstack_reaches_the_command_once_then_servers_stop(stack_dir
     assert proc.returncode == 9, err
     assert not devstack.pid_alive(int(server["pid"]))  # type: ignore[call-overload]
     assert record(stack_dir, "redis") is None
+
+
+# -- make run's metrics ports -----------------------------------------------------------------------
+
+
+def _three_free_consecutive_ports() -> int:
+    for _ in range(50):
+        first = devstack.pick_port(None)
+        if all(devstack.port_free(first + i) for i in range(3)) and first + 2 < 65536:
+            return first
+    raise RuntimeError("no three consecutive free ports")
+
+
+def test_metrics_ports_derive_from_the_web_port_while_free() -> None:
+    first = _three_free_consecutive_ports()
+    web_port = first - devstack.METRICS_PORT_OFFSET
+
+    assert list(devstack.metrics_ports(web_port).values()) == [first, first + 1, first + 2]
+
+
+def test_a_taken_metrics_port_is_replaced_by_a_free_one() -> None:
+    # A second stack on the same host: its scheduler's preferred port is taken by the first stack.
+    first = _three_free_consecutive_ports()
+    with socket.socket() as taken:
+        taken.bind((devstack.HOST, first))
+        taken.listen()
+        ports = devstack.metrics_ports(first - devstack.METRICS_PORT_OFFSET)
+
+    scheduler, workers, audit = ports.values()
+    assert scheduler != first and (workers, audit) == (first + 1, first + 2)
+    assert len(set(ports.values())) == 3
+
+
+def test_the_metrics_ports_command_prints_export_lines_for_make_run() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "config.devstack", "metrics-ports", "--web-port", "8000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    ).stdout
+
+    names = [line.split("=")[0] for line in out.splitlines()]
+    assert names == [f"export {n}" for n in devstack.METRICS_PORT_NAMES]

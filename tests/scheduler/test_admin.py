@@ -104,6 +104,18 @@ class TestJobList:
 
         assert [j.id for j in response.context["cl"].result_list] == [dead.id]
 
+    def test_the_owner_filter_offers_the_owners_with_jobs_and_narrows_to_one(self, operator, user, other_user):
+        mine = JobFactory(owner=user)
+        JobFactory(owner=other_user)
+        UserFactory()  # no jobs: not offered
+
+        response = operator.get(CHANGELIST, {"owner__id__exact": str(user.pk)})
+        owner_filter = next(f for f in response.context["cl"].filter_specs if f.title == "owner")
+
+        assert {label for _, label in owner_filter.lookup_choices} == {user.username, other_user.username}
+        assert [j.id for j in response.context["cl"].result_list] == [mine.id]
+        assert operator.get(CHANGELIST, {"owner__id__exact": "nobody"}).status_code == 302  # Django: "?e=1", no 500
+
     @pytest.mark.parametrize("how", ["id", "prefix", "key", "name"])
     def test_search(self, operator, user, how):
         job = JobFactory(owner=user, name="quarterly report", idempotency_key="key-123")

@@ -311,10 +311,54 @@ def test_pagination_is_stable_across_created_at_ties(user_api, user):
     )
 
 
-def test_page_size_is_capped(user_api, user):
+def test_page_size_is_capped_and_a_bad_cursor_is_a_400(user_api, user):
     services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)], owner=user)
     assert len(user_api.get(f"{JOBS}?page_size=100000").json()["results"]) == 3
-    assert user_api.get(f"{JOBS}?page=9").status_code == 404
+    assert len(user_api.get(f"{JOBS}?page_size=2").json()["results"]) == 2
+    assert [len(user_api.get(f"{JOBS}?page_size={v}").json()["results"]) for v in ("0", "-1", "x", "")] == [3] * 4
+    for cursor in ("nonsense", "eyJ2IjpbMV0sInIiOjB9", "eyJ2IjpbIjIwMzAtMDEtMDEiLCJ4Il0sInIiOjB9", "x" * 600):
+        resp = user_api.get(f"{JOBS}?cursor={cursor}")
+        assert resp.status_code == 400, (cursor, resp.content)
+        assert _error(resp)["details"] == {"cursor": ["Invalid cursor."]}
+
+
+def _walk(client, url: str, *, between_pages=lambda: None) -> list[str]:
+    seen = []
+    while url:
+        page = client.get(url).json()
+        seen += [r["id"] for r in page["results"]]
+        url = page["next"]
+        between_pages()
+    return seen
+
+
+def test_a_walk_while_jobs_arrive_and_leave_sees_each_old_job_exactly_once(user_api, user):
+    # Page numbers over a newest-first list shift under inserts: page 2 would repeat page 1's tail.
+    before = [str(i) for i in services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(25)], owner=user)]
+    # now() is frozen in a test transaction: date the first jobs back, as a real earlier insert would be.
+    Job.objects.filter(id__in=before).update(created_at=timezone.now() - dt.timedelta(minutes=5))
+    arrived: list[str] = []
+
+    def meanwhile() -> None:
+        arrived.extend(str(services.enqueue("DEMO_TASK", owner=user).id) for _ in range(4))
+
+    seen = _walk(user_api, f"{JOBS}?page_size=5", between_pages=meanwhile)
+
+    assert len(seen) == len(set(seen))
+    assert set(before) <= set(seen)
+    assert not set(arrived) & set(seen)  # newer than the walk's start: ahead of the cursor
+
+
+def test_previous_links_walk_back_to_the_first_page(user_api, user):
+    services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(7)], owner=user)
+    first = user_api.get(f"{JOBS}?page_size=3").json()
+    second = user_api.get(first["next"]).json()
+    third = user_api.get(second["next"]).json()
+
+    assert (first["previous"], third["next"], first["count"], len(third["results"])) == (None, None, 7, 1)
+    back = user_api.get(third["previous"]).json()
+    assert back["results"] == second["results"]
+    assert user_api.get(back["previous"]).json()["results"] == first["results"]
 
 
 def test_list_filters(user_api, user):

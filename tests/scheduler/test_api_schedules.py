@@ -175,11 +175,11 @@ def test_patch_changes_only_what_it_names(user_api):
 
 def test_patch_switches_between_cron_and_interval_and_recomputes_the_next_fire(user_api):
     body = create(user_api)
-    to_interval = user_api.patch(f"/api/schedules/{body['id']}", {"interval_seconds": 30}, format="json").json()
-    assert (to_interval["cron"], to_interval["interval_seconds"]) == (None, 30)
+    to_interval = user_api.patch(f"/api/schedules/{body['id']}", {"interval_seconds": 90}, format="json").json()
+    assert (to_interval["cron"], to_interval["interval_seconds"]) == (None, 90)
     # The grid starts at the whole second of the PATCH, read on the database's wall clock: compare
     # with that clock now, not with now(), which is this test transaction's (earlier) start.
-    assert parse(to_interval["next_fire_at"]) <= db_clock() + dt.timedelta(seconds=30)
+    assert parse(to_interval["next_fire_at"]) <= db_clock() + dt.timedelta(seconds=90)
     to_cron = user_api.patch(f"/api/schedules/{body['id']}", {"cron": "*/10 * * * *"}, format="json").json()
     assert (to_cron["cron"], to_cron["interval_seconds"]) == ("*/10 * * * *", None)
     assert parse(to_cron["next_fire_at"]).minute % 10 == 0
@@ -307,3 +307,42 @@ def test_a_user_may_hold_at_most_the_configured_number_of_schedules(user_api, ad
     assert "at most 2" in refused["error"]["message"]
     # ADMINs are exempt; the limit is per user.
     assert [admin_api.post("/api/schedules", body, format="json").status_code for _ in range(3)] == [201] * 3
+
+
+def test_a_user_schedule_may_not_fire_more_often_than_the_minimum(user_api, admin_api, settings):
+    settings.SCHEDULER = {**settings.SCHEDULER, "MIN_SCHEDULE_INTERVAL_SECONDS": 300}
+    job = {"type": "DEMO_TASK", "payload": {}}
+
+    every_second = user_api.post("/api/schedules", {"name": "s", "interval_seconds": 1, "job": job}, format="json")
+    every_minute = user_api.post("/api/schedules", {"name": "c", "cron": "* * * * *", "job": job}, format="json")
+    # Every 10 minutes, but with two fires a minute apart on the hour: the shortest gap counts.
+    twice_at_the_hour = user_api.post("/api/schedules", {"name": "t", "cron": "0,1 * * * *", "job": job}, format="json")
+
+    for response, field in ((every_second, "interval_seconds"), (every_minute, "cron"), (twice_at_the_hour, "cron")):
+        assert response.status_code == 400, response.content
+        error = response.json()["error"]
+        assert error["code"] == "validation_error"
+        assert "at most once every 300 seconds" in error["message"]
+        assert field in error["details"]
+    assert "60 seconds apart" in twice_at_the_hour.json()["error"]["message"]
+    ok = user_api.post("/api/schedules", {"name": "ok", "cron": "*/5 * * * *", "job": job}, format="json")
+    assert ok.status_code == 201
+    # Changing the timing is checked too; ADMINs are exempt.
+    patched = user_api.patch(f"/api/schedules/{ok.json()['id']}", {"interval_seconds": 299}, format="json")
+    assert patched.status_code == 400
+    assert (
+        admin_api.post("/api/schedules", {"name": "a", "interval_seconds": 1, "job": job}, format="json").status_code
+        == 201
+    )
+
+
+def test_the_default_minimum_is_a_minute(user_api):
+    job = {"type": "DEMO_TASK", "payload": {}}
+    assert (
+        user_api.post("/api/schedules", {"name": "s", "interval_seconds": 59, "job": job}, format="json").status_code
+        == 400
+    )
+    assert (
+        user_api.post("/api/schedules", {"name": "s", "interval_seconds": 60, "job": job}, format="json").status_code
+        == 201
+    )

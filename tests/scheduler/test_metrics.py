@@ -8,7 +8,9 @@ fresh, so its counters start at zero and must end at exactly what the run did.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import socket
+import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from scheduler.states import JobStatus
 from tests.factories import JobFactory
 from tests.scheduler.test_workers import Processes, status_is, wait_until
 
+ROOT = Path(__file__).resolve().parents[2]
 ISSUE_METRICS = (
     "jobs_created_total",
     "jobs_completed_total",
@@ -360,3 +363,23 @@ def test_a_real_scheduler_serves_cluster_gauges_and_leadership(procs: Processes)
     assert value(s, "workers_heartbeat_overdue") == 0
     assert value(s, "outbox_backlog") == OutboxEvent.objects.filter(published_at__isnull=True).count() == 4
     assert value(s, "leases_rescued_total") == 0
+
+
+def test_a_taken_metrics_port_ends_the_command_with_a_clear_error_not_a_traceback() -> None:
+    # A second stack on the same host used to die with a raw "Address already in use" traceback.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "manage.py", "run_scheduler", f"--metrics-port={port}"],
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert done.returncode == 1
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

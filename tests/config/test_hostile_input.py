@@ -1,0 +1,174 @@
+"""Hostile input is a 400 or a form error, never a 500: lone surrogates, NUL, deep nesting, huge numbers.
+
+A lone UTF-16 surrogate ("\\ud800") is valid JSON text but no valid Unicode: Python parses it, then
+UTF-8 encoding (the payload's size, psycopg) raised and the API and pages answered 500. A form
+payload of ``"[" * 50000`` overflowed the JSON parser's recursion (500). A few fixed cases, then
+hypothesis throws mixtures of them at the API and the forms.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from config.parsers import has_lone_surrogate
+from scheduler.models import CronSchedule, Job
+
+pytestmark = pytest.mark.django_db
+
+SURROGATES = ("\ud800", "\udfff", "a\udc00b")
+JOB_PAGE = "/jobs/new/"
+SCHEDULE_PAGE = "/schedules/new/"
+SCHEDULE_FORM = {
+    "name": "s",
+    "kind": "cron",
+    "cron": "*/5 * * * *",
+    "timezone": "UTC",
+    "enabled": "on",
+    "misfire_policy": "skip",
+    "overlap_policy": "allow",
+    "job_type": "DEMO_TASK",
+    "job_payload": "{}",
+    "job_priority": "MEDIUM",
+    "job_queue": "default",
+    "save": "1",
+}
+HUGE_INT = "1" + "0" * 5000  # past Python's 4,300-digit int parsing limit
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_limits(settings) -> None:
+    settings.STINT_RATE_LIMITS = {"user": None, "auth": None}
+
+
+@pytest.fixture
+def signed_in(client, user):
+    client.force_login(user)
+    return client
+
+
+def _post_json(client, path: str, body: object):
+    # json.dumps escapes a lone surrogate as \ud800: exactly what a client would send.
+    return client.post(path, json.dumps(body), content_type="application/json")
+
+
+@pytest.mark.parametrize("text", SURROGATES)
+def test_a_lone_surrogate_anywhere_in_an_api_body_is_a_400(user_api, api, text):
+    job = {"type": "DEMO_TASK", "payload": {"s": text}}
+    cases = [
+        (user_api, "/api/jobs", job),
+        (user_api, "/api/jobs", {"type": "DEMO_TASK", "name": text}),
+        (user_api, "/api/jobs", {"type": "DEMO_TASK", "payload": {text: 1}}),
+        (user_api, "/api/schedules", {"name": text, "cron": "0 * * * *", "job": {"type": "DEMO_TASK"}}),
+        (user_api, "/api/schedules", {"name": "s", "cron": "0 * * * *", "job": job}),
+        (user_api, "/api/schedules/preview", {"cron": "0 * * * *", "timezone": text}),
+        (api, "/api/auth/register", {"username": "ann", "password": f"long-enough-{text}"}),
+        (api, "/api/auth/login", {"username": text, "password": text}),
+    ]
+    for client, path, body in cases:
+        resp = _post_json(client, path, body)
+        assert resp.status_code == 400, (path, body, resp.content)
+        assert resp.json()["error"]["code"] == "validation_error"
+    assert not Job.objects.exists() and not CronSchedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ['{"s": "\\ud800"}', "[" * 50000, "{" * 50000, HUGE_INT, '{"n": ' + HUGE_INT + "}", "[1e400]", "[NaN]"],
+    ids=["surrogate", "deep-list", "deep-object", "huge-int", "huge-int-inside", "infinity", "nan"],
+)
+def test_a_hostile_payload_in_a_form_is_a_form_error(signed_in, payload):
+    job = signed_in.post(JOB_PAGE, {"type": "DEMO_TASK", "priority": "MEDIUM", "queue": "default", "payload": payload})
+    schedule = signed_in.post(SCHEDULE_PAGE, {**SCHEDULE_FORM, "job_payload": payload})
+
+    for response in (job, schedule):
+        assert response.status_code == 400
+        assert "errorlist" in response.content.decode()  # the error is on the form, readable
+    assert not Job.objects.exists() and not CronSchedule.objects.exists()
+
+
+# -- fuzzing --------------------------------------------------------------------------------------
+
+hostile_text = st.one_of(
+    st.text(max_size=20),
+    st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3),
+    st.sampled_from(["\x00", "a\x00", *SURROGATES, "", " ", "\u202e", "\ufeff"]),
+)
+hostile_number = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+hostile_json = st.recursive(
+    st.none() | st.booleans() | hostile_number | hostile_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_text, inner, max_size=3),
+    max_leaves=8,
+)
+nesting = st.integers(min_value=30, max_value=3000).map(lambda n: "[" * n + "]" * n)
+
+
+def _any(value: object) -> st.SearchStrategy:
+    return st.one_of(st.just(value), hostile_text, hostile_number)
+
+
+API_BODIES = st.one_of(
+    st.tuples(
+        st.just("/api/jobs"),
+        st.fixed_dictionaries(
+            {"type": _any("DEMO_TASK"), "payload": hostile_json},
+            optional={"name": hostile_text, "queue": _any("default"), "max_retries": hostile_number},
+        ),
+    ),
+    st.tuples(
+        st.just("/api/schedules"),
+        st.fixed_dictionaries(
+            {
+                "name": hostile_text,
+                "cron": _any("0 * * * *"),
+                "timezone": _any("UTC"),
+                "job": st.fixed_dictionaries({"type": _any("DEMO_TASK"), "payload": hostile_json}),
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("/api/schedules/preview"), st.fixed_dictionaries({"cron": hostile_text, "count": hostile_number})
+    ),
+    st.tuples(
+        st.sampled_from(["/api/auth/register", "/api/auth/login"]),
+        st.fixed_dictionaries({"username": hostile_text, "password": hostile_text}),
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=API_BODIES, deep=st.none() | nesting)
+def test_fuzzed_api_bodies_never_get_a_500(user_api, case, deep):
+    path, body = case
+    text = json.dumps(body)
+    if deep is not None:  # nest something deep where a value goes
+        text = text[:-1] + (", " if body else "") + '"deep": ' + deep + "}"
+    resp = user_api.post(path, text, content_type="application/json")
+    assert resp.status_code < 500, (path, text[:200], resp.content[:300])
+    assert resp.json()["error"]["code"] if resp.status_code >= 400 else True
+
+
+# A form field arrives as UTF-8 bytes, which cannot carry a lone surrogate: in a form one comes
+# only as a JSON escape (json.dumps writes "\ud800").
+form_text = hostile_text.filter(lambda t: not has_lone_surrogate(t))
+FORM_TEXT = st.one_of(
+    hostile_json.map(json.dumps),
+    nesting,
+    form_text,
+    st.sampled_from([HUGE_INT, "[" * 50000, '"\\udfff"', "1e999999"]),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=FORM_TEXT, name=form_text)
+def test_fuzzed_forms_never_get_a_500(signed_in, payload, name):
+    job = {"type": "DEMO_TASK", "priority": "MEDIUM", "queue": "default", "payload": payload, "name": name}
+    for path, form in ((JOB_PAGE, job), (SCHEDULE_PAGE, {**SCHEDULE_FORM, "job_payload": payload, "name": name})):
+        response = signed_in.post(path, form)
+        assert response.status_code < 500, (path, form)

@@ -1,0 +1,192 @@
+"""The retention pruner (scheduler.maintenance.pruner): finished jobs leave with everything keyed by them.
+
+Driven through ``Pruner().run_once(now)`` with an explicit ``now``; the rows are seeded directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from audit.models import AuditEvent
+from scheduler import metrics
+from scheduler.maintenance.pruner import Pruner, jobs_prune
+from scheduler.models import CronSchedule, IdempotencyRecord, Job, JobAttempt, JobResult, OutboxEvent
+from scheduler.states import AttemptStatus, JobStatus
+from tests.factories import JobFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+NOW = dt.datetime(2030, 6, 1, 12, 0, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+TRAIT = {
+    JobStatus.SUCCESS: "succeeded",
+    JobStatus.FAILED: "failed",
+    JobStatus.DEAD: "dead",
+    JobStatus.CANCELLED: "cancelled",
+}
+
+
+@pytest.fixture(autouse=True)
+def _retention(settings) -> None:
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "RETENTION_SUCCESS_DAYS": 7,
+        "RETENTION_CANCELLED_DAYS": 7,
+        "RETENTION_FAILED_DAYS": 30,
+        "RETENTION_DEAD_DAYS": 30,
+    }
+
+
+def finished(status: str, *, age: dt.timedelta, published: bool = True, **fields) -> Job:
+    """A job that finished ``age`` before NOW, with an attempt, a result, two outbox rows and their audit rows."""
+    job = JobFactory(**{TRAIT[status]: True}, **fields)
+    Job.objects.filter(id=job.id).update(finished_at=NOW - age)
+    JobAttempt.objects.create(job=job, attempt_number=1, status=AttemptStatus.FAILED, started_at=NOW - age)
+    JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.FAILED, result={"n": 1})
+    for sequence, event in enumerate(("JOB_CREATED", "JOB_QUEUED"), start=1):
+        event_id = uuid.uuid4()
+        OutboxEvent.objects.create(
+            event_id=event_id,
+            event_type=event,
+            job_id=job.id,
+            owner_id=job.owner_id,
+            sequence=sequence,
+            to_status="QUEUED",
+            occurred_at=NOW - age,
+            published_at=(NOW - age) if published else None,
+        )
+        AuditEvent.objects.create(
+            event_id=event_id,
+            job_id=job.id,
+            event_type=event,
+            owner_id=job.owner_id,
+            sequence=sequence,
+            to_status="QUEUED",
+            occurred_at=NOW - age,
+        )
+    return job
+
+
+def left(*jobs: Job) -> dict[str, set[uuid.UUID]]:
+    """Which of ``jobs`` still have rows in each table."""
+    ids = [j.id for j in jobs]
+    return {
+        "jobs": set(Job.objects.filter(id__in=ids).values_list("id", flat=True)),
+        "attempts": set(JobAttempt.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
+        "results": set(JobResult.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
+        "outbox": set(OutboxEvent.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
+        "audit": set(AuditEvent.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
+    }
+
+
+def everywhere(*jobs: Job) -> dict[str, set[uuid.UUID]]:
+    ids = {j.id for j in jobs}
+    return {table: ids for table in ("jobs", "attempts", "results", "outbox", "audit")}
+
+
+def test_the_pruner_keeps_what_the_settings_keep_and_deletes_the_rest_with_its_rows() -> None:
+    expired = [
+        finished(JobStatus.SUCCESS, age=7 * DAY + dt.timedelta(minutes=1)),
+        finished(JobStatus.CANCELLED, age=8 * DAY),
+        finished(JobStatus.FAILED, age=31 * DAY),
+        finished(JobStatus.DEAD, age=30 * DAY + dt.timedelta(minutes=1)),
+    ]
+    kept = [
+        finished(JobStatus.SUCCESS, age=7 * DAY - dt.timedelta(minutes=1)),
+        finished(JobStatus.CANCELLED, age=6 * DAY),
+        finished(JobStatus.FAILED, age=29 * DAY),  # a FAILED job is kept longer than a SUCCESS one
+        finished(JobStatus.DEAD, age=29 * DAY),
+    ]
+    unfinished = JobFactory(running=True)
+    Job.objects.filter(id=unfinished.id).update(created_at=NOW - 90 * DAY)
+    before = metrics.jobs_pruned_total.labels(status="SUCCESS")._value.get()
+
+    assert Pruner().run_once(now=NOW) == 4
+
+    assert left(*expired) == {table: set() for table in everywhere()}
+    assert left(*kept) == everywhere(*kept)
+    assert Job.objects.filter(id=unfinished.id).exists()
+    assert metrics.jobs_pruned_total.labels(status="SUCCESS")._value.get() == before + 1
+    assert Pruner().run_once(now=NOW) == 0
+
+
+def test_zero_days_keeps_a_status_forever(settings) -> None:
+    settings.SCHEDULER = {**settings.SCHEDULER, "RETENTION_SUCCESS_DAYS": 0}
+    ancient = finished(JobStatus.SUCCESS, age=3650 * DAY)
+    dead = finished(JobStatus.DEAD, age=31 * DAY)
+
+    assert Pruner().run_once(now=NOW) == 1
+
+    assert left(ancient) == everywhere(ancient)
+    assert not Job.objects.filter(id=dead.id).exists()
+
+
+def test_jobs_still_needed_are_kept_however_old() -> None:
+    owner = UserFactory()
+    schedule = CronSchedule.objects.create(
+        owner=owner, name="every minute", cron="* * * * *", job_type="DEMO_TASK", overlap_policy="skip"
+    )
+    older_fire = finished(
+        JobStatus.SUCCESS, age=20 * DAY, owner=owner, schedule=schedule, fire_time=NOW - 20 * DAY - DAY
+    )
+    latest_fire = finished(JobStatus.SUCCESS, age=20 * DAY, owner=owner, schedule=schedule, fire_time=NOW - 20 * DAY)
+    keyed = finished(JobStatus.SUCCESS, age=20 * DAY, owner=owner)
+    IdempotencyRecord.objects.create(owner=owner, key="k", fingerprint="f", job=keyed, expires_at=NOW + DAY)
+    expired_key = finished(JobStatus.SUCCESS, age=20 * DAY, owner=owner)
+    IdempotencyRecord.objects.create(owner=owner, key="old", fingerprint="f", job=expired_key, expires_at=NOW - DAY)
+    unpublished = finished(JobStatus.SUCCESS, age=20 * DAY, published=False)
+
+    assert Pruner().run_once(now=NOW) == 2  # the older fire, and the job of the expired key (with its record)
+
+    # The overlap check reads each schedule's latest fire; an unexpired key must replay its job; an
+    # unpublished event must reach Kafka and the audit trail first.
+    assert left(older_fire, latest_fire, keyed, expired_key, unpublished)["jobs"] == {
+        latest_fire.id,
+        keyed.id,
+        unpublished.id,
+    }
+    assert not IdempotencyRecord.objects.filter(key="old").exists()
+
+
+def test_a_run_works_in_bounded_batches_and_the_next_run_goes_on() -> None:
+    jobs = [finished(JobStatus.SUCCESS, age=(10 + i) * DAY) for i in range(5)]
+
+    assert Pruner(batch_size=2, max_batches=2).run_once(now=NOW) == 4
+    assert Job.objects.filter(id__in=[j.id for j in jobs]).count() == 1
+    assert Pruner(batch_size=2, max_batches=2).run_once(now=NOW) == 1
+    # Oldest first: the youngest expired job was the one left for the second run.
+    assert jobs_prune(status=JobStatus.SUCCESS, days=7, now=NOW) == 0
+
+
+def test_a_retention_below_one_day_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        jobs_prune(status=JobStatus.SUCCESS, days=0, now=NOW)
+
+
+def test_expired_refresh_tokens_and_sessions_are_pruned_and_live_ones_kept() -> None:
+    from django.contrib.sessions.models import Session
+    from rest_framework_simplejwt.token_blacklist.models import BlacklistedToken, OutstandingToken
+
+    user = UserFactory()
+
+    def token(jti: str, *, expires: dt.datetime, blacklisted: bool = False) -> OutstandingToken:
+        row = OutstandingToken.objects.create(user=user, jti=jti, token="t", expires_at=expires)
+        if blacklisted:
+            BlacklistedToken.objects.create(token=row)
+        return row
+
+    token("expired", expires=NOW - DAY)
+    token("expired-blacklisted", expires=NOW - DAY, blacklisted=True)
+    token("live", expires=NOW + DAY)
+    token("live-blacklisted", expires=NOW + DAY, blacklisted=True)  # must stay refused until it expires
+    Session.objects.create(session_key="old", session_data="", expire_date=NOW - DAY)
+    Session.objects.create(session_key="new", session_data="", expire_date=NOW + DAY)
+
+    assert Pruner().run_once(now=NOW) == 1 + 2 + 1  # one blacklist entry, two tokens, one session
+
+    assert set(OutstandingToken.objects.values_list("jti", flat=True)) == {"live", "live-blacklisted"}
+    assert list(BlacklistedToken.objects.values_list("token__jti", flat=True)) == ["live-blacklisted"]
+    assert list(Session.objects.values_list("session_key", flat=True)) == ["new"]
