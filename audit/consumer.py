@@ -105,12 +105,13 @@ def _text(doc: dict[str, Any], key: str, limit: int, *, nullable: bool = False) 
 def parse_event(value: bytes | None) -> AuditRow:
     """Decode one message value (a ``scheduler.outbox.LifecycleEvent``) into an ``AuditRow``.
 
-    Raises MalformedEvent when the value is not JSON, a field is missing or has the wrong type,
+    Raises MalformedEvent when the value is not JSON (or nested too deep to read), a field is
+    missing or has the wrong type, a text field holds a control character or a lone surrogate,
     or ``occurred_at`` has no time zone offset.
     """
     try:
         doc = json.loads(value or b"")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the interpreter's stack
         raise MalformedEvent(f"not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise MalformedEvent("not a JSON object")

@@ -118,6 +118,9 @@ def test_parse_event_reads_the_relay_document():
         encode(document(to_status="TOO_LONG_STATUS")),
         encode(document(occurred_at="2026-01-02T03:04:05")),
         encode(document(occurred_at="yesterday")),
+        b"[" * 100_000,
+        encode(document(event_type="JOB\u0000")),
+        encode(document(to_status="\ud800")),
     ],
 )
 def test_parse_event_rejects_what_the_table_could_not_hold(value):
@@ -241,7 +244,7 @@ def test_duplicates_are_stored_once_and_malformed_messages_are_quarantined_witho
 def test_a_poison_message_is_quarantined_and_the_next_valid_message_stored_and_committed(db, kafka_topic, audit_pool):
     job_id = uuid.uuid4()
     valid = document(job_id=str(job_id), sequence=1)
-    poison = [b"\x00\xffnot json", refused_value("1e400", job_id=str(job_id)), refused_value("nul")]
+    poison = [b"\x00\xffnot json", b"[" * 100_000, refused_value("1e400", job_id=str(job_id)), refused_value("nul")]
     producer = Producer({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
     placed: list[tuple[int, int]] = []
     for value in [*poison, encode(valid)]:
@@ -258,11 +261,11 @@ def test_a_poison_message_is_quarantined_and_the_next_valid_message_stored_and_c
 
     assert AuditEvent.objects.filter(event_id=valid["event_id"]).exists()
     kept = list(QuarantinedMessage.objects.filter(topic=kafka_topic).order_by("offset"))
-    assert [(m.partition, m.offset) for m in kept] == placed[:3]
-    assert [bytes(m.value) for m in kept] == poison
-    assert [m.reason for m in kept] == [QuarantineReason.MALFORMED, QuarantineReason.REFUSED, QuarantineReason.REFUSED]
-    assert kept[1].job_id == job_id
-    assert "DataError" in kept[1].error
+    assert [(m.partition, m.offset) for m in kept] == placed[:4]
+    assert [(bytes(m.value), m.value_size) for m in kept] == [(v[:MAX_VALUE_BYTES], len(v)) for v in poison]
+    assert [m.reason for m in kept] == [QuarantineReason.MALFORMED] * 2 + [QuarantineReason.REFUSED] * 2
+    assert kept[2].job_id == job_id
+    assert "DataError" in kept[2].error
     assert metric("audit_messages_quarantined_total", reason="REFUSED") - quarantined == 2
     committed = committed_offsets(
         kafka_topic, audit_pool.consumer.group_id, bootstrap_servers=audit_pool.bootstrap_servers
