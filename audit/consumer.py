@@ -363,7 +363,10 @@ class AuditConsumer:
 
         A transient database error is retried on the same batch (0.5 s doubling to 30 s) until the
         batch is stored, so this returns only once it is, or when ``stop_event`` is set meanwhile
-        (then nothing is committed and the batch is delivered again to whoever consumes next).
+        (then nothing is committed and the batch is delivered again to whoever consumes next). An
+        outage longer than librdkafka's ``max.poll.interval.ms`` (300 s) makes the client leave
+        the group: the commit then fails (logged), the client rejoins at its next poll, and the
+        batch, stored by then, is delivered again and skipped by ``ON CONFLICT``.
         """
         consumer = self._require()
         # Wait for the first message, then take what is already fetched, up to a batch: a batch is
@@ -388,8 +391,9 @@ class AuditConsumer:
             self._note_offset(delivered)
             try:
                 items.append((delivered, parse_event(delivered.value)))
-            except MalformedEvent as exc:
-                malformed.append(delivered.quarantined(reason=QuarantineReason.MALFORMED, error=str(exc)))
+            except Exception as exc:  # MalformedEvent, or anything else one value provokes: never stop on it
+                why = str(exc) if isinstance(exc, MalformedEvent) else _describe_error(exc)
+                malformed.append(delivered.quarantined(reason=QuarantineReason.MALFORMED, error=why))
         if not batch:
             return 0
         self.received += len(batch)
