@@ -7,9 +7,17 @@ commits the batch's offsets synchronously. A consumer killed anywhere in that se
 either an uncommitted offset (the batch is delivered again and the insert skips what is already
 stored) or nothing at all: nothing is lost and nothing is stored twice (DESIGN.md, Events).
 
-A message that is not a valid ``LifecycleEvent`` is logged and skipped (its offset is committed):
-one bad message must not stop the trail. A database error stores nothing, rewinds the batch's
-partitions and retries with backoff.
+No message stops the trail (DESIGN.md, "Rules that keep it correct"). One that is not a valid
+``LifecycleEvent``, or that parses but that PostgreSQL refuses to store (a payload number such
+as ``1e400``, a NUL, a lone surrogate), goes to the quarantine table (``audit.quarantine``) with
+its partition, offset, raw bytes and error, and its offset is committed like the others'. When
+a batch's insert fails for such a reason, the batch is split in halves until the refused rows
+are alone, so the good rows of the batch are stored. Only transient database errors
+(``scheduler.dberrors``: a lost connection, a shutdown, a deadlock) are retried, and they are
+retried on the batch in hand, with backoff, until it is stored: the consumer never seeks back,
+so no offset can be committed past a message it did not store. A jump in a partition's offsets
+(messages this consumer never received) is logged and counted; the reconciler in
+``run_scheduler`` re-publishes any event that is still missing.
 """
 
 from __future__ import annotations
@@ -27,10 +35,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, connection, transaction
+from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
+from audit.models import QuarantineReason
+from audit.quarantine import QuarantineEntry, quarantine_store
 from scheduler import metrics
+from scheduler.dberrors import db_error_is_transient
 from scheduler.outbox import ensure_topic
 from scheduler.retry import backoff
 
@@ -86,18 +97,21 @@ def _text(doc: dict[str, Any], key: str, limit: int, *, nullable: bool = False) 
         return ""
     if not isinstance(value, str) or not value or len(value) > limit:
         raise MalformedEvent(f"{key} must be a string of 1-{limit} characters")
+    if not value.isprintable():  # NUL, control characters and lone surrogates: no event type or status has them
+        raise MalformedEvent(f"{key} must be printable text")
     return value
 
 
 def parse_event(value: bytes | None) -> AuditRow:
     """Decode one message value (a ``scheduler.outbox.LifecycleEvent``) into an ``AuditRow``.
 
-    Raises MalformedEvent when the value is not JSON, a field is missing or has the wrong type,
+    Raises MalformedEvent when the value is not JSON (or nested too deep to read), a field is
+    missing or has the wrong type, a text field holds a control character or a lone surrogate,
     or ``occurred_at`` has no time zone offset.
     """
     try:
         doc = json.loads(value or b"")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the interpreter's stack
         raise MalformedEvent(f"not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise MalformedEvent("not a JSON object")
@@ -128,6 +142,9 @@ def audit_events_store(*, rows: Sequence[AuditRow]) -> int:
     """Insert ``rows`` with one ``INSERT ... ON CONFLICT (event_id) DO NOTHING``; return how many were new.
 
     ``received_at`` is the database's ``clock_timestamp()``. Runs in the caller's transaction.
+    Raises ``DatabaseError`` when PostgreSQL refuses a row (e.g. ``DataError`` for ``Infinity``
+    or ``\u0000`` in a payload) or the connection fails, and ``ValueError`` when a value cannot
+    even be sent (a lone surrogate in the payload): ``audit_batch_store`` tells them apart.
     """
     if not rows:
         return 0
@@ -161,12 +178,95 @@ def audit_events_store(*, rows: Sequence[AuditRow]) -> int:
         return cursor.rowcount
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivered:
+    """One message as the consumer received it: where it sits in the topic, and its raw key and value."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+    @classmethod
+    def of(cls, message: Message) -> Delivered:
+        """Copy what the consumer needs out of a confluent-kafka ``Message``."""
+        return cls(
+            topic=message.topic(),
+            partition=message.partition(),
+            offset=message.offset(),
+            key=message.key(),
+            value=message.value(),
+        )
+
+    def quarantined(self, *, reason: QuarantineReason, error: str, row: AuditRow | None = None) -> QuarantineEntry:
+        """Return the quarantine entry of this message."""
+        return QuarantineEntry(
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offset,
+            key=self.key,
+            value=self.value,
+            reason=reason,
+            error=error,
+            event_id=row.event_id if row is not None else None,
+            job_id=row.job_id if row is not None else None,
+        )
+
+
+def audit_batch_store(*, items: Sequence[tuple[Delivered, AuditRow]]) -> tuple[int, list[QuarantineEntry]]:
+    """Store the rows of ``items``, setting aside those PostgreSQL refuses; return (new rows, refused entries).
+
+    Tries the whole batch in one transaction (``audit_events_store``). If that fails for a reason
+    that is not transient (``scheduler.dberrors.db_error_is_transient``: the data's fault, e.g.
+    ``DataError`` for ``Infinity`` in a payload, or a ``UnicodeEncodeError`` from a lone
+    surrogate), the batch is split in halves, each stored in its own transaction, recursively:
+    k refused rows among n cost about 2·k·log2(n) statements, and every other row is stored.
+    A refused row becomes a ``QuarantineEntry`` (reason REFUSED) with the error's text.
+
+    Raises the error when it is transient (the caller retries the whole batch; rows stored
+    meanwhile are skipped by ``ON CONFLICT``). Must not run inside another transaction whose
+    rollback would undo the halves already stored.
+    """
+    stored = 0
+    refused: list[QuarantineEntry] = []
+
+    def store(part: Sequence[tuple[Delivered, AuditRow]]) -> None:
+        nonlocal stored
+        try:
+            with transaction.atomic():
+                stored += audit_events_store(rows=[row for _, row in part])
+        except Exception as exc:  # the data's fault unless transient: isolate it, never stop on it
+            if db_error_is_transient(exc):
+                raise
+            if len(part) == 1:
+                delivered, row = part[0]
+                refused.append(
+                    delivered.quarantined(reason=QuarantineReason.REFUSED, error=_describe_error(exc), row=row)
+                )
+                return
+            middle = len(part) // 2
+            store(part[:middle])
+            store(part[middle:])
+
+    if items:
+        store(items)
+    return stored, refused
+
+
+def _describe_error(exc: BaseException) -> str:
+    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc.__cause__, "sqlstate", None)
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}{f' ({sqlstate})' if sqlstate else ''}: {text}"
+
+
 class AuditConsumer:
     """Consumer-group member that stores lifecycle events in the audit table (see module docstring).
 
     ``run()`` loops until ``stop_event`` is set (the management command sets it on SIGTERM/SIGINT),
     finishing the batch in hand first. Tests drive it with ``start()``, ``run_once()`` and
-    ``close()``. Counters: ``received`` (messages), ``stored`` (new rows), ``skipped`` (malformed).
+    ``close()``. Counters: ``received`` (messages), ``stored`` (new rows), ``quarantined``
+    (messages set aside), ``gaps`` (offsets never received).
     """
 
     def __init__(
@@ -179,6 +279,7 @@ class AuditConsumer:
         poll_timeout: float = POLL_TIMEOUT_SECONDS,
         session_timeout_ms: int | None = None,
         stop_event: threading.Event | None = None,
+        retry_base_seconds: float = RETRY_BASE_SECONDS,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS
         self.topics = list(topics or [settings.KAFKA_TOPIC])
@@ -187,10 +288,14 @@ class AuditConsumer:
         self.poll_timeout = poll_timeout
         self.session_timeout_ms = session_timeout_ms or settings.KAFKA_SESSION_TIMEOUT_MS
         self.stop_event = stop_event or threading.Event()
+        self.retry_base_seconds = retry_base_seconds
         self._consumer: Consumer | None = None
+        # (topic, partition) -> the offset after the last message received; reset on (re)assignment.
+        self._next_offset: dict[tuple[str, int], int] = {}
         self.received = 0
         self.stored = 0
-        self.skipped = 0
+        self.quarantined = 0
+        self.gaps = 0
 
     def start(self) -> None:
         """Create the topics if missing, then join the group (the first poll completes the join).
@@ -226,8 +331,10 @@ class AuditConsumer:
     def run(self) -> None:
         """Consume until ``stop_event`` is set, then leave the group.
 
-        Kafka unreachable at start-up and database errors back off (0.5 s doubling to 30 s) and
-        retry; they never end the process.
+        Kafka unreachable at start-up backs off (0.5 s doubling to 30 s) and retries, and so does
+        the database while a batch is in hand (``run_once``); neither ends the process. Any other
+        exception (a fatal Kafka error, a bug) is raised after leaving the group: the batch in
+        hand was not committed, so whoever consumes next gets it again.
         """
         failures = 0
         while self._consumer is None and not self.stop_event.is_set():
@@ -235,33 +342,31 @@ class AuditConsumer:
                 self.start()
             except KafkaException as exc:
                 failures += 1
-                delay = backoff(failures, base=RETRY_BASE_SECONDS, cap=RETRY_MAX_SECONDS)
+                delay = backoff(failures, base=self.retry_base_seconds, cap=RETRY_MAX_SECONDS)
                 logger.warning("audit consumer: Kafka unavailable at start-up (%s); retry in %.1f s", exc, delay)
                 self.stop_event.wait(delay)
-        failures = 0
         try:
             while not self.stop_event.is_set():
-                try:
-                    self.run_once()
-                except (DatabaseError, InterfaceError) as exc:
-                    failures += 1
-                    delay = backoff(failures, base=RETRY_BASE_SECONDS, cap=RETRY_MAX_SECONDS)
-                    logger.warning("audit consumer: database error (%s); batch rewound; retry in %.1f s", exc, delay)
-                    connection.close()  # reconnect on the next batch
-                    self.stop_event.wait(delay)
-                else:
-                    failures = 0
+                self.run_once()
         finally:
             self.close()
         logger.info(
-            "audit consumer stopped: %d received, %d stored, %d skipped", self.received, self.stored, self.skipped
+            "audit consumer stopped: %d received, %d stored, %d quarantined, %d offsets never received",
+            self.received,
+            self.stored,
+            self.quarantined,
+            self.gaps,
         )
 
     def run_once(self, timeout: float | None = None) -> int:
-        """Poll one batch, store it, then commit its offsets; return how many events were new.
+        """Poll one batch, store it (quarantining what cannot be stored), then commit its offsets; return new rows.
 
-        Raises DatabaseError or InterfaceError after rewinding the batch's partitions (nothing of it
-        was stored: the next poll returns the same messages).
+        A transient database error is retried on the same batch (0.5 s doubling to 30 s) until the
+        batch is stored, so this returns only once it is, or when ``stop_event`` is set meanwhile
+        (then nothing is committed and the batch is delivered again to whoever consumes next). An
+        outage longer than librdkafka's ``max.poll.interval.ms`` (300 s) makes the client leave
+        the group: the commit then fails (logged), the client rejoins at its next poll, and the
+        batch, stored by then, is delivered again and skipped by ``ON CONFLICT``.
         """
         consumer = self._require()
         # Wait for the first message, then take what is already fetched, up to a batch: a batch is
@@ -271,8 +376,9 @@ class AuditConsumer:
             return 0
         if self.batch_size > 1:
             messages += consumer.consume(num_messages=self.batch_size - 1, timeout=0)
-        rows: list[AuditRow] = []
         batch: list[Message] = []
+        items: list[tuple[Delivered, AuditRow]] = []
+        malformed: list[QuarantineEntry] = []
         for message in messages:
             error = message.error()
             if error is not None:
@@ -281,28 +387,19 @@ class AuditConsumer:
                 logger.warning("audit consumer: %s", error)
                 continue
             batch.append(message)
+            delivered = Delivered.of(message)
+            self._note_offset(delivered)
             try:
-                rows.append(parse_event(message.value()))
-            except MalformedEvent as exc:
-                self.skipped += 1
-                logger.error(
-                    "audit consumer: skipping malformed event at %s[%d]@%d: %s",
-                    message.topic(),
-                    message.partition(),
-                    message.offset(),
-                    exc,
-                )
+                items.append((delivered, parse_event(delivered.value)))
+            except Exception as exc:  # MalformedEvent, or anything else one value provokes: never stop on it
+                why = str(exc) if isinstance(exc, MalformedEvent) else _describe_error(exc)
+                malformed.append(delivered.quarantined(reason=QuarantineReason.MALFORMED, error=why))
         if not batch:
             return 0
         self.received += len(batch)
-        try:
-            with transaction.atomic():
-                stored = audit_events_store(rows=rows)
-        except (DatabaseError, InterfaceError):
-            self._rewind(batch)
-            raise
-        self.stored += stored
-        metrics.audit_events_stored_total.inc(stored)
+        stored = self._store(items, malformed)
+        if stored is None:
+            return 0
         self._commit(batch)
         logger.debug("audit consumer: %d events received, %d new", len(batch), stored)
         return stored
@@ -324,6 +421,92 @@ class AuditConsumer:
             raise RuntimeError("AuditConsumer.start() was not called")
         return self._consumer
 
+    def _store(self, items: Sequence[tuple[Delivered, AuditRow]], malformed: Sequence[QuarantineEntry]) -> int | None:
+        """Store the batch and its quarantine, retrying transient errors; None if stopped first."""
+        failures = 0
+        while True:
+            try:
+                stored, refused = audit_batch_store(items=items)
+                entries = [*malformed, *refused]
+                self._quarantine(entries)
+                break
+            except Exception as exc:
+                if not db_error_is_transient(exc):
+                    raise  # audit_batch_store and _quarantine handle the data's errors themselves
+                failures += 1
+                delay = backoff(failures, base=self.retry_base_seconds, cap=RETRY_MAX_SECONDS)
+                logger.warning(
+                    "audit consumer: database unavailable (%s); retrying the batch in hand in %.1f s", exc, delay
+                )
+                connection.close()  # reconnect for the next attempt
+                if self.stop_event.wait(delay):
+                    logger.info("audit consumer: stopping with a batch not stored; it will be delivered again")
+                    return None
+        self.stored += stored
+        metrics.audit_events_stored_total.inc(stored)
+        for entry in entries:
+            self.quarantined += 1
+            metrics.audit_messages_quarantined_total.labels(entry.reason.value).inc()
+            logger.error(
+                "audit consumer: quarantined %s[%d]@%d (%s): %s",
+                entry.topic,
+                entry.partition,
+                entry.offset,
+                entry.reason.label,
+                entry.error,
+                extra={"job_id": str(entry.job_id)} if entry.job_id else None,
+            )
+        return stored
+
+    def _quarantine(self, entries: Sequence[QuarantineEntry]) -> None:
+        """Write ``entries`` to the quarantine table; one that even that refuses is logged in full.
+
+        Raises only transient database errors.
+        """
+        if not entries:
+            return
+        try:
+            with transaction.atomic():
+                quarantine_store(entries=entries)
+            return
+        except Exception as exc:  # never stop on one entry: retry each alone below
+            if db_error_is_transient(exc):
+                raise
+        for entry in entries:
+            try:
+                with transaction.atomic():
+                    quarantine_store(entries=[entry])
+            except Exception as exc:
+                if db_error_is_transient(exc):
+                    raise
+                logger.error(
+                    "audit consumer: cannot quarantine %s[%d]@%d (%s); its value (first 200 bytes) was %r",
+                    entry.topic,
+                    entry.partition,
+                    entry.offset,
+                    _describe_error(exc),
+                    (entry.value or b"")[:200],
+                )
+
+    def _note_offset(self, delivered: Delivered) -> None:
+        """Log and count a jump in a partition's offsets: messages this consumer never received."""
+        key = (delivered.topic, delivered.partition)
+        expected = self._next_offset.get(key)
+        if expected is not None and delivered.offset > expected:
+            missed = delivered.offset - expected
+            self.gaps += missed
+            metrics.audit_offset_gaps_total.inc(missed)
+            logger.warning(
+                "audit consumer: %s[%d] jumped from offset %d to %d: %d messages never reached this consumer;"
+                " the reconciler re-publishes any event they held",
+                delivered.topic,
+                delivered.partition,
+                expected,
+                delivered.offset,
+                missed,
+            )
+        self._next_offset[key] = delivered.offset + 1
+
     def _commit(self, batch: Sequence[Message]) -> None:
         last: dict[tuple[str, int], int] = {}
         for message in batch:
@@ -336,22 +519,17 @@ class AuditConsumer:
             # Stored but not committed: after a rebalance these are delivered again and skipped.
             logger.warning("audit consumer: offset commit failed (%s); the batch may be delivered again", exc)
 
-    def _rewind(self, batch: Sequence[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for message in batch:
-            key = (message.topic(), message.partition())
-            first[key] = min(first.get(key, message.offset()), message.offset())
-        for (topic, partition), offset in first.items():
-            try:
-                self._require().seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                # Revoked meanwhile: its new owner starts from the committed offset anyway.
-                logger.info("audit consumer: cannot rewind %s[%d]: %s", topic, partition, exc)
+    def _forget(self, partitions: Sequence[TopicPartition]) -> None:
+        # A (re)assigned partition starts at the group's committed offset, wherever that is.
+        for tp in partitions:
+            self._next_offset.pop((tp.topic, tp.partition), None)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._forget(partitions)
         logger.info("audit consumer %s: assigned %s", self.group_id, _describe(partitions))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._forget(partitions)
         logger.info("audit consumer %s: revoked %s", self.group_id, _describe(partitions))
 
 

@@ -1,7 +1,7 @@
 """`make loadtest`: run real worker processes against a fresh database and print one JSON line of results.
 
 Usage: python bench/loadtest.py [--jobs N] [--slots N] [--worker-processes N] [--rate JOBS_PER_S]
-                                [--noop] [--chaos] [--timeout SECONDS]
+                                [--noop] [--chaos] [--pg-terminate N] [--timeout SECONDS]
 
 It creates the database ``stint_bench`` next to DATABASE_URL's (dropping an old one), starts
 ``--worker-processes`` ``run_workers`` processes sharing ``--slots`` thread slots and one
@@ -28,6 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "stint_bench"
 CHAOS_INTERVAL = 2.0  # seconds between SIGKILLs in --chaos
+# --pg-terminate spares the connections of this process (the producer): libpq's application_name.
+SELF_APPLICATION_NAME = "stint-loadtest"
+CLUSTER_APPLICATION_NAME = "stint-loadtest-cluster"
 TERMINAL = ("SUCCESS", "DEAD", "FAILED", "CANCELLED")
 
 
@@ -45,6 +48,14 @@ def _args() -> argparse.Namespace:
         "--producers", type=int, default=2, help="threads enqueuing concurrently (1 when --rate is given)"
     )
     parser.add_argument("--no-audit", action="store_true", help="skip the audit consumer and trail check")
+    parser.add_argument(
+        "--pg-terminate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="terminate every client connection of the cluster's processes N times, evenly spread over the"
+        " submission (needs --rate)",
+    )
     return parser.parse_args()
 
 
@@ -91,11 +102,12 @@ class Cluster:
         for _ in range(processes):
             self.start_worker()
         self.scheduler = self._spawn(["run_scheduler", "--tick-seconds", "0.1"])
-        self.audit = self._spawn(["run_audit_consumer"]) if audit else None
+        # -v 1: the consumer's INFO lines (partitions assigned and revoked) are rare and telling.
+        self.audit = self._spawn(["run_audit_consumer"], verbosity=1) if audit else None
 
-    def _spawn(self, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, argv: list[str], verbosity: int = 0) -> subprocess.Popen:
         return subprocess.Popen(  # noqa: S603 - our own manage.py
-            [sys.executable, str(ROOT / "manage.py"), *argv, "-v", "0"], env=self.env, cwd=ROOT
+            [sys.executable, str(ROOT / "manage.py"), *argv, "-v", str(verbosity)], env=self.env, cwd=ROOT
         )
 
     def start_worker(self) -> None:
@@ -131,6 +143,17 @@ class Cluster:
             self.audit.wait(timeout=60)
 
 
+def _terminate_cluster_connections(connection) -> int:
+    """``pg_terminate_backend`` every client connection of the cluster's processes; return how many."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
+            [CLUSTER_APPLICATION_NAME],
+        )
+        return cursor.fetchone()[0]
+
+
 def _percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {"p50": None, "p95": None, "p99": None}
@@ -160,10 +183,15 @@ def main() -> int:
         # A topic and consumer group of this run's own, so the audit trail holds only its events.
         "KAFKA_TOPIC": f"loadtest-{os.getpid()}-{int(time.time())}",
         "KAFKA_AUDIT_GROUP": f"loadtest-{os.getpid()}-{int(time.time())}",
+        "PGAPPNAME": CLUSTER_APPLICATION_NAME,
     }
     if args.chaos:
         env.update({"STINT_LEASE_SECONDS": "4", "STINT_HEARTBEAT_SECONDS": "1"})
     os.environ.update(env)
+    os.environ["PGAPPNAME"] = SELF_APPLICATION_NAME
+    if args.pg_terminate and not args.rate:
+        print("--pg-terminate needs --rate", file=sys.stderr)
+        return 2
     import django
 
     django.setup()
@@ -198,6 +226,12 @@ def main() -> int:
             interval = batch / args.rate
         t0 = time.monotonic()
         next_chaos = t0 + CHAOS_INTERVAL
+        terminations = (
+            [t0 + (k + 1) * (len(jobs) / args.rate) / (args.pg_terminate + 1) for k in range(args.pg_terminate)]
+            if args.pg_terminate
+            else []
+        )
+        terminated: list[int] = []
         batches = [jobs[i : i + batch] for i in range(0, len(jobs), batch)]
         producers = 1 if interval else max(1, args.producers)
 
@@ -224,6 +258,9 @@ def main() -> int:
                     while (now := time.monotonic()) < target:
                         time.sleep(min(target - now, 0.005))
                 enqueue_many(chunk)
+                if terminations and time.monotonic() >= terminations[0]:
+                    terminations.pop(0)
+                    terminated.append(_terminate_cluster_connections(connection))
                 if args.chaos and time.monotonic() >= next_chaos:
                     cluster.kill_random(rng)
                     next_chaos += CHAOS_INTERVAL
@@ -242,6 +279,7 @@ def main() -> int:
         exit_codes = cluster.stop()
 
     report = _report(connection, args, cluster, submit_seconds, exit_codes)
+    report["pg_terminated_connections"] = terminated
     if not args.no_audit:
         from bench.event_stack import audit_complete, event_figures, wait_until
 

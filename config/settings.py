@@ -126,6 +126,13 @@ KAFKA_DELIVERY_TIMEOUT_MS = env.int("KAFKA_DELIVERY_TIMEOUT_MS", default=5000)
 OUTBOX_BATCH_SIZE = env.int("STINT_OUTBOX_BATCH_SIZE", default=500)
 OUTBOX_RELAY_INTERVAL_SECONDS = env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS", default=0.1)
 OUTBOX_RETENTION_DAYS = env.int("STINT_OUTBOX_RETENTION_DAYS", default=7)
+# The audit consumer's quarantine (audit.quarantine): entries older than this are pruned (0: kept).
+AUDIT_QUARANTINE_RETENTION_DAYS = env.int("STINT_AUDIT_QUARANTINE_RETENTION_DAYS", default=30)
+# The reconciler (scheduler.maintenance.reconciler) re-publishes an event published this long ago
+# that has no audit row. At least 90 s: the relay's lock-hold limit (60 s) plus a margin.
+AUDIT_RECONCILE_AFTER_SECONDS = env.int("STINT_AUDIT_RECONCILE_AFTER_SECONDS", default=300)
+if AUDIT_RECONCILE_AFTER_SECONDS < 90:
+    raise ImproperlyConfigured("STINT_AUDIT_RECONCILE_AFTER_SECONDS must be at least 90")
 
 AUTH_USER_MODEL = "accounts.User"
 

@@ -11,12 +11,14 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 
+from audit.models import QuarantinedMessage
 from scheduler.conf import conf
 from scheduler.leadership import DEFAULT_ROLE
-from scheduler.models import Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
+from scheduler.maintenance.reconciler import STATE_NAME
+from scheduler.models import Job, JobAttempt, LeaderFence, OutboxEvent, OutboxReconcile, Queue, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 
 WINDOW_MINUTES = 60  # the chart covers the last hour, one bar per minute
@@ -68,6 +70,19 @@ class Leader:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Trail:
+    """The event trail's health: the reconciler's last walk and repairs, and the audit consumer's quarantine."""
+
+    last_reconcile_age_seconds: float | None  # None: the reconciler never ran
+    checked_through_age_seconds: float | None  # how far behind now the reconciler has compared everything
+    repaired_total: int
+    last_repair_age_seconds: float | None
+    quarantined: int  # messages in the quarantine (kept AUDIT_QUARANTINE_RETENTION_DAYS)
+    quarantined_last_day: int
+    newest_quarantined_age_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Dashboard:
     """What the admin index shows."""
 
@@ -86,6 +101,7 @@ class Dashboard:
     leader: Leader | None
     outbox_backlog: int
     outbox_oldest_age_seconds: float | None
+    trail: Trail | None = None
     paused_queues: list[str] = field(default_factory=list)
 
 
@@ -156,6 +172,25 @@ def _throughput(now: dt.datetime) -> dict[dt.datetime, tuple[int, int]]:
     return {row["minute"]: (row["ok"], row["bad"]) for row in rows}
 
 
+def trail_health(*, now: dt.datetime) -> Trail:
+    """Read the reconciler's record and count the quarantine (two small queries; ages against ``now``)."""
+    state = OutboxReconcile.objects.filter(name=STATE_NAME).first()
+    quarantine = QuarantinedMessage.objects.aggregate(
+        n=Count("id"),
+        last_day=Count("id", filter=Q(received_at__gte=now - dt.timedelta(days=1))),
+        newest=Max("received_at"),
+    )
+    return Trail(
+        last_reconcile_age_seconds=_age(now, state.last_run_at) if state else None,
+        checked_through_age_seconds=_age(now, state.checked_published_at) if state else None,
+        repaired_total=state.repaired_total if state else 0,
+        last_repair_age_seconds=_age(now, state.last_repair_at) if state else None,
+        quarantined=quarantine["n"] or 0,
+        quarantined_last_day=quarantine["last_day"] or 0,
+        newest_quarantined_age_seconds=_age(now, quarantine["newest"]),
+    )
+
+
 def dashboard_data() -> Dashboard:
     """Collect the dashboard's numbers: jobs by status, the last hour's throughput, and system health."""
     now = db_now()
@@ -204,5 +239,6 @@ def dashboard_data() -> Dashboard:
         ),
         outbox_backlog=outbox["n"] or 0,
         outbox_oldest_age_seconds=_age(now, outbox["oldest"]),
+        trail=trail_health(now=now),
         paused_queues=list(Queue.objects.filter(paused=True).order_by("name").values_list("name", flat=True)),
     )

@@ -6,7 +6,8 @@ Who exports what (docs/observability.md has the full list):
 
 - Counters and histograms live in the process that does the work: ``run_workers`` (job
   outcomes, durations, lag, slots), ``run_scheduler`` (rescues, cron fires, leadership, outbox
-  lag), ``run_audit_consumer`` (stored audit events), the web process (rate limits, HTTP via
+  lag, repaired audit events), ``run_audit_consumer`` (stored, quarantined and skipped audit
+  events), the web process (rate limits, HTTP via
   django-prometheus) and every process that enqueues (``jobs_created_total``). Sum them across
   instances in PromQL.
 - ``jobs_queue_depth``, ``workers_active``, ``workers_heartbeat_overdue`` and ``outbox_backlog``
@@ -62,6 +63,17 @@ jobs_pruned_total = Counter(
     "jobs_pruned_total", "Finished jobs deleted by the retention pruner (with their attempts and events).", ["status"]
 )
 audit_events_stored_total = Counter("audit_events_stored_total", "Audit events stored (duplicates excluded).")
+audit_messages_quarantined_total = Counter(
+    "audit_messages_quarantined_total",
+    "Lifecycle messages the audit consumer set aside in its quarantine (reason MALFORMED or REFUSED).",
+    ["reason"],
+)
+audit_offset_gaps_total = Counter(
+    "audit_offset_gaps_total", "Offsets of the lifecycle topic the audit consumer skipped without receiving them."
+)
+audit_events_repaired_total = Counter(
+    "audit_events_repaired_total", "Published outbox events without an audit row, re-published by the reconciler."
+)
 rate_limit_rejections_total = Counter("rate_limit_rejections_total", "Requests rejected with 429.", ["scope"])
 rate_limit_backend_errors_total = Counter(
     "rate_limit_backend_errors_total", "Rate-limit checks that failed open because Redis was unreachable."

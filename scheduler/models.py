@@ -262,6 +262,27 @@ class OutboxEvent(models.Model):
         return f"{self.event_type} {self.job_id} #{self.sequence}"
 
 
+class OutboxReconcile(models.Model):
+    """The audit reconciler's progress and record (``scheduler.maintenance.reconciler``): one row per check.
+
+    Every outbox event published before (``checked_published_at``, ``checked_id``) has been
+    compared with the audit table; the reconciler scans on from there in publication order.
+    """
+
+    name = models.CharField(max_length=32, primary_key=True)
+    checked_published_at = models.DateTimeField(null=True, blank=True)
+    checked_id = models.BigIntegerField(default=0)
+    last_run_at = models.DateTimeField(null=True, blank=True)  # the database clock
+    last_repair_at = models.DateTimeField(null=True, blank=True)
+    repaired_total = models.BigIntegerField(default=0)  # events re-published since the row was created
+
+    class Meta:
+        db_table = "stint_outbox_reconcile"
+
+    def __str__(self) -> str:
+        return f"{self.name} through {self.checked_published_at}"
+
+
 class WorkerNode(models.Model):
     """A running ``run_workers`` process, alive while it heartbeats."""
 

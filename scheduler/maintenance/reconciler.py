@@ -1,0 +1,197 @@
+"""The self-checking event trail: every published outbox event must reach the audit table, or it is published again.
+
+``AuditReconciler`` walks the outbox in publication order (``published_at``, then ``id``) from a
+checkpoint kept in ``stint_outbox_reconcile``. An event published more than
+``AUDIT_RECONCILE_AFTER_SECONDS`` ago (default 300) and less than the outbox retention ago must
+have its audit row (``stint_audit_event.event_id`` is unique). One that does not is marked
+unpublished (``published_at = NULL``), so the relay sends it again; the audit consumer's
+``ON CONFLICT (event_id) DO NOTHING`` makes a second copy harmless (DESIGN.md, "Rules that keep
+it correct"). A re-published event comes back into the walk with its new ``published_at`` and is
+checked again. Repairs are counted in ``audit_events_repaired_total`` and logged.
+
+An event is called lost only if the audit consumer has stored something at least
+``AUDIT_RECONCILE_AFTER_SECONDS`` after it was published: while the consumer is stopped or far
+behind, missing events are waiting, not lost, and re-publishing them would only double the
+topic. The walk then stops at the first such event and says so in the log.
+
+Why a checkpoint in publication order is safe: ``published_at`` is ``clock_timestamp()`` at the
+relay's mark, and the relay's transaction commits at once or is ended by the server within its
+lock-hold limit (60 s, ``scheduler.outbox.LOCK_HOLD_LIMIT_SECONDS``); the walk only reads events
+published more than ``AUDIT_RECONCILE_AFTER_SECONDS`` (at least 90 s) ago, so no event becomes
+visible behind the checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from scheduler import metrics
+from scheduler.outbox import RETENTION_DAYS as OUTBOX_RETENTION_DAYS
+
+logger = logging.getLogger(__name__)
+
+RECONCILE_AFTER_SECONDS = 300  # default of AUDIT_RECONCILE_AFTER_SECONDS
+BATCH_SIZE = 2_000  # outbox rows compared per statement
+MAX_BATCHES = 10  # statements per run; a run that reaches it continues at the next interval
+INTERVAL_SECONDS = 15.0
+WAITING_LOG_SECONDS = 300.0  # a stalled walk is logged at most this often
+SAMPLE_LOGGED = 10  # events named in a repair's log line
+STATE_NAME = "audit"
+
+_SCAN_SQL = """
+    SELECT o.id, o.event_id, o.job_id, o.sequence, o.event_type, o.published_at, a.id IS NOT NULL AS audited
+    FROM (
+        SELECT id, event_id, job_id, sequence, event_type, published_at
+        FROM stint_outbox
+        WHERE published_at IS NOT NULL
+          AND published_at >= %(lo)s AND (published_at > %(lo)s OR id > %(lo_id)s)
+          AND published_at < %(hi)s
+        ORDER BY published_at, id
+        LIMIT %(limit)s
+    ) o
+    LEFT JOIN stint_audit_event a ON a.event_id = o.event_id
+    ORDER BY o.published_at, o.id
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Batch:
+    scanned: int
+    repaired: int
+    more: bool  # a full batch was walked without stopping: the next one may be due too
+
+
+class AuditReconciler:
+    """Background service: re-publish published outbox events that never reached the audit table.
+
+    ``run_once`` walks up to ``MAX_BATCHES`` batches of ``batch_size`` rows and returns how many
+    events it marked for re-publication. Several schedulers may run it: the walk's checkpoint row
+    is locked ``FOR UPDATE SKIP LOCKED``, so one walks while the others skip that run.
+    """
+
+    name = "audit_reconciler"
+    interval_seconds = INTERVAL_SECONDS
+    leader_only = False
+
+    def __init__(
+        self,
+        *,
+        after: dt.timedelta | None = None,
+        retention: dt.timedelta | None = None,
+        batch_size: int = BATCH_SIZE,
+    ) -> None:
+        seconds = getattr(settings, "AUDIT_RECONCILE_AFTER_SECONDS", RECONCILE_AFTER_SECONDS)
+        self.after = after if after is not None else dt.timedelta(seconds=seconds)
+        days = getattr(settings, "OUTBOX_RETENTION_DAYS", OUTBOX_RETENTION_DAYS)
+        self.retention = retention if retention is not None else dt.timedelta(days=days)
+        self.batch_size = batch_size
+        self._waiting_logged_at: float | None = None
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Compare the next published events with the audit table; return how many were re-published.
+
+        ``now`` (aware) defaults to the database clock. Raises only database errors.
+        """
+        repaired = 0
+        for _ in range(MAX_BATCHES):
+            batch = self._batch(now)
+            repaired += batch.repaired
+            if not batch.more:
+                break
+        return repaired
+
+    def _batch(self, now: dt.datetime | None) -> _Batch:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO stint_outbox_reconcile (name, checked_id, repaired_total) VALUES (%s, 0, 0)"
+                " ON CONFLICT (name) DO NOTHING",
+                [STATE_NAME],
+            )
+            cursor.execute(
+                "SELECT checked_published_at, checked_id, coalesce(%s, now()) FROM stint_outbox_reconcile"
+                " WHERE name = %s FOR UPDATE SKIP LOCKED",
+                [now, STATE_NAME],
+            )
+            state = cursor.fetchone()
+            if state is None:
+                return _Batch(scanned=0, repaired=0, more=False)  # another scheduler is walking
+            checked_at, checked_id, clock = state
+            hi = clock - self.after
+            oldest = clock - self.retention
+            if checked_at is None or checked_at < oldest:
+                checked_at, checked_id = oldest, 0
+            cursor.execute(_SCAN_SQL, {"lo": checked_at, "lo_id": checked_id, "hi": hi, "limit": self.batch_size})
+            rows = cursor.fetchall()
+            newest_received = self._newest_received(cursor) if any(not r[6] for r in rows) else None
+            lost: list[tuple] = []
+            waiting: tuple | None = None
+            for row in rows:
+                _id, _event_id, _job_id, _sequence, _type, published_at, audited = row
+                if not audited:
+                    if newest_received is None or newest_received < published_at + self.after:
+                        waiting = row
+                        break
+                    lost.append(row)
+                checked_at, checked_id = published_at, _id
+            if waiting is None and len(rows) < self.batch_size:
+                # Everything published before ``hi`` has been walked (and committed: see the module doc).
+                checked_at, checked_id = max(checked_at, hi), 0
+            if lost:
+                cursor.execute(
+                    "UPDATE stint_outbox SET published_at = NULL WHERE id = ANY(%s) AND published_at IS NOT NULL",
+                    [[r[0] for r in lost]],
+                )
+            repaired = cursor.rowcount if lost else 0
+            cursor.execute(
+                """
+                UPDATE stint_outbox_reconcile
+                SET checked_published_at = %s, checked_id = %s, last_run_at = %s,
+                    repaired_total = repaired_total + %s,
+                    last_repair_at = CASE WHEN %s > 0 THEN %s ELSE last_repair_at END
+                WHERE name = %s
+                """,
+                [checked_at, checked_id, clock, repaired, repaired, clock, STATE_NAME],
+            )
+        if repaired:
+            metrics.audit_events_repaired_total.inc(repaired)
+            logger.warning(
+                "audit reconciler: %d events published over %d s ago had no audit row; marked for re-publication"
+                " (job id, sequence, event type: %s)",
+                repaired,
+                self.after.total_seconds(),
+                ", ".join(f"{r[2]} #{r[3]} {r[4]}" for r in lost[:SAMPLE_LOGGED]),
+            )
+        if waiting is not None:
+            self._log_waiting(waiting, newest_received)
+        else:
+            self._waiting_logged_at = None
+        return _Batch(scanned=len(rows), repaired=repaired, more=waiting is None and len(rows) == self.batch_size)
+
+    @staticmethod
+    def _newest_received(cursor) -> dt.datetime | None:
+        # The newest row by primary key, not max(received_at): an index probe, not a scan.
+        cursor.execute("SELECT received_at FROM stint_audit_event ORDER BY id DESC LIMIT 1")
+        row = cursor.fetchone()
+        return row[0] if row else None
+
+    def _log_waiting(self, row: tuple, newest_received: dt.datetime | None) -> None:
+        if self._waiting_logged_at is not None and time.monotonic() - self._waiting_logged_at < WAITING_LOG_SECONDS:
+            return
+        self._waiting_logged_at = time.monotonic()
+        logger.warning(
+            "audit reconciler: event %s (job %s #%d) published at %s has no audit row, but the audit consumer's"
+            " newest row was stored at %s, less than %d s after that: it is stopped or behind; waiting for it"
+            " before re-publishing",
+            row[1],
+            row[2],
+            row[3],
+            row[5].isoformat(),
+            newest_received.isoformat() if newest_received else "never",
+            self.after.total_seconds(),
+        )

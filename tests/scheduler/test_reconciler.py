@@ -1,0 +1,166 @@
+"""The audit reconciler: published outbox events without an audit row are published again, end to end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from django.db import connection
+from prometheus_client import REGISTRY
+
+from audit.models import AuditEvent
+from scheduler.maintenance import default_services
+from scheduler.maintenance.reconciler import _SCAN_SQL, STATE_NAME, AuditReconciler
+from scheduler.models import OutboxEvent, OutboxReconcile
+from scheduler.outbox import OutboxRelay
+from scheduler.services import enqueue_many
+from tests import kafka_support
+from tests.kafka_support import consume_all
+
+# Real-Kafka fixtures (tests/kafka_support.py): one session consumer, one topic per test.
+audit_pool = kafka_support.audit_pool
+kafka_topic = kafka_support.kafka_topic
+
+T = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)  # "now" of the unit tests
+MINUTE = dt.timedelta(minutes=1)
+
+
+def repaired_metric() -> float:
+    return REGISTRY.get_sample_value("audit_events_repaired_total") or 0.0
+
+
+def outbox_event(*, published_at: dt.datetime | None, audited: bool, received_at: dt.datetime | None = None) -> int:
+    """An outbox row published at ``published_at`` (None: unpublished), with its audit row if ``audited``."""
+    event = OutboxEvent.objects.create(
+        event_type="JOB_QUEUED",
+        job_id=uuid.uuid4(),
+        sequence=1,
+        to_status="QUEUED",
+        occurred_at=(published_at or T) - dt.timedelta(seconds=1),
+        published_at=published_at,
+    )
+    if audited:
+        audit_row(event_id=event.event_id, received_at=received_at or published_at or T)
+    return event.id
+
+
+def audit_row(*, received_at: dt.datetime, event_id: uuid.UUID | None = None) -> None:
+    """An audit row received at ``received_at``; the newest one tells the reconciler when the consumer last stored."""
+    row = AuditEvent.objects.create(
+        event_id=event_id or uuid.uuid4(),
+        job_id=uuid.uuid4(),
+        event_type="JOB_QUEUED",
+        sequence=1,
+        to_status="QUEUED",
+        occurred_at=received_at,
+    )
+    AuditEvent.objects.filter(id=row.id).update(received_at=received_at)
+
+
+def published_at(event_id: int) -> dt.datetime | None:
+    return OutboxEvent.objects.values_list("published_at", flat=True).get(id=event_id)
+
+
+def state() -> OutboxReconcile:
+    return OutboxReconcile.objects.get(name=STATE_NAME)
+
+
+def test_an_event_published_long_enough_ago_without_its_audit_row_is_published_again(db):
+    audited = outbox_event(published_at=T - 10 * MINUTE, audited=True)
+    lost = outbox_event(published_at=T - 9 * MINUTE, audited=False)
+    young = outbox_event(published_at=T - 1 * MINUTE, audited=False)  # the consumer may still be on it
+    waiting = outbox_event(published_at=None, audited=False)
+    audit_row(received_at=T - dt.timedelta(seconds=1))  # the consumer is storing
+    before = repaired_metric()
+
+    assert AuditReconciler().run_once(now=T) == 1
+
+    assert published_at(lost) is None  # the relay sends it again; the consumer's dedup makes that safe
+    assert published_at(audited) == T - 10 * MINUTE
+    assert published_at(young) == T - 1 * MINUTE
+    assert published_at(waiting) is None
+    assert repaired_metric() - before == 1
+    record = state()
+    assert (record.repaired_total, record.last_repair_at, record.last_run_at) == (1, T, T)
+    assert record.checked_published_at == T - 5 * MINUTE  # everything published before it was compared
+    assert AuditReconciler().run_once(now=T) == 0  # nothing is checked twice
+
+
+def test_while_the_audit_consumer_is_stopped_missing_events_wait_instead_of_being_published_again(db):
+    missing = outbox_event(published_at=T - 10 * MINUTE, audited=False)
+    audit_row(received_at=T - 8 * MINUTE)  # its last row: 2 minutes after the event, then nothing
+
+    assert AuditReconciler().run_once(now=T) == 0
+    assert published_at(missing) == T - 10 * MINUTE
+    assert state().checked_published_at < T - 10 * MINUTE  # the walk waits at the missing event
+
+    audit_row(received_at=T - dt.timedelta(seconds=5))  # the consumer is back and has moved on
+    assert AuditReconciler().run_once(now=T) == 1
+    assert published_at(missing) is None
+
+
+def test_events_older_than_the_outbox_retention_are_not_checked(db):
+    old = outbox_event(published_at=T - dt.timedelta(days=8), audited=False)
+    audit_row(received_at=T)
+
+    assert AuditReconciler(retention=dt.timedelta(days=7)).run_once(now=T) == 0
+    assert published_at(old) == T - dt.timedelta(days=8)
+
+
+def test_the_walk_goes_on_from_its_checkpoint_in_bounded_batches(db):
+    events = [outbox_event(published_at=T - (20 - i) * MINUTE, audited=i != 7) for i in range(12)]
+    audit_row(received_at=T)
+    reconciler = AuditReconciler(batch_size=5)
+
+    assert reconciler.run_once(now=T) == 1
+    assert published_at(events[7]) is None
+    assert state().checked_published_at == T - 5 * MINUTE
+
+    later = outbox_event(published_at=T + 1 * MINUTE, audited=False)
+    audit_row(received_at=T + 10 * MINUTE)
+    assert reconciler.run_once(now=T + 10 * MINUTE) == 1
+    assert published_at(later) is None
+
+
+def test_the_scan_walks_the_published_at_index(db):
+    # A cheap query at any outbox size: a range of the partial index outbox_published_at, then one
+    # probe of the audit table's unique event_id index per row (measured: 2,000 rows compared in
+    # 35 ms with 2 million outbox and audit rows).
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # what the planner does once the table is large
+        cursor.execute(
+            "EXPLAIN " + _SCAN_SQL,
+            {"lo": T - MINUTE, "lo_id": 0, "hi": T, "limit": 10},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "outbox_published_at" in plan
+    assert "stint_audit_event_event_id_key" in plan
+
+
+def test_the_reconciler_runs_in_run_scheduler():
+    names = {service.name: service for service in default_services()}
+    assert names["audit_reconciler"].leader_only is False
+    assert names["audit_quarantine_pruner"].leader_only is False
+
+
+def test_an_event_deleted_from_the_audit_table_is_repaired_through_the_relay_and_consumer(db, kafka_topic, audit_pool):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)])
+    relay = OutboxRelay()
+    assert relay.run_once() == 6
+    consume_all(audit_pool.consumer, kafka_topic)
+    victim = OutboxEvent.objects.order_by("id")[3]
+    assert AuditEvent.objects.filter(event_id=victim.event_id).delete()[0] == 1
+    # As if it had been published ten minutes ago and had never reached the consumer since.
+    OutboxEvent.objects.filter(id=victim.id).update(published_at=victim.published_at - 10 * MINUTE)
+    before = repaired_metric()
+
+    assert AuditReconciler().run_once() == 1
+    assert relay.run_once() == 1
+    consume_all(audit_pool.consumer, kafka_topic)
+
+    assert AuditEvent.objects.filter(event_id=victim.event_id).count() == 1
+    assert set(
+        AuditEvent.objects.filter(job_id__in=OutboxEvent.objects.values("job_id")).values_list("event_id", flat=True)
+    ) == set(OutboxEvent.objects.values_list("event_id", flat=True))
+    assert repaired_metric() - before == 1
+    assert state().repaired_total == 1
