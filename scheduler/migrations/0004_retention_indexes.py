@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('scheduler', '0002_fewer_write_indexes'),
+        ('scheduler', '0003_outbox_reconcile'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
