@@ -145,7 +145,7 @@ def _job_template(schedule: CronSchedule) -> dict[str, Any]:
     return {
         "type": schedule.job_type,
         "payload": schedule.job_payload,
-        "priority": Priority(schedule.job_priority).name,
+        "priority": schedule.job_priority,
         "queue": schedule.job_queue,
         "max_retries": schedule.job_max_retries,
         "timeout_seconds": schedule.job_timeout_seconds,

@@ -30,7 +30,7 @@ from scheduler.lifecycle import NOW, NULL, NewJob
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_SECONDS, Job, Queue
 from scheduler.notify import notify_queued
 from scheduler.registry import get_handler
-from scheduler.states import CANCELLABLE, EventType, JobStatus, Priority
+from scheduler.states import CANCELLABLE, PRIORITY_MAX, PRIORITY_MIN, EventType, JobStatus, Priority, priority_value
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +52,11 @@ class EnqueueOutcome:
 
 
 def _priority_value(priority: str | int | Priority) -> int:
-    if isinstance(priority, Priority):
-        return int(priority)
-    if isinstance(priority, str) and priority in Priority.names:
-        return int(Priority[priority])
-    if isinstance(priority, int) and not isinstance(priority, bool) and priority in Priority.values:
-        return priority
-    raise InvalidJob("priority must be HIGH, MEDIUM or LOW", details={"priority": ["Must be HIGH, MEDIUM or LOW."]})
+    try:
+        return priority_value(priority)
+    except ValueError as exc:
+        message = f"Must be HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}."
+        raise InvalidJob(str(exc), details={"priority": [message]}) from None
 
 
 def payload_size(payload: Any) -> int:
@@ -286,7 +284,8 @@ def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
 def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
     """Create a job and return it (the original one on an idempotent replay).
 
-    Options and errors as ``enqueue_request``: ``priority`` ("HIGH", "MEDIUM", "LOW"),
+    Options and errors as ``enqueue_request``: ``priority`` ("HIGH", "MEDIUM", "LOW", or a whole
+    number from -100 to 100, higher first; the names are 50, 0 and -50),
     ``queue``, ``scheduled_at`` (aware datetime), ``max_retries``, ``timeout_seconds``,
     ``idempotency_key``, ``owner`` (a user or user id), ``name``.
     """
