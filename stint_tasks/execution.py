@@ -4,8 +4,8 @@ Handlers get ``(payload, ctx)``; ``task_runner(task)`` adapts a Django ``Task`` 
 payload is ``{"args": [...], "kwargs": {...}}`` (written by ``StintBackend.enqueue`` or a periodic
 schedule). What the task returns passes Django's ``normalize_json`` (a value it refuses fails the
 attempt, as in Django's own backends) and becomes the job's result. An exception fails the attempt
-and is retried by Stint's rules; its class path travels in a note on the traceback, which
-``results`` reads back as ``TaskError.exception_class_path``.
+and is retried by Stint's rules; the attempt keeps its message and traceback, from which
+``results`` reads back ``TaskError.exception_class_path``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from scheduler.registry import CancelFlag, JobContext
 from stint_tasks.compat import TaskContext, normalize_json
 from stint_tasks.exceptions import TaskExited
 
-# A line in an attempt's traceback naming the exception's class: Python prints exception notes
-# after the message, so the stored traceback carries it without changing how errors read.
-CLASS_NOTE = "task exception class: "
 CANCEL_POLL_SECONDS = 0.05  # how often an async task's event loop checks the job's cancel flag
 
 
@@ -85,15 +82,10 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
             else:
                 value = task.func(*args, **kwargs)
             return normalize_json(value)
-        except JobCancelled:
-            raise
-        except Exception as exc:
-            exc.add_note(CLASS_NOTE + class_path(type(exc)))
+        except Exception:
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit from task code
-            exited = TaskExited(f"{class_path(type(exc))}: {exc}")
-            exited.add_note(CLASS_NOTE + class_path(type(exc)))
-            raise exited from exc
+            raise TaskExited(f"{class_path(type(exc))}: {exc}") from exc
 
     return run
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import json
+import re
 import uuid
 from typing import Any
 
@@ -13,8 +14,8 @@ from django.db import connection
 from scheduler.states import AttemptStatus, JobStatus
 from stint_tasks import registry
 from stint_tasks.compat import InvalidTask, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
-from stint_tasks.exceptions import TaskCancelled, TaskLost, TaskTimedOut
-from stint_tasks.execution import CLASS_NOTE, class_path
+from stint_tasks.exceptions import TaskCancelled, TaskExited, TaskLost, TaskTimedOut
+from stint_tasks.execution import class_path
 
 # Job status -> Django's TaskResultStatus. Waiting (including between retries) is READY; every
 # finished-but-not-successful end is FAILED, or CANCELLED where the Django version has it.
@@ -37,6 +38,8 @@ _ATTEMPT_ERROR_CLASS = {
     AttemptStatus.CANCELLED: class_path(TaskCancelled),
 }
 
+# The exception line that ends a Python traceback: ``[module.]QualName`` then ``: message`` or nothing.
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s|$)")
 # A worker that shut down handed the attempt back (``runner._drain``): not an error of the task.
 HANDED_BACK_ERROR = "worker shut down"
 
@@ -59,21 +62,28 @@ def status_of(job_status: str) -> Any:
 
 
 def exception_class_path(*, attempt_status: str, error: str, traceback: str) -> str:
-    """Return the class path of the exception that ended a failed attempt.
+    """Return the class path (``module.QualName``) of the exception that ended a failed attempt.
 
-    Order: our note in the traceback (``execution.CLASS_NOTE``, written by the task runner); the
-    class named before the colon of ``error`` (a builtin, e.g. an unknown task type's
-    ``UnknownJobType``); the Stint class for a timed-out, lost or cancelled attempt.
+    A timed-out, lost or cancelled attempt names a ``stint_tasks.exceptions`` class. Otherwise the
+    attempt's ``error`` starts with the class name (``execute._describe``: ``"ValueError: ..."``)
+    and its traceback ends with the exception line, which Python writes as ``module.QualName:
+    message`` (the module left out for builtins): the last such line with that name gives the
+    path. A ``TaskExited`` names the ``BaseException`` it stands for in its message.
     """
     if attempt_status in _ATTEMPT_ERROR_CLASS:
         return _ATTEMPT_ERROR_CLASS[AttemptStatus(attempt_status)]
+    name, _, rest = error.partition(":")
+    name = name.strip()
+    if name == TaskExited.__name__ and ":" in rest:
+        return rest.split(":", 1)[0].strip()
     for line in reversed(traceback.splitlines()):
-        if line.startswith(CLASS_NOTE):
-            return line[len(CLASS_NOTE) :].strip()
-    name = error.split(":", 1)[0].strip()
+        match = _EXCEPTION_LINE.match(line)
+        if match and match.group(1).rsplit(".", 1)[-1] == name:
+            dotted = match.group(1)
+            return dotted if "." in dotted else f"builtins.{dotted}"
     if name.isidentifier() and isinstance(getattr(builtins, name, None), type):
         return f"builtins.{name}"
-    return "scheduler.exceptions.PermanentError" if name == "PermanentError" else "builtins.Exception"
+    return "builtins.Exception"
 
 
 def _aware(value: str | None) -> dt.datetime | None:

@@ -62,3 +62,12 @@ def not_json() -> object:
 def sleeps(seconds: float) -> str:
     time.sleep(seconds)
     return "slept"
+
+
+class CustomError(Exception):
+    """An exception class outside builtins: its path must read back whole."""
+
+
+@task
+def raises_custom() -> None:
+    raise CustomError("first line\nsecond line")

@@ -206,12 +206,14 @@ def test_a_dead_job_reads_failed_and_a_timed_out_attempt_names_its_class() -> No
     assert [e.exception_class for e in dead.errors] == [TaskTimedOut, TaskTimedOut]
 
 
-def test_system_exit_and_non_json_returns_fail_the_attempt_without_stopping_the_worker_thread() -> None:
+def test_system_exit_non_json_returns_and_project_exceptions_fail_the_attempt_with_their_class() -> None:
     exits = t.exits.enqueue()
     not_json = t.not_json.enqueue()
+    custom = t.raises_custom.enqueue()
     reports = {str(j.id): run(j) for j in claim_all()}
 
-    assert {r.outcome for r in reports.values()} == {Outcome.RETRYABLE}
+    assert {r.outcome for r in reports.values()} == {Outcome.RETRYABLE}  # the worker's thread survives
+    assert t.raises_custom.get_result(custom.id).errors[0].exception_class is t.CustomError
     assert t.exits.get_result(exits.id).errors[0].exception_class_path == "builtins.SystemExit"
     assert t.not_json.get_result(not_json.id).errors[0].exception_class_path == "builtins.TypeError"
 
