@@ -69,6 +69,17 @@ test-django6: $(VENV)/.runtime
 	  $(DEVSTACK) $(PY6) -m pytest --create-db -p no:cacheprovider tests/stint_tasks; \
 	fi
 
+# Django's own tests/tasks (from the Django 6 sdist, unpacked under .conformance/, git-ignored) run
+# against the Stint backend with a real worker: conformance/run.py retargets their TASKS overrides.
+CONFORMANCE_DIR := .conformance
+tasks-conformance: $(VENV)/.runtime
+	@test -n "$(PY312)" || { echo "tasks-conformance needs a Python >= 3.12 for Django 6 (set PYTHON312)"; exit 1; }
+	@$(MAKE) --no-print-directory $(VENV6)/.ok PY312=$(PY312)
+	@test -d $(CONFORMANCE_DIR)/$(subst Django==,django-,$(DJANGO6))/tests/tasks || { mkdir -p $(CONFORMANCE_DIR) && \
+	  $(PY6) -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: $(DJANGO6) -d $(CONFORMANCE_DIR) 2>&1 | { grep -v '^WARNING: Location' || true; } && \
+	  tar -xzf $(CONFORMANCE_DIR)/$(subst Django==,django-,$(DJANGO6)).tar.gz -C $(CONFORMANCE_DIR) $(subst Django==,django-,$(DJANGO6))/tests/tasks; }
+	@$(DEVSTACK) $(PY6) -m conformance.run --tests-dir $(CONFORMANCE_DIR)/$(subst Django==,django-,$(DJANGO6))/tests
+
 # Benchmark (not a test): real worker processes, 10,000 jobs; ARGS="--noop --jobs 20000" etc.
 loadtest: $(VENV)/.dev
 	@$(DEVSTACK) $(PY) bench/loadtest.py $(ARGS)
