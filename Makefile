@@ -25,6 +25,8 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
 	@$(PY) -c "import pytest, pytest_django, factory, hypothesis" && touch $@
 
+# make run also loads the example Django tasks (examples/tasks.py); STINT_EXTRA_APPS overrides.
+run serve: export STINT_EXTRA_APPS ?= examples
 run: $(VENV)/.runtime
 	@$(DEVSTACK) $(MAKE) --no-print-directory serve
 
@@ -32,6 +34,7 @@ run: $(VENV)/.runtime
 serve:
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py ensure_admin
+	$(PY) manage.py sync_periodic_tasks --owner admin
 	@echo "Stint: http://127.0.0.1:$(PORT)/  (API /api/, admin /admin/, docs /api/docs/)"
 	@# Ctrl-C ends honcho with 130: that is a clean stop, not an error.
 	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 130 ] || exit $$rc
