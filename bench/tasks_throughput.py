@@ -16,7 +16,8 @@ and the no-op task ``bench.tasks.noop``):
 
 Reports the best round of each (the least disturbed by other load), the task path's overhead
 per job in percent, and the enqueuing process's CPU time per enqueue (the client-side cost, where
-the backend does its extra work, and far steadier than wall time on a busy machine). A noisy, shared machine moves these figures: compare runs made together.
+the backend does its extra work, and far steadier than wall time on a busy machine). A noisy,
+shared machine moves these figures: compare runs made together.
 """
 
 from __future__ import annotations
