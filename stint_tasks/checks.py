@@ -43,7 +43,11 @@ def backend_messages(backend: Any) -> list[checks.CheckMessage]:
         if registry.get_task(path) is None:
             error(f"OPTIONS['tasks'] names {path!r}, which is not a task of a Stint backend.", "E003")
     for module in task_modules(backend.options):
-        if importlib.util.find_spec(module.split(".")[0]) is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package is missing or broken
+            found = False
+        if not found:
             error(f"OPTIONS['modules'] names {module!r}, which cannot be imported.", "E004")
     periodic = backend.options.get("periodic") or {}
     if isinstance(periodic, dict):
