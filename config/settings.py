@@ -6,6 +6,7 @@ from datetime import timedelta
 from ipaddress import ip_network as _ip_network
 from pathlib import Path
 
+import django
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
@@ -52,10 +53,14 @@ INSTALLED_APPS = [
     "django_prometheus",  # /metrics: HTTP metrics middleware + exposition (config.metrics_view)
     "accounts",
     "scheduler",
+    "stint_tasks",  # Django's Tasks framework on Stint (the TASKS backend below)
     "audit",
     "pages",
 ]
-# Extra apps, e.g. ``bench`` for the load test's handler (STINT_EXTRA_APPS=bench).
+if django.VERSION < (6, 0):
+    # Django 5.2 gets the Tasks API from the django-tasks backport; its app wires checks and signals.
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("stint_tasks"), "django_tasks")
+# Extra apps: ``bench`` for the load test's handler, ``examples`` for the example tasks `make run` loads.
 INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 
 MIDDLEWARE = [
@@ -242,6 +247,24 @@ SCHEDULER = {
 for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", *(k for k in SCHEDULER if k.startswith("RETENTION_"))):
     if SCHEDULER[_key] < 0:
         raise ImproperlyConfigured(f"STINT_{_key} must be 0 or more")
+
+# Django's Tasks framework (django.tasks on Django 6, the django-tasks backport on 5.2): every @task
+# runs on Stint. Options per task, extra task modules and periodic tasks: stint_tasks/options.py.
+TASKS = {
+    "default": {
+        "BACKEND": "stint_tasks.backend.StintBackend",
+        "QUEUES": env.list("STINT_TASK_QUEUES", default=["default"]),
+        # Task modules besides each installed app's tasks.py (workers import only these).
+        "OPTIONS": {"modules": env.list("STINT_TASK_MODULES", default=[])},
+    }
+}
+if "examples" in INSTALLED_APPS:
+    TASKS["default"]["OPTIONS"] |= {
+        "tasks": {"examples.tasks.flaky_report": {"max_retries": 2, "backoff_base_seconds": 2}},
+        "periodic": {
+            "example heartbeat": {"task": "examples.tasks.heartbeat", "interval_seconds": 60, "overlap_policy": "skip"}
+        },
+    }
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 # json: one JSON object per line (python-json-logger) for log shippers; plain: for a terminal.

@@ -21,7 +21,7 @@ from scheduler.exceptions import StintError
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, OverlapPolicy
 from scheduler.registry import registered_types
 from scheduler.services import MAX_RETRIES_RANGE, TIMEOUT_RANGE
-from scheduler.states import JobStatus, Priority
+from scheduler.states import JobStatus, Priority, priority_label
 
 PRIORITY_CHOICES = [(p.name, p.name) for p in Priority]
 PAYLOAD_ROWS = 5
@@ -266,7 +266,7 @@ class ScheduleForm(forms.Form):
             "overlap_policy": schedule.overlap_policy,
             "job_type": schedule.job_type,
             "job_payload": json.dumps(schedule.job_payload),
-            "job_priority": Priority(schedule.job_priority).name,
+            "job_priority": priority_label(schedule.job_priority),
             "job_queue": schedule.job_queue,
             "job_max_retries": schedule.job_max_retries,
             "job_timeout_seconds": schedule.job_timeout_seconds,

@@ -29,7 +29,7 @@ from pages.ratelimit import AUTH_SCOPE, limit_posts
 from scheduler import schedules, selectors, services
 from scheduler.exceptions import JobNotFound, ScheduleNotFound, StintError
 from scheduler.models import CronSchedule, Job, JobResult
-from scheduler.states import CANCELLABLE, FINISHED, JobStatus, Priority
+from scheduler.states import CANCELLABLE, FINISHED, JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
 from scheduler.timeline import job_timeline
 
@@ -171,7 +171,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     result = JobResult.objects.filter(job_id=job.id).first()
     return {
         "job": job,
-        "priority": Priority(job.priority).name,
+        "priority": priority_label(job.priority),
         "attempts": attempts,
         "result": result,
         "timeline": job_timeline(job_id=job.id),

@@ -23,7 +23,7 @@ from scheduler import lifecycle
 from scheduler.conf import conf
 from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import NOW, NULL, Claimed, Sql
-from scheduler.registry import get_handler
+from scheduler.registry import resolve
 from scheduler.retry import backoff
 from scheduler.states import AttemptStatus, EventType, JobStatus
 
@@ -107,7 +107,7 @@ def retry_delay(job_type: str, retry_number: int) -> float:
     """
     c = conf()
     try:
-        spec = get_handler(job_type)
+        spec = resolve(job_type)
     except UnknownJobType:
         spec = None
     base = spec.backoff_base_seconds if spec and spec.backoff_base_seconds is not None else c.backoff_base_seconds

@@ -22,8 +22,9 @@ from scheduler.exceptions import IllegalTransition
 from scheduler.states import TRANSITIONS, EventType, JobStatus, Priority
 
 SCHEMA_VERSION = 1
-# SQL turning a priority column into its name (HIGH/MEDIUM/LOW), built from the enum.
-PRIORITY_NAME = "(ARRAY[" + ", ".join(f"'{p.name}'" for p in sorted(Priority, key=int)) + "])[{} + 1]"
+# SQL turning a priority column into its label: the name at a named point (HIGH/MEDIUM/LOW), else
+# the decimal integer; built from the enum, the twin of states.priority_label.
+PRIORITY_NAME = "(CASE {0} " + " ".join(f"WHEN {int(p)} THEN '{p.name}'" for p in Priority) + " ELSE ({0}::text) END)"
 
 # Columns a transition may assign besides status (never owner, id or payload).
 ASSIGNABLE = frozenset(
@@ -322,7 +323,9 @@ def claim(
 ) -> list[Claimed]:
     """Lease up to ``limit`` QUEUED jobs in one statement (QUEUED -> RUNNING) and return them.
 
-    Candidates are ordered HIGH > MEDIUM > LOW, then ``scheduled_at``, then ``created_at``, and
+    Candidates are ordered by priority, highest first (HIGH > MEDIUM > LOW, any integer from -100
+    to 100 in between), then ``scheduled_at``, then ``created_at`` (the partial index
+    ``job_claim_scan_desc`` serves exactly this order), and
     locked with ``FOR UPDATE SKIP LOCKED`` so concurrent workers never claim the same job. Each
     claimed job gets attempts + 1, a new fencing ``lease_token``, ``lease_owner = worker_id``
     and ``lease_expires_at = now() + lease_seconds``; its RUNNING ``JobAttempt`` row and its
@@ -337,7 +340,7 @@ def claim(
         WITH cand AS (
             SELECT id FROM stint_job
             WHERE status = 'QUEUED' {queue_filter} {paused_filter}
-            ORDER BY priority, scheduled_at, created_at
+            ORDER BY priority DESC, scheduled_at, created_at
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ), moved AS (

@@ -92,16 +92,17 @@ class _NewJob(Protocol):
 def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) -> None:
     """Count ``created_ids`` (a subset of ``jobs``) in ``jobs_created_total`` once the transaction commits.
 
-    Labels: type, queue and priority name (HIGH/MEDIUM/LOW). A rolled-back insert counts
+    Labels: type, queue and priority label (HIGH/MEDIUM/LOW, or the integer for a priority between
+    the named points: at most 201 values). A rolled-back insert counts
     nothing; outside a transaction the count is immediate (Django's ``on_commit``).
     """
     from django.db import transaction
 
-    from scheduler.states import Priority
+    from scheduler.states import priority_label
 
     by_id = {job.id: job for job in jobs}
     counts = collections.Counter(
-        (by_id[i].type, by_id[i].queue, Priority(by_id[i].priority).name) for i in created_ids if i in by_id
+        (by_id[i].type, by_id[i].queue, priority_label(by_id[i].priority)) for i in created_ids if i in by_id
     )
     if not counts:
         return

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
+from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, AttemptStatus, EventType, JobStatus, Priority, priority_label
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_RETRIES = 3
@@ -29,7 +29,8 @@ class Job(models.Model):
     type = models.CharField(max_length=100)
     payload = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.CREATED)
-    priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.MEDIUM)
+    # -100..100, higher first; HIGH/MEDIUM/LOW are named points (scheduler.states.Priority).
+    priority = models.SmallIntegerField(default=Priority.MEDIUM)
     queue = models.CharField(max_length=100, default=DEFAULT_QUEUE)
     scheduled_at = models.DateTimeField()
     attempts = models.PositiveIntegerField(default=0)
@@ -58,8 +59,8 @@ class Job(models.Model):
         db_table = "stint_job"
         indexes = [
             models.Index(
-                fields=["priority", "scheduled_at", "created_at"],
-                name="job_claim_scan",
+                fields=["-priority", "scheduled_at", "created_at"],
+                name="job_claim_scan_desc",
                 condition=Q(status=JobStatus.QUEUED),
             ),
             models.Index(
@@ -87,6 +88,9 @@ class Job(models.Model):
             ),
             models.CheckConstraint(condition=Q(max_retries__gte=0, max_retries__lte=10), name="job_max_retries_range"),
             models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="job_priority_range"
+            ),
+            models.CheckConstraint(
                 condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=3600), name="job_timeout_range"
             ),
         ]
@@ -96,8 +100,8 @@ class Job(models.Model):
 
     @property
     def priority_name(self) -> str:
-        """HIGH, MEDIUM or LOW."""
-        return Priority(self.priority).name
+        """HIGH, MEDIUM or LOW at a named point, else the decimal integer (``states.priority_label``)."""
+        return priority_label(self.priority)
 
     @property
     def attempts_left(self) -> int:
@@ -189,7 +193,7 @@ class CronSchedule(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     job_type = models.CharField(max_length=100)
     job_payload = models.JSONField(default=dict, blank=True)
-    job_priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.MEDIUM)
+    job_priority = models.SmallIntegerField(default=Priority.MEDIUM)
     job_queue = models.CharField(max_length=100, default=DEFAULT_QUEUE)
     job_max_retries = models.PositiveSmallIntegerField(default=DEFAULT_MAX_RETRIES)
     job_timeout_seconds = models.PositiveIntegerField(default=DEFAULT_TIMEOUT_SECONDS)
@@ -210,10 +214,19 @@ class CronSchedule(models.Model):
                 | (Q(cron__isnull=True) & Q(interval_seconds__isnull=False)),
                 name="schedule_cron_xor_interval",
             ),
+            models.CheckConstraint(
+                condition=Q(job_priority__gte=PRIORITY_MIN, job_priority__lte=PRIORITY_MAX),
+                name="schedule_job_priority_range",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def job_priority_label(self) -> str:
+        """The job template's priority: HIGH, MEDIUM or LOW at a named point, else the integer."""
+        return priority_label(self.job_priority)
 
 
 class LeaderFence(models.Model):

@@ -76,6 +76,10 @@ class JobContext:
 
 _REGISTRY: dict[str, HandlerSpec] = {}
 _LOCK = threading.Lock()
+# Trusted sources of job types beyond @handler, e.g. the Django Tasks backend's registry of @task
+# functions (stint_tasks). Each maps a name to a spec or None; none ever imports by the name.
+Resolver = Callable[[str], "HandlerSpec | None"]
+_RESOLVERS: list[Resolver] = []
 
 
 def handler(
@@ -119,6 +123,34 @@ def get_handler(name: str) -> HandlerSpec:
         return _REGISTRY[name]
     except KeyError:
         raise UnknownJobType(f"Unknown job type {name!r}.", details={"type": [f"Unknown job type {name!r}."]}) from None
+
+
+def add_resolver(resolver: Resolver) -> None:
+    """Let ``resolve`` also find job types through ``resolver(name) -> HandlerSpec | None`` (idempotent).
+
+    A resolver must only return specs for code the project itself defined: ``resolve`` is how a
+    worker turns a stored job type into a function call.
+    """
+    with _LOCK:
+        if resolver not in _RESOLVERS:
+            _RESOLVERS.append(resolver)
+
+
+def resolve(name: str) -> HandlerSpec:
+    """Return the spec that runs jobs of type ``name``: a ``@handler``, else one from a resolver.
+
+    Workers (execution, per-type backoff) and trusted enqueues (the Django Tasks backend, code
+    schedules) use this; the REST API, pages and ordinary ``enqueue`` validate with
+    ``get_handler``, so a user can only name ``@handler`` types. Raises ``UnknownJobType``.
+    """
+    spec = _REGISTRY.get(name)
+    if spec is not None:
+        return spec
+    for resolver in list(_RESOLVERS):
+        spec = resolver(name)
+        if spec is not None:
+            return spec
+    return get_handler(name)
 
 
 def registered_types() -> list[str]:

@@ -112,7 +112,7 @@ def _check_choice(field: str, value: Any, choices: Any) -> str:
     return value
 
 
-def _validated_job(job: Mapping[str, Any]) -> dict[str, Any]:
+def _validated_job(job: Mapping[str, Any], *, trusted: bool = False) -> dict[str, Any]:
     """Return the job template as model fields; raise InvalidSchedule (details under ``job``) or PayloadTooLarge."""
     if not isinstance(job, Mapping):
         raise _invalid("job", "Must be an object with type, payload, priority, queue, max_retries, timeout_seconds.")
@@ -139,6 +139,7 @@ def _validated_job(job: Mapping[str, Any]) -> dict[str, Any]:
             max_retries=job.get("max_retries"),
             timeout_seconds=job.get("timeout_seconds"),
             name="",
+            trusted=trusted,
         )
     except (InvalidJob, UnknownJobType) as exc:
         details = exc.details if isinstance(exc.details, dict) else {"type": [str(exc)]}
@@ -157,7 +158,7 @@ def _job_template(schedule: CronSchedule) -> dict[str, Any]:
     return {
         "type": schedule.job_type,
         "payload": schedule.job_payload,
-        "priority": Priority(schedule.job_priority).name,
+        "priority": schedule.job_priority,
         "queue": schedule.job_queue,
         "max_retries": schedule.job_max_retries,
         "timeout_seconds": schedule.job_timeout_seconds,
@@ -246,13 +247,15 @@ def schedule_create(
     enabled: bool = True,
     misfire_policy: str = MisfirePolicy.SKIP,
     overlap_policy: str = OverlapPolicy.ALLOW,
+    trusted: bool = False,
 ) -> CronSchedule:
     """Create a schedule for ``owner`` (a User or user id); its first fire is the first due time after now.
 
     ``cron`` (5 fields or an ``@hourly``-style macro, in IANA zone ``timezone``) or
     ``interval_seconds`` (1 s to 366 days, a grid starting now); ``job`` is the template of the
     jobs it fires (``type``, ``payload``, ``priority``, ``queue``, ``max_retries``,
-    ``timeout_seconds``, validated as a job create is). Raises InvalidSchedule (400) or
+    ``timeout_seconds``, validated as a job create is; ``trusted``, for project code only, also
+    accepts Django task paths: ``services.enqueue_request``). Raises InvalidSchedule (400) or
     PayloadTooLarge (413).
     """
     schedule = CronSchedule(
@@ -264,7 +267,7 @@ def schedule_create(
         enabled=enabled,
         misfire_policy=misfire_policy,
         overlap_policy=overlap_policy,
-        **_validated_job(job),
+        **_validated_job(job, trusted=trusted),
     )
     _validate(schedule)
     _ensure_queue(schedule.job_queue)
@@ -300,14 +303,16 @@ def _check_quota(owner_id: int) -> None:
         )
 
 
-def schedule_update(*, schedule_id: int, actor: Any = None, changes: Mapping[str, Any]) -> CronSchedule:
+def schedule_update(
+    *, schedule_id: int, actor: Any = None, changes: Mapping[str, Any], trusted: bool = False
+) -> CronSchedule:
     """Apply ``changes`` (any of ``WRITABLE``; ``job`` merges into the template) and return the schedule.
 
     Setting ``cron`` clears ``interval_seconds`` and the other way round. A change of timing
     (cron, interval, zone, enabled) sets ``next_fire_at`` to the first due time after now, so it
     applies at the scheduler's next tick and re-enabling fires nothing for the disabled span;
-    other changes leave the fire times alone. Raises ScheduleNotFound, InvalidSchedule,
-    PayloadTooLarge.
+    other changes leave the fire times alone. ``trusted`` as ``schedule_create``. Raises
+    ScheduleNotFound, InvalidSchedule, PayloadTooLarge.
     """
     unknown = sorted(set(changes) - WRITABLE)
     if unknown:
@@ -328,7 +333,7 @@ def schedule_update(*, schedule_id: int, actor: Any = None, changes: Mapping[str
             job = changes["job"]
             if not isinstance(job, Mapping):
                 raise _invalid("job", "Must be an object.")
-            for field, value in _validated_job({**_job_template(schedule), **job}).items():
+            for field, value in _validated_job({**_job_template(schedule), **job}, trusted=trusted).items():
                 setattr(schedule, field, value)
         _validate(schedule)
         _ensure_queue(schedule.job_queue)

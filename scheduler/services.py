@@ -29,8 +29,8 @@ from scheduler.exceptions import (
 from scheduler.lifecycle import NOW, NULL, NewJob
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_SECONDS, Job, Queue
 from scheduler.notify import notify_queued
-from scheduler.registry import get_handler
-from scheduler.states import CANCELLABLE, EventType, JobStatus, Priority
+from scheduler.registry import get_handler, resolve
+from scheduler.states import CANCELLABLE, PRIORITY_MAX, PRIORITY_MIN, EventType, JobStatus, Priority, priority_value
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +52,11 @@ class EnqueueOutcome:
 
 
 def _priority_value(priority: str | int | Priority) -> int:
-    if isinstance(priority, Priority):
-        return int(priority)
-    if isinstance(priority, str) and priority in Priority.names:
-        return int(Priority[priority])
-    if isinstance(priority, int) and not isinstance(priority, bool) and priority in Priority.values:
-        return priority
-    raise InvalidJob("priority must be HIGH, MEDIUM or LOW", details={"priority": ["Must be HIGH, MEDIUM or LOW."]})
+    try:
+        return priority_value(priority)
+    except ValueError as exc:
+        message = f"Must be HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}."
+        raise InvalidJob(str(exc), details={"priority": [message]}) from None
 
 
 def payload_size(payload: Any) -> int:
@@ -111,8 +109,11 @@ def _validated(
     max_retries: int | None,
     timeout_seconds: int | None,
     name: str,
+    trusted: bool = False,
 ) -> dict[str, Any]:
-    spec = get_handler(type_)
+    # Only trusted code may name a type that is not a @handler (a Django task path): a user's
+    # request choosing which of the project's functions to call, with what, is the hole it closes.
+    spec = resolve(type_) if trusted else get_handler(type_)
     size = payload_size(payload)
     limit = conf().max_payload_bytes
     if size > limit:
@@ -124,7 +125,7 @@ def _validated(
         max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
     if timeout_seconds is None:
         timeout_seconds = spec.timeout_seconds if spec.timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
-    if not _is_int_in(max_retries, MAX_RETRIES_RANGE):
+    if not _is_int_in(max_retries, (0, MAX_RETRIES_RANGE[1]) if trusted else MAX_RETRIES_RANGE):
         errors["max_retries"] = ["Must be an integer from 1 to 10."]
     if not _is_int_in(timeout_seconds, TIMEOUT_RANGE):
         errors["timeout_seconds"] = ["Must be an integer from 1 to 3600."]
@@ -173,6 +174,7 @@ def enqueue_request(
     idempotency_key: str | None = None,
     owner: Any = None,
     name: str = "",
+    trusted: bool = False,
 ) -> EnqueueOutcome:
     """Create a job (QUEUED now, or SCHEDULED for a future ``scheduled_at``) and say if it was a replay.
 
@@ -183,11 +185,15 @@ def enqueue_request(
     request returns the original job with ``replayed=True``; the unique (owner, key) index
     decides between concurrent first requests, and the loser waits for and reads the winner.
 
+    ``trusted`` (project code only, never a request's choice) also accepts the job types of
+    ``registry.resolve`` (Django task paths) and ``max_retries`` 0.
+
     Raises UnknownJobType, InvalidJob (400), PayloadTooLarge (413), IdempotencyConflict (409:
     same key, different request).
     """
     payload = {} if payload is None else payload
     valid = _validated(
+        trusted=trusted,
         type_=type_,
         payload=payload,
         priority=priority,
@@ -293,7 +299,8 @@ def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
 def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
     """Create a job and return it (the original one on an idempotent replay).
 
-    Options and errors as ``enqueue_request``: ``priority`` ("HIGH", "MEDIUM", "LOW"),
+    Options and errors as ``enqueue_request``: ``priority`` ("HIGH", "MEDIUM", "LOW", or a whole
+    number from -100 to 100, higher first; the names are 50, 0 and -50),
     ``queue``, ``scheduled_at`` (aware datetime), ``max_retries``, ``timeout_seconds``,
     ``idempotency_key``, ``owner`` (a user or user id), ``name``.
     """

@@ -20,11 +20,48 @@ class JobStatus(models.TextChoices):
 
 
 class Priority(models.IntegerChoices):
-    """Claim order: a lower value is claimed first."""
+    """Named points on the integer priority scale: a higher value is claimed first.
 
-    HIGH = 0
-    MEDIUM = 1
-    LOW = 2
+    A job's priority is any whole number from ``PRIORITY_MIN`` to ``PRIORITY_MAX`` (Django's
+    Tasks range, -100..100, where its default 0 is MEDIUM). The REST API, pages and schedules
+    write these three names; Python code (``scheduler.enqueue``, the Django Tasks backend) may
+    write any value in the range.
+    """
+
+    HIGH = 50
+    MEDIUM = 0
+    LOW = -50
+
+
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+
+
+def priority_label(value: int) -> str:
+    """Return how a stored priority reads: its name at a named point, else its decimal string ("37", "-5").
+
+    One rule for the API, the pages, the admin, metrics labels and event payloads (the SQL twin
+    is ``lifecycle.PRIORITY_NAME``), so a reader that knows only the names keeps working for
+    every job created with a name.
+    """
+    try:
+        return Priority(value).name
+    except ValueError:
+        return str(int(value))
+
+
+def priority_value(value: object) -> int:
+    """Return the stored integer for ``value``: a ``Priority``, a name, or a whole number in range.
+
+    Raises ValueError for anything else (a bool, a float, an unknown name, an out-of-range number).
+    """
+    if isinstance(value, Priority):
+        return int(value)
+    if isinstance(value, str) and value in Priority.names:
+        return int(Priority[value])
+    if isinstance(value, int) and not isinstance(value, bool) and PRIORITY_MIN <= value <= PRIORITY_MAX:
+        return value
+    raise ValueError(f"priority must be HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}")
 
 
 class EventType(models.TextChoices):

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 from accounts.serializers import StrictSerializer
 from config.pagination import KeysetPagination
 from scheduler import schedules
-from scheduler.api.serializers import AwareDateTimeField, JobSerializer, PriorityNameField
+from scheduler.api.serializers import AwareDateTimeField, JobSerializer, PriorityLabelField, PriorityNameField
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, MisfirePolicy, OverlapPolicy
 from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
@@ -89,15 +89,10 @@ class ScheduleJobReadSerializer(serializers.Serializer):
 
     type = serializers.CharField(source="job_type")
     payload = serializers.JSONField(source="job_payload")
-    priority = serializers.SerializerMethodField()
+    priority = PriorityLabelField(source="job_priority_label")
     queue = serializers.CharField(source="job_queue")
     max_retries = serializers.IntegerField(source="job_max_retries")
     timeout_seconds = serializers.IntegerField(source="job_timeout_seconds")
-
-    @extend_schema_field({"type": "string", "enum": Priority.names})
-    def get_priority(self, schedule: CronSchedule) -> str:
-        """HIGH, MEDIUM or LOW."""
-        return Priority(schedule.job_priority).name
 
 
 class ScheduleSerializer(serializers.ModelSerializer):

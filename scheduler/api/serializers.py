@@ -47,6 +47,22 @@ class PriorityNameField(serializers.ChoiceField):
         super().__init__(choices=Priority.names, **kwargs)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": r"^(HIGH|MEDIUM|LOW|-?[0-9]{1,3})$",
+        "description": "HIGH, MEDIUM or LOW; a job created from Python code (e.g. a Django task) with a priority"
+        " between the named points reads as that integer, as a string: '37', '-5' (scale -100..100,"
+        " higher first; HIGH = 50, MEDIUM = 0, LOW = -50).",
+    }
+)
+class PriorityLabelField(serializers.CharField):
+    """A stored priority as it reads back (``states.priority_label``): a name, or the integer as a string."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+
 class AwareDateTimeField(serializers.DateTimeField):
     """An ISO 8601 datetime that must carry its UTC offset: a naive one is refused, not assumed UTC."""
 
@@ -103,7 +119,7 @@ class JobSerializer(serializers.ModelSerializer):
     """A job as the API shows it: priority by name, owner and schedule by id."""
 
     status = JobStatusField()
-    priority = PriorityNameField(source="priority_name", read_only=True)
+    priority = PriorityLabelField(source="priority_name")
     owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
     schedule = serializers.IntegerField(source="schedule_id", read_only=True, allow_null=True)
 

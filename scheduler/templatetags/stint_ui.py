@@ -15,7 +15,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from scheduler.states import JobStatus, Priority
+from scheduler.states import JobStatus, priority_label
 
 register = template.Library()
 
@@ -59,9 +59,9 @@ def pretty_json(value: Any) -> str:
 
 @register.filter
 def priority_name(value: Any) -> str:
-    """Render a stored priority (0, 1, 2) as HIGH, MEDIUM or LOW."""
+    """Render a stored priority as HIGH, MEDIUM or LOW at a named point, else as its integer."""
     try:
-        return Priority(int(value)).name
+        return priority_label(int(value))
     except (TypeError, ValueError):
         return str(value)
 

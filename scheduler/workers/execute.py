@@ -12,13 +12,13 @@ from config.log_context import log_context
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
-from scheduler.registry import CancelFlag, JobContext, get_handler
+from scheduler.registry import CancelFlag, JobContext, resolve
 
 logger = logging.getLogger("scheduler.handler")
 
 
 def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
-    """Call the handler registered for ``job.type`` with (payload, context); never raises.
+    """Call the handler for ``job.type`` (``registry.resolve``) with (payload, context); never raises.
 
     Returns SUCCEEDED with the (JSON-checked) result; CANCELLED when the handler raised
     ``JobCancelled``; PERMANENT for ``PermanentError``, an unknown type or a result that is not
@@ -32,7 +32,7 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         cancel_flag=cancel_flag,
     )
     try:
-        spec = get_handler(job.type)
+        spec = resolve(job.type)
         # Every line the handler logs, through any logger, carries the job id and attempt.
         with log_context(job_id=str(job.id), attempt=job.attempt):
             result = spec.func(job.payload, ctx)

@@ -30,7 +30,7 @@ from scheduler import leasing, metrics
 from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
-from scheduler.states import JobStatus, Priority
+from scheduler.states import JobStatus, priority_label
 from scheduler.workers.pool import PoolFull, ProcessPool, Running, ThreadPool, UnsendableJob
 
 logger = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Worker:
             with self._lock:
                 self._running[job.id] = entry
             lag = max(0.0, (job.started_at - job.scheduled_at).total_seconds())
-            metrics.jobs_schedule_lag_seconds.labels(job.queue, Priority(job.priority).name).observe(lag)
+            metrics.jobs_schedule_lag_seconds.labels(job.queue, priority_label(job.priority)).observe(lag)
             try:
                 self.pool.submit(entry)
             except PoolFull as exc:

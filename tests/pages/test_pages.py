@@ -14,7 +14,7 @@ from accounts.models import Role, User
 from scheduler import schedules
 from scheduler.models import CronSchedule, Job
 from scheduler.services import enqueue
-from scheduler.states import JobStatus
+from scheduler.states import JobStatus, Priority
 from tests.factories import PASSWORD, JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -153,7 +153,12 @@ class TestNewJob:
 
         job = Job.objects.get(owner=user)
         assert response.status_code == 302 and response["Location"] == f"/jobs/{job.id}/"
-        assert (job.name, job.status, job.priority, job.payload) == ("hello", JobStatus.QUEUED, 0, {"result": 1})
+        assert (job.name, job.status, job.priority, job.payload) == (
+            "hello",
+            JobStatus.QUEUED,
+            Priority.HIGH,
+            {"result": 1},
+        )
         assert job.event_sequence == 2  # JOB_CREATED and JOB_QUEUED were written with it
 
     def test_a_future_time_schedules_it(self, signed_in, user):

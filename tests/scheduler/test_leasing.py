@@ -132,6 +132,18 @@ def test_claim_orders_by_priority_then_scheduled_at_then_created_at() -> None:
     assert claim(limit=1) == []
 
 
+def test_claim_orders_integer_priorities_between_the_named_points_highest_first() -> None:
+    # Django Tasks' -100..100 scale: each job is due, the lower priorities were enqueued earlier.
+    values = [-100, "LOW", -5, "MEDIUM", 37, "HIGH", 100]
+    jobs = [make_job(priority=p, scheduled_at=ago(100 - i)) for i, p in enumerate(values)]
+
+    order = [claim(limit=1)[0].id for _ in jobs]
+
+    assert order == ids(reversed(jobs))
+    started = OutboxEvent.objects.filter(event_type=EventType.JOB_STARTED, job_id__in=order).order_by("id")
+    assert [e.payload["priority"] for e in started] == ["100", "HIGH", "37", "MEDIUM", "-5", "LOW", "-100"]
+
+
 def test_claim_takes_at_most_limit_and_writes_attempt_lease_and_event() -> None:
     jobs = [make_job() for _ in range(5)]
 

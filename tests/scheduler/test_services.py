@@ -73,9 +73,15 @@ def test_enqueue_takes_the_handlers_defaults_then_the_callers(user):
     assert (chosen.max_retries, chosen.timeout_seconds) == (1, 3600)
 
 
-@pytest.mark.parametrize("priority", ["HIGH", Priority.HIGH, 0])
+@pytest.mark.parametrize("priority", ["HIGH", Priority.HIGH, 50])
 def test_enqueue_accepts_a_priority_by_name_member_or_value(priority):
     assert services.enqueue("DEMO_TASK", priority=priority).priority == Priority.HIGH
+
+
+@pytest.mark.parametrize("priority", [-100, -1, 37, 100])
+def test_enqueue_accepts_any_whole_priority_in_range_and_reads_it_back_as_its_integer(priority):
+    job = services.enqueue("DEMO_TASK", priority=priority)
+    assert (job.priority, job.priority_name) == (priority, str(priority))
 
 
 @pytest.mark.parametrize(
@@ -94,7 +100,9 @@ def test_enqueue_accepts_a_priority_by_name_member_or_value(priority):
         ({"scheduled_at": "2099-01-01T00:00:00Z"}, "scheduled_at"),
         ({"name": "n" * 201}, "name"),
         ({"priority": "URGENT"}, "priority"),
-        ({"priority": 3}, "priority"),
+        ({"priority": 101}, "priority"),
+        ({"priority": -101}, "priority"),
+        ({"priority": 2.5}, "priority"),
         ({"priority": True}, "priority"),
         ({"idempotency_key": ""}, "idempotency_key"),
         ({"idempotency_key": "k" * 256}, "idempotency_key"),

@@ -1,0 +1,87 @@
+"""``StintBackend``: Django's Tasks API on Stint's jobs (enqueue, results, priorities, deferral, async tasks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.core import checks
+
+from scheduler import services
+from stint_tasks import registry
+from stint_tasks.compat import BaseTaskBackend, TaskResult, TaskResultStatus, normalize_json, task_enqueued
+from stint_tasks.results import task_result
+
+
+class StintBackend(BaseTaskBackend):
+    """Enqueue each task call as a Stint job; ``run_workers`` runs it.
+
+    The job's type is the task's import path (``Task.module_path``), its payload ``{"args",
+    "kwargs"}`` (plus ``run_after`` when deferred), its queue ``queue_name``, its ``scheduled_at``
+    ``run_after``, its priority Django's -100..100 (higher first, claimed in that order), its
+    name the function's name, no owner. Retries, timeout and backoff come from ``OPTIONS``
+    (``stint_tasks.options``). The job is inserted in the caller's transaction: rolled back, it
+    never existed; committed, workers see it (and get its NOTIFY) only then.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def validate_task(self, task: Any) -> None:
+        """Django's checks (module-level function, priority, queues, aware ``run_after``), then register the task.
+
+        Raises ``InvalidTask``. Registration is what lets a worker run the task: see ``registry``.
+        """
+        super().validate_task(task)
+        registry.register(task)
+
+    def enqueue(self, task: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """Insert the job and return its ``TaskResult`` (READY, ``enqueued_at`` from the database clock).
+
+        ``args``/``kwargs`` must survive Django's JSON normalisation (``TypeError``/``ValueError``
+        otherwise) and fit Stint's payload limit (``InvalidJob``, ``PayloadTooLarge``). Raises
+        ``InvalidTask`` for a task this backend refuses.
+        """
+        self.validate_task(task)
+        args = normalize_json(list(args))
+        kwargs = normalize_json(dict(kwargs))
+        payload: dict[str, Any] = {"args": args, "kwargs": kwargs}
+        if task.run_after is not None:
+            payload["run_after"] = task.run_after.isoformat()
+        job = services.enqueue_request(
+            task.module_path,
+            payload,
+            priority=task.priority,
+            queue=task.queue_name,
+            scheduled_at=task.run_after,
+            name=task.name[:200],
+            trusted=True,
+        ).job
+        result = TaskResult(
+            task=task,
+            id=str(job.id),
+            status=TaskResultStatus.READY,
+            enqueued_at=job.created_at,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> Any:
+        """Return the ``TaskResult`` for ``result_id`` (a job id); raise ``TaskResultDoesNotExist``."""
+        return task_result(job_id=result_id, backend_alias=self.alias)
+
+    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+        """System checks of this ``TASKS`` entry (``stint_tasks.checks``)."""
+        from stint_tasks.checks import backend_messages
+
+        return backend_messages(self)

@@ -1,0 +1,73 @@
+"""Tasks the backend's tests enqueue; workers import this module through ``STINT_TASK_MODULES``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from stint_tasks.compat import TaskContext
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(priority=37, queue_name="default")
+def prioritised() -> str:
+    return "ran"
+
+
+@task
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0.01)
+    return a + b
+
+
+@task
+async def async_sleep(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "woke"
+
+
+@task(takes_context=True)
+def attempt_of(context: TaskContext, fail_until: int = 0) -> dict[str, object]:
+    """Fail while ``context.attempt <= fail_until``; then return what the context says."""
+    if context.attempt <= fail_until:
+        raise KeyError(f"attempt {context.attempt}")
+    return {"attempt": context.attempt, "id": context.task_result.id, "workers": len(context.task_result.worker_ids)}
+
+
+@task
+def fails() -> None:
+    raise ValueError("this task fails")
+
+
+@task
+def exits() -> None:
+    raise SystemExit(3)
+
+
+@task
+def not_json() -> object:
+    return object()
+
+
+@task
+def sleeps(seconds: float) -> str:
+    time.sleep(seconds)
+    return "slept"
+
+
+class CustomError(Exception):
+    """An exception class outside builtins: its path must read back whole."""
+
+
+@task
+def raises_custom() -> None:
+    raise CustomError("first line\nsecond line")

@@ -1,0 +1,361 @@
+"""The Stint backend for Django's Tasks framework, in process: enqueue, claim order, results, context, checks.
+
+Attempts run through the worker's own code (``leasing.claim_jobs``, ``execute.run_handler``,
+``leasing.record_outcomes``) against the real database; ``test_worker.py`` runs real processes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import threading
+import uuid
+
+import pytest
+from django.core.checks import Error, Warning  # noqa: A004 - Django's names
+from django.db import connection
+from django.utils import timezone
+
+from scheduler import leasing, lifecycle, schedules
+from scheduler.exceptions import UnknownJobType
+from scheduler.leasing import Outcome, Report
+from scheduler.lifecycle import Claimed, NewJob
+from scheduler.models import CronSchedule, Job
+from scheduler.registry import resolve
+from scheduler.services import enqueue
+from scheduler.states import JobStatus, Priority
+from scheduler.workers.execute import run_handler
+from stint_tasks.backend import StintBackend
+from stint_tasks.compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
+from stint_tasks.exceptions import TaskTimedOut
+from stint_tasks.periodic import task_schedule
+from tests.stint_tasks import tasks as t
+
+pytestmark = pytest.mark.django_db
+WORKER = "test-worker"
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_test_transaction(monkeypatch) -> None:
+    """``run_handler`` recycles the thread's connection after each job; here that is the test's transaction."""
+    monkeypatch.setattr("scheduler.workers.execute.close_old_connections", lambda: None)
+
+
+def claim_all() -> list[Claimed]:
+    return leasing.claim_jobs(worker_id=WORKER, limit=100, queues=None)
+
+
+def run(job: Claimed, flag: threading.Event | None = None) -> Report:
+    """One attempt as a worker runs it: the handler, then the fenced outcome write."""
+    report = run_handler(job, flag or threading.Event())
+    leasing.record_outcomes([report])
+    return report
+
+
+def run_next() -> Report:
+    (job,) = claim_all()
+    return run(job)
+
+
+def make_due(result_id: str) -> None:
+    """Move a RETRYING job's backoff to now (the promoter's job, without waiting)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE stint_job SET status = 'QUEUED' WHERE id = %s AND status = 'RETRYING'", [uuid.UUID(result_id)]
+        )
+
+
+def test_the_backend_says_what_it_supports() -> None:
+    backend = task_backends["default"]
+    assert isinstance(backend, StintBackend)
+    assert (backend.supports_defer, backend.supports_async_task, backend.supports_get_result) == (True, True, True)
+    assert backend.supports_priority is True
+
+
+def test_enqueue_writes_a_job_named_by_the_task_path_and_returns_its_ready_result() -> None:
+    result = t.add.using(priority=37).enqueue(2, b=3)
+
+    job = Job.objects.get(id=result.id)
+    assert (job.type, job.name, job.status, job.queue, job.owner_id) == (
+        "tests.stint_tasks.tasks.add",
+        "add",
+        JobStatus.QUEUED,
+        "default",
+        None,
+    )
+    assert (job.priority, job.payload, job.max_retries, job.timeout_seconds) == (
+        37,
+        {"args": [2], "kwargs": {"b": 3}},
+        3,
+        300,
+    )
+    assert (result.status, result.args, result.kwargs, result.attempts) == (TaskResultStatus.READY, [2], {"b": 3}, 0)
+    assert result.enqueued_at == job.created_at
+    assert t.add.get_result(result.id) == result
+
+
+def test_arguments_follow_djangos_json_rules_and_a_refused_call_writes_nothing() -> None:
+    with pytest.raises(TypeError, match="Unsupported type"):
+        t.add.enqueue(dt.datetime.now(), 1)
+    result = t.add.enqueue((1, 2), b"3")  # a tuple becomes a list, bytes a string (normalize_json)
+    assert Job.objects.get().payload == {"args": [[1, 2], "3"], "kwargs": {}}
+    assert result.args == [[1, 2], "3"]
+
+
+def test_run_after_defers_the_job_and_reads_back_on_the_result() -> None:
+    when = timezone.now() + dt.timedelta(hours=1)
+    result = t.add.using(run_after=when).enqueue(1, 1)
+
+    job = Job.objects.get(id=result.id)
+    assert (job.status, job.scheduled_at) == (JobStatus.SCHEDULED, when)
+    assert t.add.get_result(result.id).task.run_after == when
+    assert claim_all() == []
+
+
+def test_djangos_validation_still_applies() -> None:
+    with pytest.raises(InvalidTask):
+        t.add.using(priority=101)
+    with pytest.raises(InvalidTask):
+        t.add.using(queue_name="not-in-QUEUES")
+    with pytest.raises(InvalidTask):
+        t.add.using(run_after=dt.datetime(2030, 1, 1))  # naive
+
+
+def test_higher_priority_is_claimed_first_across_tasks_and_rest_jobs() -> None:
+    low = t.add.using(priority=-100).enqueue(0, 0)
+    default = t.add.enqueue(0, 0)
+    between = t.prioritised.enqueue()  # 37, from the decorator
+    rest_high = enqueue("DEMO_TASK", priority="HIGH")  # 50
+    top = t.add.using(priority=100).enqueue(0, 0)
+
+    order = [str(leasing.claim_jobs(worker_id=WORKER, limit=1, queues=None)[0].id) for _ in range(5)]
+
+    assert order == [top.id, str(rest_high.id), between.id, default.id, low.id]
+
+
+def test_per_task_options_set_retries_timeout_and_backoff(settings) -> None:
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "stint_tasks.backend.StintBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": {
+                "defaults": {"timeout_seconds": 60},
+                "tasks": {
+                    "tests.stint_tasks.tasks.fails": {"max_retries": 0, "timeout_seconds": 5},
+                    "tests.stint_tasks.tasks.sleeps": {"backoff_base_seconds": 7, "backoff_max_seconds": 9},
+                },
+            },
+        }
+    }
+    fails = Job.objects.get(id=t.fails.enqueue().id)
+    other = Job.objects.get(id=t.add.enqueue(1, 2).id)
+    assert (fails.max_retries, fails.timeout_seconds) == (0, 5)
+    assert (other.max_retries, other.timeout_seconds) == (3, 60)
+    assert leasing.retry_delay("tests.stint_tasks.tasks.sleeps", 1) == 7
+    assert leasing.retry_delay("tests.stint_tasks.tasks.sleeps", 3) == 9
+
+    report = run(next(j for j in claim_all() if j.id == fails.id))
+    assert report.outcome == Outcome.RETRYABLE
+    assert Job.objects.get(id=fails.id).status == JobStatus.DEAD  # no retry left: one attempt only
+
+
+def test_a_successful_run_reads_back_as_djangos_result() -> None:
+    result = t.add.enqueue(2, 3)
+    run_next()
+
+    done = t.add.get_result(result.id)
+    assert (done.status, done.return_value, done.errors, done.worker_ids) == (
+        TaskResultStatus.SUCCESSFUL,
+        5,
+        [],
+        [WORKER],
+    )
+    assert done.is_finished and done.attempts == 1
+    assert done.enqueued_at <= done.started_at == done.last_attempted_at <= done.finished_at
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+
+
+def test_each_failed_attempt_is_an_error_with_its_exception_class_and_traceback() -> None:
+    result = t.fails.enqueue()
+    run_next()
+    assert t.fails.get_result(result.id).status == TaskResultStatus.READY  # waiting for its retry
+    make_due(result.id)
+    run_next()
+
+    failed = t.fails.get_result(result.id)
+    assert failed.status == TaskResultStatus.READY and failed.attempts == 2
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.ValueError"] * 2
+    assert failed.errors[0].exception_class is ValueError
+    assert failed.errors[0].traceback.endswith("ValueError: this task fails\n")  # as Django's backends store it
+    assert 'tasks.py", line' in failed.errors[0].traceback
+    with pytest.raises(ValueError, match="not finished"):
+        _ = failed.return_value
+
+
+def test_a_dead_job_reads_failed_and_a_timed_out_attempt_names_its_class() -> None:
+    result = t.sleeps.enqueue(0)
+    (job,) = claim_all()
+    leasing.record_outcomes([Report(job=job, outcome=Outcome.TIMED_OUT, error="timed out after 300 s")])
+    Job.objects.filter(id=job.id).update(max_retries=0)  # the next failure dead-letters it
+    make_due(result.id)
+    leasing.record_outcomes([Report(job=claim_all()[0], outcome=Outcome.TIMED_OUT, error="timed out")])
+
+    dead = t.sleeps.get_result(result.id)
+    assert Job.objects.get(id=job.id).status == JobStatus.DEAD
+    assert dead.status == TaskResultStatus.FAILED and dead.finished_at is not None
+    assert [e.exception_class for e in dead.errors] == [TaskTimedOut, TaskTimedOut]
+
+
+def test_system_exit_non_json_returns_and_project_exceptions_fail_the_attempt_with_their_class() -> None:
+    exits = t.exits.enqueue()
+    not_json = t.not_json.enqueue()
+    custom = t.raises_custom.enqueue()
+    reports = {str(j.id): run(j) for j in claim_all()}
+
+    assert {r.outcome for r in reports.values()} == {Outcome.RETRYABLE}  # the worker's thread survives
+    assert t.raises_custom.get_result(custom.id).errors[0].exception_class is t.CustomError
+    assert t.exits.get_result(exits.id).errors[0].exception_class_path == "builtins.SystemExit"
+    assert t.not_json.get_result(not_json.id).errors[0].exception_class_path == "builtins.TypeError"
+
+
+def test_the_context_carries_stints_attempt_number() -> None:
+    result = t.attempt_of.enqueue(fail_until=1)
+    first = run_next()
+    assert first.outcome == Outcome.RETRYABLE and "attempt 1" in first.error
+    make_due(result.id)
+    second = run_next()
+
+    assert second.result == {"attempt": 2, "id": result.id, "workers": 2}
+    assert t.attempt_of.get_result(result.id).errors[0].exception_class_path == "builtins.KeyError"
+
+
+def test_an_async_task_runs_on_an_event_loop_and_stops_when_cancelled() -> None:
+    t.async_add.enqueue(20, 22)
+    assert run_next().result == 42
+
+    t.async_sleep.enqueue(60)
+    (job,) = claim_all()
+    flag = threading.Event()
+    threading.Timer(0.2, flag.set).start()  # what the worker does on cancel or timeout
+    assert run(job, flag).outcome == Outcome.CANCELLED
+
+
+def test_get_result_refuses_unknown_ids_and_jobs_that_are_not_tasks() -> None:
+    backend = task_backends["default"]
+    native = enqueue("DEMO_TASK")
+    for bad in ["123", str(uuid.uuid4()), str(native.id)]:
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(bad)
+
+
+def test_enqueue_is_part_of_the_callers_transaction() -> None:
+    from django.db import transaction
+
+    class Rollback(Exception):  # noqa: N818
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic():
+        t.add.enqueue(1, 2)
+        assert Job.objects.count() == 1
+        raise Rollback
+    assert Job.objects.count() == 0
+
+
+# -- what a job type string can reach -----------------------------------------------------------
+
+
+def test_the_rest_api_and_schedules_refuse_task_paths(user_api, user) -> None:
+    for job_type in ["tests.stint_tasks.tasks.add", "os.system", "subprocess.check_output"]:
+        response = user_api.post("/api/jobs", {"type": job_type, "payload": {"args": ["id"]}}, format="json")
+        assert response.status_code == 400, response.content
+        with pytest.raises(Exception, match="Unknown job type"):
+            schedules.schedule_create(owner=user, name="x", interval_seconds=60, job={"type": job_type})
+    assert Job.objects.count() == 0
+
+
+def test_a_worker_resolves_only_registered_tasks_and_never_imports_a_stored_type() -> None:
+    hostile = ["tests.stint_tasks.trap.boom", "subprocess.check_output", "os.system", "builtins.eval"]
+    lifecycle.create_jobs(
+        [
+            NewJob(
+                id=uuid.uuid4(),
+                owner_id=None,
+                name="",
+                type=job_type,
+                payload={"args": ["id"]},
+                priority=0,
+                queue="default",
+                scheduled_at=None,
+                max_retries=3,
+                timeout_seconds=10,
+            )
+            for job_type in hostile
+        ]
+    )
+    for job_type in hostile:
+        with pytest.raises(UnknownJobType):
+            resolve(job_type)
+
+    reports = [run(job) for job in claim_all()]
+
+    assert {r.outcome for r in reports} == {Outcome.PERMANENT}
+    assert all("Unknown job type" in r.error for r in reports)
+    assert "tests.stint_tasks.trap" not in sys.modules
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.FAILED}
+
+
+# -- periodic tasks and checks ----------------------------------------------------------------
+
+
+def test_a_schedule_can_fire_a_task_and_syncing_it_again_updates_it_in_place(user) -> None:
+    schedule = task_schedule(t.add, owner=user, name="sums", cron="*/5 * * * *", timezone="Europe/London", args=[4, 5])
+    again = task_schedule(t.add, owner=user, name="sums", interval_seconds=90, args=[6, 7], overlap_policy="skip")
+
+    assert again.id == schedule.id and CronSchedule.objects.count() == 1
+    assert (again.cron, again.interval_seconds, again.overlap_policy) == (None, 90, "skip")
+    assert (again.job_type, again.job_payload) == ("tests.stint_tasks.tasks.add", {"args": [6, 7], "kwargs": {}})
+    fired = schedules.schedule_trigger(schedule_id=schedule.id)
+    run_next()
+    assert t.add.get_result(str(fired.id)).return_value == 13
+
+
+def test_the_system_check_reports_bad_queues_options_and_periodic_entries(settings) -> None:
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "stint_tasks.backend.StintBackend",
+            "QUEUES": ["default", "has space"],
+            "OPTIONS": {
+                "retries": 3,
+                "defaults": {"max_retries": 11},
+                "tasks": {"no.such.task": {}},
+                "modules": ["no_such_package.tasks"],
+                "periodic": {"p": {"task": "tests.stint_tasks.tasks.add", "cron": "not cron", "misfire_policy": "x"}},
+            },
+        }
+    }
+    messages = list(task_backends["default"].check())
+
+    ids = sorted({m.id for m in messages if isinstance(m, Error)})
+    assert ids == [f"stint_tasks.E00{i}" for i in range(1, 6)]
+    text = "\n".join(m.msg for m in messages)
+    for fragment in [
+        "'has space'",
+        "'retries'",
+        "max_retries must be 0 to 10",
+        "'no.such.task'",
+        "no_such_package",
+        "misfire_policy",
+    ]:
+        assert fragment in text
+    warnings = [m for m in messages if isinstance(m, Warning)]
+    assert warnings and all(m.id == "stint_tasks.W001" for m in warnings)  # this module is not discovered
+
+
+def test_the_default_configuration_passes_the_check(settings) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {**settings.TASKS["default"], "OPTIONS": {"modules": ["tests.stint_tasks.tasks"]}},
+    }
+    assert [m for m in task_backends["default"].check() if isinstance(m, Error)] == []
+    assert Priority.MEDIUM == 0  # Django's default priority is Stint's MEDIUM
