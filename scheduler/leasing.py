@@ -70,18 +70,26 @@ def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) ->
     Returns (still held, cancel requested): the job ids whose lease this worker still holds,
     and those among them whose cancellation was requested. A job missing from the first set
     was rescued or finished elsewhere; its run must not be reported as the current attempt.
+    The rows are locked in id order, as ``lifecycle.transition`` locks them: two statements
+    that lock the same rows in different orders can deadlock.
     """
     if not jobs:
         return set(), set()
     with connection.cursor() as cursor:
         cursor.execute(
             """
+            WITH locked AS (
+                SELECT j.id FROM stint_job j
+                JOIN unnest(%s::uuid[], %s::uuid[]) AS v(id, token) ON v.id = j.id
+                WHERE j.lease_token = v.token AND j.status = 'RUNNING'
+                ORDER BY j.id
+                FOR UPDATE OF j
+            )
             UPDATE stint_job j SET lease_expires_at = now() + make_interval(secs => %s)
-            FROM unnest(%s::uuid[], %s::uuid[]) AS v(id, token)
-            WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'RUNNING'
+            FROM locked WHERE j.id = locked.id
             RETURNING j.id, j.cancel_requested
             """,
-            [float(conf().lease_seconds), [j for j, _ in jobs], [t for _, t in jobs]],
+            [[j for j, _ in jobs], [t for _, t in jobs], float(conf().lease_seconds)],
         )
         rows = cursor.fetchall()
     return {r[0] for r in rows}, {r[0] for r in rows if r[1]}

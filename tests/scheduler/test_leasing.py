@@ -7,12 +7,14 @@ statement of a test: due times and leases can be compared exactly against ``db_n
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing
@@ -24,7 +26,7 @@ from scheduler.maintenance.rescuer import LeaseRescuer
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.registry import handler
 from scheduler.services import enqueue, job_cancel
-from scheduler.states import AttemptStatus, EventType, JobStatus
+from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
 
 pytestmark = pytest.mark.django_db
 
@@ -283,6 +285,54 @@ def test_heartbeat_reports_cancel_requested() -> None:
     assert still == {keep.id, stop.id}
     assert cancel == {stop.id}
     assert leasing.cancel_requested([keep.id, stop.id]) == {stop.id}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat_locks_its_rows_in_id_order() -> None:
+    # Every batch that writes job rows locks them in id order; a heartbeat that did not
+    # deadlocked with an outcome batch under load. Here another transaction holds the lower id:
+    # the heartbeat must wait for it holding nothing, so the higher id stays free.
+    low_job, high_job = sorted([make_job(), make_job()], key=lambda j: j.id)
+    # The higher id is claimed first, so its row version is written first, and it is listed
+    # first: locking in any order but id order takes it before the lower one, whatever the plan.
+    Job.objects.filter(id=high_job.id).update(priority=Priority.HIGH)
+    high, low = claim(limit=2)
+    assert (high.id, low.id) == (high_job.id, low_job.id)
+    backend: list[int] = []
+    beat: list[Any] = []
+
+    def heartbeat_in_order_given() -> None:
+        try:
+            connection.ensure_connection()
+            backend.append(connection.connection.info.backend_pid)
+            beat.append(
+                leasing.heartbeat(worker_id=WORKER, jobs=[(high.id, high.lease_token), (low.id, low.lease_token)])
+            )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=heartbeat_in_order_given)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE", [low.id])
+            thread.start()
+            deadline = time.monotonic() + 10
+            waiting = False
+            while not waiting and time.monotonic() < deadline:
+                time.sleep(0.02)
+                cursor.execute("SELECT count(*) > 0 FROM pg_locks WHERE pid = ANY(%s) AND NOT granted", [backend])
+                waiting = cursor.fetchone()[0]
+            assert waiting, "the heartbeat never waited for the lock held here"
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE NOWAIT", [high.id])
+            high_free = True
+        except OperationalError:
+            high_free = False
+    thread.join(timeout=10)
+
+    assert high_free, "the heartbeat locked the higher id first, then waited for the lower one"
+    assert beat == [({low.id, high.id}, set())]
 
 
 def test_heartbeat_with_nothing_held_does_nothing() -> None:
