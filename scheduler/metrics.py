@@ -49,9 +49,25 @@ jobs_schedule_lag_seconds = Histogram(
     ["queue", "priority"],
     buckets=LATENCY_BUCKETS,
 )
-worker_slots_busy = Gauge("worker_slots_busy", "Pool slots running a handler in this worker process.")
-worker_slots_total = Gauge("worker_slots_total", "Pool slots of this worker process.")
-worker_stuck_threads = Gauge("worker_stuck_threads", "Threads still running a handler past its timeout.")
+# Summed over the live worker processes of a ``run_workers`` supervisor (prometheus-client's
+# multiprocess mode); a plain gauge of its process elsewhere.
+worker_slots_busy = Gauge(
+    "worker_slots_busy", "Pool slots running a handler in the worker processes.", multiprocess_mode="livesum"
+)
+worker_slots_total = Gauge("worker_slots_total", "Pool slots of the worker processes.", multiprocess_mode="livesum")
+worker_stuck_threads = Gauge(
+    "worker_stuck_threads", "Threads still running a handler past its timeout.", multiprocess_mode="livesum"
+)
+worker_threads_lost_total = Counter(
+    "worker_threads_lost_total", "Pool threads that died (and were replaced) although handlers cannot kill them."
+)
+worker_processes_died_total = Counter(
+    "worker_processes_died_total", "Worker processes of a run_workers supervisor that died (and were replaced)."
+)
+worker_outcomes_unrecorded_total = Counter(
+    "worker_outcomes_unrecorded_total",
+    "Job outcomes the database refused even on their own and as FAILED (left to the lease rescuer).",
+)
 leases_rescued_total = Counter("leases_rescued_total", "RUNNING jobs rescued after their lease expired.")
 cron_fires_total = Counter("cron_fires_total", "Jobs materialized from schedules.")
 scheduler_is_leader = Gauge("scheduler_is_leader", "1 while this scheduler process holds cron leadership.")
@@ -229,17 +245,28 @@ def register_cluster_state(registry: CollectorRegistry = REGISTRY) -> ClusterSta
         return collector
 
 
-def serve(port: int, *, cluster_state: bool = False) -> None:
+def serve(port: int, *, cluster_state: bool = False, multiprocess_dir: str | None = None) -> None:
     """Serve this process's metrics at ``http://METRICS_BIND_ADDRESS:port/metrics`` from a daemon thread.
 
     ``cluster_state`` also registers the scrape-time database gauges (scheduler processes
-    only). ``METRICS_BIND_ADDRESS`` is 127.0.0.1 by default, 0.0.0.0 in the containers where
-    Prometheus scrapes over the compose network. Raises OSError if the port is taken.
+    only). ``multiprocess_dir`` (the ``run_workers`` supervisor) serves instead the metrics its
+    worker processes write there (prometheus-client's multiprocess mode: counters and
+    histograms summed over every process that ever ran, ``livesum`` gauges over the live ones),
+    plus the supervisor's own ``worker_processes_died_total``. ``METRICS_BIND_ADDRESS`` is
+    127.0.0.1 by default, 0.0.0.0 in the containers where Prometheus scrapes over the compose
+    network. Raises OSError if the port is taken.
     """
     from django.conf import settings
 
     if cluster_state:
         register_cluster_state()
+    registry = REGISTRY
+    if multiprocess_dir is not None:
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=multiprocess_dir)
+        registry.register(worker_processes_died_total)
     address = getattr(settings, "METRICS_BIND_ADDRESS", "127.0.0.1")
-    start_http_server(port, addr=address)
+    start_http_server(port, addr=address, registry=registry)
     logger.info("metrics on http://%s:%d/metrics", address, port)
