@@ -88,6 +88,7 @@ class _Child:
     control: Connection
     worker_id: str
     ready: bool = False
+    closed: bool = False  # its end of the pipe closed: it is exiting
     told: str = ""  # "", STOP or FORCE: the last stop message sent
     killed: bool = False  # by the supervisor, past its stop deadline
 
@@ -167,7 +168,7 @@ class Supervisor:
                 self._tell_stop()
                 if not self._children:
                     return
-            controls = {c.control: c for c in self._children.values() if not c.ready}
+            controls = {c.control: c for c in self._children.values() if not c.ready and not c.closed}
             sentinels = {c.process.sentinel: c for c in self._children.values()}
             ready = wait([*controls, *sentinels, self._wake_reader], timeout=self._timeout(poll))
             for item in ready:
@@ -188,7 +189,7 @@ class Supervisor:
             for slot, at in list(self._restart_at.items()):
                 if now >= at:
                     del self._restart_at[slot]
-                    self._start(slot)
+                    self._restart(slot)
             if now >= next_check:
                 next_check = now + poll
                 self._start_isolation_if_needed()
@@ -236,11 +237,25 @@ class Supervisor:
             "the isolation slot" if isolation else f"slot {slot}",
         )
 
+    def _restart(self, slot: str) -> None:
+        """Start ``slot``'s process again; if the system refuses a new process, try again after a backoff."""
+        try:
+            self._start(slot)
+        except OSError:  # out of processes or memory: the supervisor must outlive it
+            failures = self._failures.get(slot, 0) + 1
+            self._failures[slot] = failures
+            delay = min(RESTART_BACKOFF_BASE * 2 ** (failures - 1), RESTART_BACKOFF_MAX)
+            logger.exception(
+                "supervisor %s: could not start a process for slot %s; again in %.0f s", self.pid, slot, delay
+            )
+            self._restart_at[slot] = time.monotonic() + delay
+
     def _read_ready(self, child: _Child) -> None:
         try:
             message = child.control.recv()
         except (EOFError, OSError):
-            return  # it is exiting: its sentinel says so
+            child.closed = True  # it is exiting: its sentinel says so
+            return
         if message == READY:
             child.ready = True
             self._failures.pop(child.slot, None)
@@ -322,7 +337,7 @@ class Supervisor:
             )
             if rescue.isolate and not self._stopping.is_set() and ISOLATION not in self._children:
                 self._restart_at.pop(ISOLATION, None)
-                self._start(ISOLATION)  # it gets ready while their backoff runs
+                self._restart(ISOLATION)  # it gets ready while their backoff runs
 
     def _retry_rescues(self) -> None:
         pending, self._rescues = self._rescues, []
@@ -339,7 +354,7 @@ class Supervisor:
             connection.close()
             return
         if waiting:
-            self._start(ISOLATION)
+            self._restart(ISOLATION)
 
     # -- stopping --------------------------------------------------------------------------
 

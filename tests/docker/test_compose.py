@@ -341,6 +341,8 @@ def test_the_alert_rules_cover_the_issue() -> None:
     assert by_metric["outbox_backlog"] == "StintOutboxBacklog"
     assert "StintNoSchedulerLeader" in rules and "scheduler_is_leader" in metric_names(rules["StintNoSchedulerLeader"])
     assert by_metric["workers_heartbeat_overdue"] == "StintWorkerMissingHeartbeats"
+    assert by_metric["worker_processes_died_total"] == "StintWorkerProcessesCrashing"
+    assert by_metric["worker_outcomes_unrecorded_total"] == "StintOutcomesUnrecorded"
 
 
 # -- promtool ----------------------------------------------------------------------------------
@@ -373,7 +375,7 @@ def test_promtool_accepts_the_cluster_config_and_alert_rules(promtool: str, tmp_
 
     assert config.returncode == 0, config.stdout + config.stderr
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 8 rules found" in rules.stdout
+    assert "SUCCESS: 10 rules found" in rules.stdout
 
 
 def test_promtool_parses_every_dashboard_expression(promtool: str, tmp_path: Path) -> None:
