@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import OperationalError, connection, transaction
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing
@@ -28,7 +29,7 @@ from scheduler.maintenance.rescuer import LeaseRescuer
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.registry import handler
 from scheduler.services import enqueue, job_cancel
-from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
+from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db
@@ -295,12 +296,11 @@ def test_heartbeat_locks_its_rows_in_id_order() -> None:
     # Every batch that writes job rows locks them in id order; a heartbeat that did not
     # deadlocked with an outcome batch under load. Here another transaction holds the lower id:
     # the heartbeat must wait for it holding nothing, so the higher id stays free.
-    low_job, high_job = sorted([make_job(), make_job()], key=lambda j: j.id)
-    # The higher id is claimed first, so its row version is written first, and it is listed
-    # first: locking in any order but id order takes it before the lower one, whatever the plan.
-    Job.objects.filter(id=high_job.id).update(priority=Priority.HIGH)
-    high, low = claim(limit=2)
-    assert (high.id, low.id) == (high_job.id, low_job.id)
+    low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
+    # The higher id's lease expires first, its row version is the older one and it is listed
+    # first: a statement that locks rows in lease order (the job_lease_scan index), in physical
+    # order or in list order takes the higher id first; only id order takes the lower one.
+    Job.objects.filter(id=low.id).update(lease_expires_at=F("lease_expires_at") + dt.timedelta(seconds=1))
     backend: list[int] = []
     beat: list[Any] = []
 
