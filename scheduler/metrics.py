@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ worker_outcomes_unrecorded_total = Counter(
 )
 leases_rescued_total = Counter("leases_rescued_total", "RUNNING jobs rescued after their lease expired.")
 cron_fires_total = Counter("cron_fires_total", "Jobs materialized from schedules.")
-scheduler_is_leader = Gauge("scheduler_is_leader", "1 while this scheduler process holds cron leadership.")
+scheduler_is_leader = Gauge(
+    "scheduler_is_leader", "1 while this scheduler process holds cron leadership.", multiprocess_mode="livemax"
+)
 outbox_publish_lag_seconds = Histogram(
     "outbox_publish_lag_seconds", "Event commit to Kafka delivery, in seconds.", buckets=LATENCY_BUCKETS
 )
@@ -245,6 +247,51 @@ def register_cluster_state(registry: CollectorRegistry = REGISTRY) -> ClusterSta
         return collector
 
 
+# What a ``run_workers`` supervisor counts itself (its rescues of a dead process's jobs), added
+# to what its worker processes count.
+SUPERVISOR_METRICS = (
+    worker_processes_died_total,
+    leases_rescued_total,
+    jobs_failed_total,
+    jobs_retried_total,
+    jobs_dead_total,
+    jobs_cancelled_total,
+)
+
+
+class SummedCollector(Collector):
+    """The families of several collectors as one: samples with the same name and labels are added up.
+
+    For a supervisor, which serves its worker processes' metrics (prometheus-client's
+    ``MultiProcessCollector``) and its own counters of the same names: exposing both as they are
+    would repeat a family, and Prometheus refuses a scrape that does. ``*_created`` samples (a
+    process's start time, not a count) are left out.
+    """
+
+    def __init__(self, collectors: Sequence[Collector]) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        """Collect every collector and yield each family once, its samples summed."""
+        families: dict[str, Metric] = {}
+        sums: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        for collector in self.collectors:
+            for family in collector.collect():
+                if family.name not in families:
+                    families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                    sums[family.name] = {}
+                total = sums[family.name]
+                for sample in family.samples:
+                    if sample.name.endswith("_created"):
+                        continue
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    total[key] = total.get(key, 0.0) + sample.value
+        for name, family in families.items():
+            for (sample_name, labels), amount in sums[name].items():
+                family.add_sample(sample_name, dict(labels), amount)
+            yield family
+
+
 def serve(port: int, *, cluster_state: bool = False, multiprocess_dir: str | None = None) -> None:
     """Serve this process's metrics at ``http://METRICS_BIND_ADDRESS:port/metrics`` from a daemon thread.
 
@@ -252,9 +299,9 @@ def serve(port: int, *, cluster_state: bool = False, multiprocess_dir: str | Non
     only). ``multiprocess_dir`` (the ``run_workers`` supervisor) serves instead the metrics its
     worker processes write there (prometheus-client's multiprocess mode: counters and
     histograms summed over every process that ever ran, ``livesum`` gauges over the live ones),
-    plus the supervisor's own ``worker_processes_died_total``. ``METRICS_BIND_ADDRESS`` is
-    127.0.0.1 by default, 0.0.0.0 in the containers where Prometheus scrapes over the compose
-    network. Raises OSError if the port is taken.
+    plus what the supervisor counted itself (``SUPERVISOR_METRICS``), summed with them.
+    ``METRICS_BIND_ADDRESS`` is 127.0.0.1 by default, 0.0.0.0 in the containers where
+    Prometheus scrapes over the compose network. Raises OSError if the port is taken.
     """
     from django.conf import settings
 
@@ -265,8 +312,8 @@ def serve(port: int, *, cluster_state: bool = False, multiprocess_dir: str | Non
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=multiprocess_dir)
-        registry.register(worker_processes_died_total)
+        workers = multiprocess.MultiProcessCollector(None, path=multiprocess_dir)
+        registry.register(SummedCollector([workers, *SUPERVISOR_METRICS]))
     address = getattr(settings, "METRICS_BIND_ADDRESS", "127.0.0.1")
     start_http_server(port, addr=address, registry=registry)
     logger.info("metrics on http://%s:%d/metrics", address, port)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import signal
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from scheduler.models import Job, JobAttempt, JobResult, WorkerNode
 from scheduler.services import enqueue, enqueue_many
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.hostile.jobs import CRASH_TABLE
+from tests.scheduler.test_metrics import free_port, scrape, value
 from tests.scheduler.test_workers import (
     Processes,
     attempts,
@@ -111,7 +113,8 @@ def crash_times(job: Job) -> dict[int, dt.datetime]:
 def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succeed(
     hostile: Processes, how: str, death: str
 ) -> None:
-    worker = hostile.worker(concurrency=4)
+    port = free_port()
+    worker = hostile.worker(concurrency=4, extra=[f"--metrics-port={port}"])
     first_pid, first_node = worker_pid(worker), worker_of(worker)
     # One transaction: the worker claims all four at once. The poison job waits for the other
     # three to be RUNNING, then kills the process they share. Default budgets (max_retries 3).
@@ -160,6 +163,15 @@ def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succ
     assert WorkerNode.objects.get(id=first_node).stopped_at is not None
     wait_until(lambda: live_workers([worker.pid]).exclude(pid=first_pid).exists(), what="a replacement registered")
     assert f"worker process {first_pid} ({first_node}) died ({death})" in worker.output()
+    # The supervisor serves its processes' metrics and its own, summed, each family once.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310 - loopback
+        help_lines = [line for line in response.read().decode().splitlines() if line.startswith("# HELP ")]
+    assert len(help_lines) == len(set(help_lines))
+    samples = scrape(port)
+    assert value(samples, "worker_processes_died_total") == 1
+    assert value(samples, "leases_rescued_total") == 4  # the four jobs of the dead process, at once
+    assert value(samples, "jobs_dead_total", type="HOSTILE_CRASH", queue="default") == 1
+    assert value(samples, "jobs_completed_total", type="DEMO_TASK", queue="default") == 3
 
 
 def test_a_worker_process_that_keeps_dying_at_start_up_is_restarted_with_backoff(procs: Processes) -> None:
