@@ -67,7 +67,7 @@ class Processes:
             self._spawn(["run_scheduler", "--tick-seconds", "0.05"]),
             self._spawn(["run_audit_consumer"]),
         ]
-        self.procs += [self._spawn(["run_workers", "--concurrency", "20"]) for _ in range(workers)]
+        self.procs += [self._spawn(["run_workers", "--processes", "1", "--concurrency", "20"]) for _ in range(workers)]
 
     def _spawn(self, argv: list[str]) -> subprocess.Popen:
         return subprocess.Popen(

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "stint_bench"
@@ -41,7 +42,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--worker-processes", type=int, default=4)
     parser.add_argument("--rate", type=float, default=0.0, help="offered jobs/s (0: as fast as possible)")
     parser.add_argument("--noop", action="store_true", help="only immediate no-op jobs")
-    parser.add_argument("--chaos", action="store_true", help="SIGKILL a random worker every 2 s")
+    parser.add_argument(
+        "--chaos", action="store_true", help="SIGKILL a random worker process every 2 s (its supervisor replaces it)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     parser.add_argument("--batch", type=int, default=500, help="jobs per enqueue transaction")
     parser.add_argument(
@@ -111,7 +114,9 @@ class Cluster:
         )
 
     def start_worker(self) -> None:
-        self.workers.append(self._spawn(["run_workers", "--concurrency", str(self.slots_each), "--pool", "threads"]))
+        self.workers.append(
+            self._spawn(["run_workers", "--processes", "1", "--concurrency", str(self.slots_each), "--pool", "threads"])
+        )
 
     def _reap(self, proc: subprocess.Popen) -> None:
         _, status, usage = os.wait4(proc.pid, 0)
@@ -119,13 +124,21 @@ class Cluster:
         self.cpu_seconds += usage.ru_utime + usage.ru_stime
         self.peak_rss_kb = max(self.peak_rss_kb, usage.ru_maxrss)
 
-    def kill_random(self, rng: random.Random) -> None:
-        victim = rng.choice(self.workers)
-        victim.send_signal(signal.SIGKILL)
-        self._reap(victim)
-        self.workers.remove(victim)
-        self.killed += 1
-        self.start_worker()
+    def kill_random(self, rng: random.Random, connection: Any) -> None:
+        """SIGKILL the worker process of a random ``run_workers``: its supervisor replaces it and rescues its jobs."""
+        supervisor = rng.choice(self.workers)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM stint_worker_node WHERE supervisor_pid = %s AND stopped_at IS NULL AND NOT isolation",
+                [supervisor.pid],
+            )
+            pids = [row[0] for row in cursor.fetchall()]
+        for pid in pids[:1]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it died meanwhile
+                continue
+            self.killed += 1
 
     def stop(self) -> dict[str, int]:
         codes = {}
@@ -248,7 +261,7 @@ def main() -> int:
                 thread.start()
             while any(t.is_alive() for t in threads):
                 if args.chaos and time.monotonic() >= next_chaos:
-                    cluster.kill_random(rng)
+                    cluster.kill_random(rng, connection)
                     next_chaos += CHAOS_INTERVAL
                 time.sleep(0.05)
         else:
@@ -262,7 +275,7 @@ def main() -> int:
                     terminations.pop(0)
                     terminated.append(_terminate_cluster_connections(connection))
                 if args.chaos and time.monotonic() >= next_chaos:
-                    cluster.kill_random(rng)
+                    cluster.kill_random(rng, connection)
                     next_chaos += CHAOS_INTERVAL
         submit_seconds = time.monotonic() - t0
         give_up = t0 + args.timeout
@@ -272,7 +285,7 @@ def main() -> int:
                 if cursor.fetchone()[0] == 0:
                     break
             if args.chaos and time.monotonic() >= next_chaos:
-                cluster.kill_random(rng)
+                cluster.kill_random(rng, connection)
                 next_chaos += CHAOS_INTERVAL
             time.sleep(0.05)
     finally:

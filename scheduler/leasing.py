@@ -4,19 +4,22 @@ A worker claims with ``claim_jobs`` in one short transaction, runs handlers outs
 transaction, and reports outcomes through ``record_outcomes``, which writes every outcome of
 a batch (status, attempt, result, events) in one transaction and a handful of statements. An
 outcome whose lease token no longer matches (the lease was rescued, or the job timed out and
-moved on) changes nothing: that is the fencing rule of DESIGN.md.
+moved on) changes nothing: that is the fencing rule of DESIGN.md. ``record_batch`` is the
+worker's entry point: it makes sure one outcome PostgreSQL refuses never blocks the others.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
+import psycopg
+from django.db import InterfaceError, OperationalError, connection, transaction
 from psycopg.types.json import Jsonb
 
 from scheduler import lifecycle
@@ -29,6 +32,21 @@ from scheduler.states import AttemptStatus, EventType, JobStatus
 
 MAX_ERROR_CHARS = 2000  # characters of an error message kept on the job
 MAX_TRACEBACK_CHARS = 20000  # characters of a traceback kept on the attempt
+MAX_DB_ERROR_CHARS = 500  # characters of a database error quoted in a job's error
+
+logger = logging.getLogger(__name__)
+
+# Errors that say the database (or the connection to it) is unavailable, not that one row is bad:
+# only these are worth retrying with the same statement. Django wraps psycopg's OperationalError
+# (connection lost, admin shutdown, deadlock, lock or statement timeout) and InterfaceError
+# (connection closed) in its own classes; psycopg's own are listed for code that uses psycopg
+# directly. Anything else (DataError, IntegrityError, ProgrammingError...) is about the data.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
 
 
 class Outcome(enum.StrEnum):
@@ -40,6 +58,7 @@ class Outcome(enum.StrEnum):
     PERMANENT = "PERMANENT"  # raised PermanentError
     CANCELLED = "CANCELLED"
     HANDED_BACK = "HANDED_BACK"  # the worker shut down before it finished
+    CRASHED = "CRASHED"  # the process running it died (process pool child): retried in isolation
 
 
 @dataclass(slots=True, kw_only=True)
@@ -55,13 +74,44 @@ class Report:
 
 
 def claim_jobs(
-    *, worker_id: str, limit: int, queues: Sequence[str] | None, paused: Sequence[str] = ()
+    *,
+    worker_id: str,
+    limit: int,
+    queues: Sequence[str] | None,
+    paused: Sequence[str] = (),
+    isolated: bool = False,
 ) -> list[Claimed]:
     """Claim up to ``limit`` due jobs for ``worker_id`` in one short transaction (see ``lifecycle.claim``)."""
     with transaction.atomic():
         return lifecycle.claim(
-            worker_id=worker_id, limit=limit, lease_seconds=conf().lease_seconds, queues=queues, paused=paused
+            worker_id=worker_id,
+            limit=limit,
+            lease_seconds=conf().lease_seconds,
+            queues=queues,
+            paused=paused,
+            isolated=isolated,
         )
+
+
+def isolated_jobs_waiting(*, queues: Sequence[str] | None) -> bool:
+    """Return whether an isolated job is QUEUED in ``queues`` (None: any) and not in a paused queue.
+
+    One read of the small ``job_isolated_claim_scan`` partial index; a supervisor asks it each
+    poll interval to decide whether to start its isolation slot.
+    """
+    queue_filter = "AND j.queue = ANY(%s::text[])" if queues else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT EXISTS (
+                SELECT 1 FROM stint_job j
+                WHERE j.status = 'QUEUED' AND j.isolated {queue_filter}
+                  AND NOT EXISTS (SELECT 1 FROM stint_queue q WHERE q.name = j.queue AND q.paused)
+            )
+            """,  # noqa: S608 - a constant filter
+            [list(queues)] if queues else [],
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
@@ -70,18 +120,26 @@ def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) ->
     Returns (still held, cancel requested): the job ids whose lease this worker still holds,
     and those among them whose cancellation was requested. A job missing from the first set
     was rescued or finished elsewhere; its run must not be reported as the current attempt.
+    The rows are locked in id order, as ``lifecycle.transition`` locks them: two statements
+    that lock the same rows in different orders can deadlock.
     """
     if not jobs:
         return set(), set()
     with connection.cursor() as cursor:
         cursor.execute(
             """
+            WITH locked AS (
+                SELECT j.id FROM stint_job j
+                JOIN unnest(%s::uuid[], %s::uuid[]) AS v(id, token) ON v.id = j.id
+                WHERE j.lease_token = v.token AND j.status = 'RUNNING'
+                ORDER BY j.id
+                FOR UPDATE OF j
+            )
             UPDATE stint_job j SET lease_expires_at = now() + make_interval(secs => %s)
-            FROM unnest(%s::uuid[], %s::uuid[]) AS v(id, token)
-            WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'RUNNING'
+            FROM locked WHERE j.id = locked.id
             RETURNING j.id, j.cancel_requested
             """,
-            [float(conf().lease_seconds), [j for j, _ in jobs], [t for _, t in jobs]],
+            [[j for j, _ in jobs], [t for _, t in jobs], float(conf().lease_seconds)],
         )
         rows = cursor.fetchall()
     return {r[0] for r in rows}, {r[0] for r in rows if r[1]}
@@ -123,6 +181,7 @@ _ATTEMPT_STATUS = {
     Outcome.TIMED_OUT: AttemptStatus.TIMED_OUT,
     Outcome.CANCELLED: AttemptStatus.CANCELLED,
     Outcome.HANDED_BACK: AttemptStatus.LOST,
+    Outcome.CRASHED: AttemptStatus.LOST,
 }
 
 
@@ -136,7 +195,7 @@ def _plan(report: Report) -> tuple[JobStatus, EventType | None]:
         return JobStatus.CANCELLED, None
     if report.outcome == Outcome.HANDED_BACK:
         return JobStatus.RETRYING, EventType.JOB_RETRIED
-    if report.job.attempts_left > 0:
+    if report.job.attempts_left > 0:  # RETRYABLE, TIMED_OUT, CRASHED
         return JobStatus.RETRYING, None
     return JobStatus.DEAD, None
 
@@ -151,10 +210,22 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
     CANCELLED), then one statement updates their attempts and one upserts their results. A
     report whose lease token lost (rescued, or already reported) is dropped. A HANDED_BACK run
     becomes due at once and does not consume the attempt budget. A run that would be retried
-    or dead-lettered ends CANCELLED instead when its cancellation was requested.
+    or dead-lettered ends CANCELLED instead when its cancellation was requested. A CRASHED run
+    (its process died) counts as an attempt, LOST, and leaves the job ``isolated``; any other
+    recorded run but a hand-back clears ``isolated`` (the job ran without killing its process).
+
+    Error texts and tracebacks are cut to their limits and made storable (``storable_text``),
+    in place. The batch must hold at most one report per job (``record_batch`` makes sure).
+    Raises the database's error if a statement fails (a result ``jsonb`` refuses, a lost
+    connection): the whole batch is then rolled back.
     """
     if not reports:
         return set()
+    for report in reports:
+        if report.error:
+            report.error = storable_text(report.error[:MAX_ERROR_CHARS])
+        if report.traceback:
+            report.traceback = storable_text(report.traceback[-MAX_TRACEBACK_CHARS:])
     accepted: set[uuid.UUID] = set()
     with transaction.atomic():
         stopping = _locked_cancel_requests([r for r in reports if r.outcome in _RETRY_OUTCOMES])
@@ -165,14 +236,18 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
         for (to, event), group in groups.items():
             ids = [r.job.id for r in group]
             tokens = [r.job.lease_token for r in group]
-            errors = [r.error[:MAX_ERROR_CHARS] for r in group]
+            errors = [r.error for r in group]
             assign: dict[str, Any] = {
                 "lease_owner": NULL,
                 "lease_token": NULL,
                 "lease_expires_at": NULL,
                 "last_error": Sql("v.err"),
+                "isolated": Sql("coalesce(v.iso, j.isolated)"),
             }
-            per_row: dict[str, tuple[str, Sequence[Any]]] = {"err": ("text", errors)}
+            per_row: dict[str, tuple[str, Sequence[Any]]] = {
+                "err": ("text", errors),
+                "iso": ("bool", [_ISOLATED_AFTER.get(r.outcome, False) for r in group]),
+            }
             payloads = [{"error": e} if e else {} for e in errors]
             if to == JobStatus.RETRYING:
                 delays = [
@@ -215,8 +290,125 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
     return accepted
 
 
+@dataclass(slots=True, kw_only=True)
+class BatchRecord:
+    """What ``record_batch`` did with a batch of reports.
+
+    - ``recorded``: the reports written, in order (a report whose result could not be stored
+      appears as its FAILED replacement); ``accepted`` and ``final`` as for ``record_outcomes``.
+    - ``superseded``: reports dropped unwritten because the batch held a newer attempt's report
+      for the same job.
+    - ``unrecorded``: (report, why) pairs that could not be written even on their own, not even
+      as FAILED; their leases expire and the lease rescuer takes them over.
+    """
+
+    recorded: list[Report] = field(default_factory=list)
+    accepted: set[uuid.UUID] = field(default_factory=set)
+    final: dict[uuid.UUID, JobStatus] = field(default_factory=dict)
+    superseded: list[Report] = field(default_factory=list)
+    unrecorded: list[tuple[Report, str]] = field(default_factory=list)
+
+
+def latest_per_job(reports: Sequence[Report]) -> tuple[list[Report], list[Report]]:
+    """Split ``reports`` into (one report per job, the rest), keeping each job's latest attempt.
+
+    Two reports for one job (a stale run beside the re-claimed one) cannot share a batch: only
+    the latest attempt's lease token can be current, and the result upsert may not touch one
+    row twice in a statement. Order is kept; for equal attempts the first report wins.
+    """
+    latest: dict[uuid.UUID, Report] = {}
+    older: list[Report] = []
+    for report in reports:
+        held = latest.get(report.job.id)
+        if held is None:
+            latest[report.job.id] = report
+        elif report.job.attempt > held.job.attempt:
+            older.append(held)
+            latest[report.job.id] = report
+        else:
+            older.append(report)
+    if not older:
+        return list(reports), older
+    return list(latest.values()), older
+
+
+def record_batch(reports: Sequence[Report]) -> BatchRecord:
+    """Record a worker's batch of outcomes so that no report PostgreSQL refuses blocks the others.
+
+    One transaction for the whole batch (``record_outcomes``) when it goes through, the common
+    case. If it fails for any reason but a connection error, each report is recorded on its
+    own; one that still fails is recorded as FAILED (``PERMANENT``) with the database's error,
+    e.g. a result ``jsonb`` refuses (``"\u0000"``, a number beyond ``numeric``); one that
+    fails even so is returned in ``unrecorded`` (the caller logs and counts it), never retried.
+
+    Raises one of ``CONNECTION_ERRORS`` when the database is unreachable: the caller retries
+    the same batch later, which is safe because every write is fenced by its lease token (a
+    report already written is then dropped as no longer holding its lease).
+    Rule: DESIGN.md, "No component stops on one bad item: only connection errors are retried".
+    """
+    batch, superseded = latest_per_job(reports)
+    done = BatchRecord(superseded=superseded)
+    try:
+        done.accepted = record_outcomes(batch, final=done.final)
+        done.recorded = list(batch)
+        return done
+    except CONNECTION_ERRORS:
+        raise
+    except Exception as exc:  # any other error is about some report's data: find which
+        if len(batch) > 1:
+            logger.warning("%d outcomes refused as a batch (%s); recording each on its own", len(batch), _brief(exc))
+    for report in batch:
+        try:
+            done.accepted |= record_outcomes([report], final=done.final)
+            done.recorded.append(report)
+            continue
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:
+            refused = _brief(exc)
+        what = "the handler's result" if report.outcome == Outcome.SUCCEEDED else f"the {report.outcome} outcome"
+        failed = Report(
+            job=report.job,
+            outcome=Outcome.PERMANENT,
+            error=f"{what} could not be stored: {refused}",
+            finished_at=report.finished_at,
+        )
+        try:
+            done.accepted |= record_outcomes([failed], final=done.final)
+            done.recorded.append(failed)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:
+            done.unrecorded.append((report, f"{refused}; then as FAILED: {_brief(exc)}"))
+    return done
+
+
+def _brief(exc: BaseException) -> str:
+    """The first line of a database error, with its class: what a job's error can quote."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:MAX_DB_ERROR_CHARS]
+
+
 # Outcomes that would run the job again (or dead-letter it) unless its cancellation was requested.
-_RETRY_OUTCOMES = frozenset({Outcome.RETRYABLE, Outcome.TIMED_OUT, Outcome.HANDED_BACK})
+_RETRY_OUTCOMES = frozenset({Outcome.RETRYABLE, Outcome.TIMED_OUT, Outcome.HANDED_BACK, Outcome.CRASHED})
+# The job's ``isolated`` flag after an outcome (None: unchanged); any other outcome clears it.
+_ISOLATED_AFTER: dict[Outcome, bool | None] = {Outcome.CRASHED: True, Outcome.HANDED_BACK: None}
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` as PostgreSQL's ``text`` type accepts it: NUL removed, lone surrogates replaced.
+
+    PostgreSQL refuses the NUL character (U+0000) in text, and psycopg cannot encode a lone
+    UTF-16 surrogate (e.g. from a handler's ``str(exc)``) to UTF-8: NUL is removed, a lone
+    surrogate becomes "?". Costs one scan when the text is clean.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
@@ -259,8 +451,8 @@ def _finish_attempts(reports: Sequence[Report]) -> None:
                 [r.job.attempt for r in reports],
                 [str(_ATTEMPT_STATUS[r.outcome]) for r in reports],
                 [r.finished_at for r in reports],
-                [r.error[:MAX_ERROR_CHARS] for r in reports],
-                [r.traceback[-MAX_TRACEBACK_CHARS:] for r in reports],
+                [r.error for r in reports],
+                [r.traceback for r in reports],
             ],
         )
 

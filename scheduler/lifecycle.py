@@ -39,6 +39,7 @@ ASSIGNABLE = frozenset(
         "started_at",
         "finished_at",
         "last_error",
+        "isolated",
     }
 )
 
@@ -319,7 +320,13 @@ class Claimed:
 
 
 def claim(
-    *, worker_id: str, limit: int, lease_seconds: float, queues: Sequence[str] | None, paused: Sequence[str] = ()
+    *,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float,
+    queues: Sequence[str] | None,
+    paused: Sequence[str] = (),
+    isolated: bool = False,
 ) -> list[Claimed]:
     """Lease up to ``limit`` QUEUED jobs in one statement (QUEUED -> RUNNING) and return them.
 
@@ -330,16 +337,19 @@ def claim(
     claimed job gets attempts + 1, a new fencing ``lease_token``, ``lease_owner = worker_id``
     and ``lease_expires_at = now() + lease_seconds``; its RUNNING ``JobAttempt`` row and its
     JOB_STARTED event are written by the same statement. ``queues`` None means every queue;
-    ``paused`` queues are skipped. Must run inside the caller's (short) transaction.
+    ``paused`` queues are skipped. ``isolated`` False (ordinary workers) claims only jobs that
+    are not isolated; True (a supervisor's isolation slot) only isolated ones, through their own
+    small partial index. Must run inside the caller's (short) transaction.
     """
     if limit <= 0:
         return []
     queue_filter = "AND queue = ANY(%(queues)s::text[])" if queues else ""
     paused_filter = "AND NOT (queue = ANY(%(paused)s::text[]))" if paused else ""
+    isolation_filter = "AND isolated" if isolated else "AND NOT isolated"
     sql = f"""
         WITH cand AS (
             SELECT id FROM stint_job
-            WHERE status = 'QUEUED' {queue_filter} {paused_filter}
+            WHERE status = 'QUEUED' {isolation_filter} {queue_filter} {paused_filter}
             ORDER BY priority DESC, scheduled_at, created_at
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
@@ -50,12 +50,30 @@ jobs_schedule_lag_seconds = Histogram(
     ["queue", "priority"],
     buckets=LATENCY_BUCKETS,
 )
-worker_slots_busy = Gauge("worker_slots_busy", "Pool slots running a handler in this worker process.")
-worker_slots_total = Gauge("worker_slots_total", "Pool slots of this worker process.")
-worker_stuck_threads = Gauge("worker_stuck_threads", "Threads still running a handler past its timeout.")
+# Summed over the live worker processes of a ``run_workers`` supervisor (prometheus-client's
+# multiprocess mode); a plain gauge of its process elsewhere.
+worker_slots_busy = Gauge(
+    "worker_slots_busy", "Pool slots running a handler in the worker processes.", multiprocess_mode="livesum"
+)
+worker_slots_total = Gauge("worker_slots_total", "Pool slots of the worker processes.", multiprocess_mode="livesum")
+worker_stuck_threads = Gauge(
+    "worker_stuck_threads", "Threads still running a handler past its timeout.", multiprocess_mode="livesum"
+)
+worker_threads_lost_total = Counter(
+    "worker_threads_lost_total", "Pool threads that died (and were replaced) although handlers cannot kill them."
+)
+worker_processes_died_total = Counter(
+    "worker_processes_died_total", "Worker processes of a run_workers supervisor that died (and were replaced)."
+)
+worker_outcomes_unrecorded_total = Counter(
+    "worker_outcomes_unrecorded_total",
+    "Job outcomes the database refused even on their own and as FAILED (left to the lease rescuer).",
+)
 leases_rescued_total = Counter("leases_rescued_total", "RUNNING jobs rescued after their lease expired.")
 cron_fires_total = Counter("cron_fires_total", "Jobs materialized from schedules.")
-scheduler_is_leader = Gauge("scheduler_is_leader", "1 while this scheduler process holds cron leadership.")
+scheduler_is_leader = Gauge(
+    "scheduler_is_leader", "1 while this scheduler process holds cron leadership.", multiprocess_mode="livemax"
+)
 outbox_publish_lag_seconds = Histogram(
     "outbox_publish_lag_seconds", "Event commit to Kafka delivery, in seconds.", buckets=LATENCY_BUCKETS
 )
@@ -245,11 +263,60 @@ def register_cluster_state(registry: CollectorRegistry = REGISTRY) -> ClusterSta
         return collector
 
 
-def serve(port: int, *, cluster_state: bool = False) -> None:
+# What a ``run_workers`` supervisor counts itself (its rescues of a dead process's jobs), added
+# to what its worker processes count.
+SUPERVISOR_METRICS = (
+    worker_processes_died_total,
+    leases_rescued_total,
+    jobs_failed_total,
+    jobs_retried_total,
+    jobs_dead_total,
+    jobs_cancelled_total,
+)
+
+
+class SummedCollector(Collector):
+    """The families of several collectors as one: samples with the same name and labels are added up.
+
+    For a supervisor, which serves its worker processes' metrics (prometheus-client's
+    ``MultiProcessCollector``) and its own counters of the same names: exposing both as they are
+    would repeat a family, and Prometheus refuses a scrape that does. ``*_created`` samples (a
+    process's start time, not a count) are left out.
+    """
+
+    def __init__(self, collectors: Sequence[Collector]) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        """Collect every collector and yield each family once, its samples summed."""
+        families: dict[str, Metric] = {}
+        sums: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        for collector in self.collectors:
+            for family in collector.collect():
+                if family.name not in families:
+                    families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                    sums[family.name] = {}
+                total = sums[family.name]
+                for sample in family.samples:
+                    if sample.name.endswith("_created"):
+                        continue
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    total[key] = total.get(key, 0.0) + sample.value
+        for name, family in families.items():
+            for (sample_name, labels), amount in sums[name].items():
+                family.add_sample(sample_name, dict(labels), amount)
+            yield family
+
+
+def serve(port: int, *, cluster_state: bool = False, multiprocess_dir: str | None = None) -> None:
     """Serve this process's metrics at ``http://METRICS_BIND_ADDRESS:port/metrics`` from a daemon thread.
 
     ``cluster_state`` also registers the scrape-time database gauges (scheduler processes
-    only). ``METRICS_BIND_ADDRESS`` is 127.0.0.1 by default, 0.0.0.0 in the containers where
+    only). ``multiprocess_dir`` (the ``run_workers`` supervisor) serves instead the metrics its
+    worker processes write there (prometheus-client's multiprocess mode: counters and
+    histograms summed over every process that ever ran, ``livesum`` gauges over the live ones),
+    plus what the supervisor counted itself (``SUPERVISOR_METRICS``), summed with them.
+    ``METRICS_BIND_ADDRESS`` is 127.0.0.1 by default, 0.0.0.0 in the containers where
     Prometheus scrapes over the compose network. Raises ``CommandError`` (the command exits 1
     with that one line, not a traceback) when the port cannot be bound, e.g. taken by another
     stack on the same host.
@@ -257,14 +324,21 @@ def serve(port: int, *, cluster_state: bool = False) -> None:
     from django.conf import settings
     from django.core.management.base import CommandError
 
+    if cluster_state:
+        register_cluster_state()
+    registry = REGISTRY
+    if multiprocess_dir is not None:
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        workers = multiprocess.MultiProcessCollector(None, path=multiprocess_dir)
+        registry.register(SummedCollector([workers, *SUPERVISOR_METRICS]))
     address = getattr(settings, "METRICS_BIND_ADDRESS", "127.0.0.1")
     try:
-        start_http_server(port, addr=address)
+        start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
         raise CommandError(
             f"cannot serve metrics on {address}:{port} ({exc.strerror or exc}): is another Stint running? "
             "Choose another --metrics-port, or 0 for none."
         ) from exc
-    if cluster_state:
-        register_cluster_state()
     logger.info("metrics on http://%s:%d/metrics", address, port)

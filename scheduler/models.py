@@ -54,6 +54,11 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    # Its last run killed the process it ran in (or it was running in a worker process that died):
+    # only a supervisor's isolation slot claims it, in a process of its own, until a run of it
+    # ends without killing its process (README, Operations / crashes). A database default too:
+    # create_jobs inserts with SQL that does not name it.
+    isolated = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "stint_job"
@@ -69,6 +74,12 @@ class Job(models.Model):
                 condition=Q(status__in=[JobStatus.SCHEDULED, JobStatus.RETRYING]),
             ),
             models.Index(fields=["lease_expires_at"], name="job_lease_scan", condition=Q(status=JobStatus.RUNNING)),
+            # The isolation slots' claim scan: tiny, written only while an isolated job is QUEUED.
+            models.Index(
+                fields=["-priority", "scheduled_at", "created_at"],
+                name="job_isolated_claim_scan",
+                condition=Q(status=JobStatus.QUEUED, isolated=True),
+            ),
             models.Index(fields=["owner", "-created_at"], name="job_owner_recent"),
             # Every owner's jobs newest first (the operator console and GET /api/admin/jobs page by it).
             models.Index(fields=["-created_at", "-id"], name="job_recent"),
@@ -297,11 +308,15 @@ class OutboxReconcile(models.Model):
 
 
 class WorkerNode(models.Model):
-    """A running ``run_workers`` process, alive while it heartbeats."""
+    """A worker process of a ``run_workers`` supervisor, alive while it heartbeats."""
 
     id = models.CharField(max_length=100, primary_key=True)
     hostname = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
+    # The ``run_workers`` supervisor (on ``hostname``) that started and watches this process.
+    supervisor_pid = models.PositiveIntegerField(null=True, blank=True)
+    # An isolation slot: claims only isolated jobs, each in a process of its own.
+    isolation = models.BooleanField(default=False, db_default=False)
     queues = models.JSONField(default=list, blank=True)
     concurrency = models.PositiveIntegerField()
     pool = models.CharField(max_length=10)

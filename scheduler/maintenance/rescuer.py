@@ -1,9 +1,10 @@
-"""LeaseRescuer requeues or dead-letters RUNNING jobs whose lease expired; WorkerReaper marks silent workers."""
+"""Rescue: take RUNNING jobs from a worker that died (lease expired, or process seen dying); mark silent workers."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Sequence
 
 from django.db import connection, transaction
 
@@ -18,13 +19,117 @@ logger = logging.getLogger(__name__)
 BATCH = 500  # jobs per transaction
 
 
+# Columns ``rescue`` needs of each job, in this order.
+RESCUE_COLUMNS = "id, type, lease_token, attempts, attempts_base, max_retries, cancel_requested, queue"
+LOCK_TIMEOUT_MS = 5000  # how long a rescue of a dead process's jobs waits for a row lock
+
+
+def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = False) -> list[lifecycle.Moved]:
+    """Take RUNNING jobs from the worker that held them; return the jobs that moved.
+
+    ``rows`` are ``RESCUE_COLUMNS`` tuples of jobs the caller has locked in its transaction.
+    Each job's attempt is marked LOST with ``error``, and the job moves to RETRYING (event
+    JOB_LEASE_EXPIRED, due after its backoff), to DEAD when no attempts remain, or to CANCELLED
+    when its cancellation had been requested; ``reason`` goes in the event payload. Every move
+    is fenced by the lease token read with the row, so a worker that comes back late cannot
+    overwrite it, and a rescue racing another rescue or a late outcome moves each job once.
+    ``isolate`` marks the jobs ``isolated`` (they were running in a process that died: only an
+    isolation slot runs them next). The lost attempt counts against the budget of 1 +
+    max_retries (DESIGN.md: RUNNING -> RETRYING/DEAD when the lease expired). Used by the
+    ``LeaseRescuer`` and by the ``run_workers`` supervisor when a worker process dies.
+    """
+    retry, dead, cancel = [], [], []
+    for row in rows:
+        _, _, _, attempts, base, max_retries, cancelled, _ = row
+        if cancelled:
+            cancel.append(row)
+        elif 1 + max_retries - (attempts - base) > 0:
+            retry.append(row)
+        else:
+            dead.append(row)
+    common: dict[str, object] = {"lease_owner": NULL, "lease_token": NULL, "lease_expires_at": NULL}
+    if isolate:
+        common["isolated"] = True
+    moved: list[lifecycle.Moved] = []
+    if retry:
+        delays = [retry_delay(r[1], r[3] - r[4]) for r in retry]
+        moved += lifecycle.transition(
+            job_ids=[r[0] for r in retry],
+            to=JobStatus.RETRYING,
+            expected=JobStatus.RUNNING,
+            event=EventType.JOB_LEASE_EXPIRED,
+            assign={**common, "last_error": error, "scheduled_at": Sql("now() + make_interval(secs => v.delay)")},
+            per_row={"delay": ("float8", delays)},
+            lease_tokens=[r[2] for r in retry],
+            event_payloads=[{"reason": reason, "backoff_seconds": d, "error": error} for d in delays],
+        )
+    if dead:
+        moved += lifecycle.transition(
+            job_ids=[r[0] for r in dead],
+            to=JobStatus.DEAD,
+            expected=JobStatus.RUNNING,
+            assign={**common, "last_error": error, "finished_at": NOW},
+            lease_tokens=[r[2] for r in dead],
+            event_payloads=[{"reason": reason, "error": error}] * len(dead),
+        )
+    if cancel:
+        moved += lifecycle.transition(
+            job_ids=[r[0] for r in cancel],
+            to=JobStatus.CANCELLED,
+            expected=JobStatus.RUNNING,
+            assign={**common, "finished_at": NOW},
+            lease_tokens=[r[2] for r in cancel],
+            event_payloads=[{"reason": reason}] * len(cancel),
+        )
+    if moved:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE stint_job_attempt a SET status = 'LOST', finished_at = now(), error = %s
+                FROM unnest(%s::uuid[], %s::int[]) AS v(job_id, attempt)
+                WHERE a.job_id = v.job_id AND a.attempt_number = v.attempt AND a.status = 'RUNNING'
+                """,
+                [error, [m.job_id for m in moved], [m.attempts for m in moved]],
+            )
+    _count(moved, {r[0]: (r[1], r[7]) for r in rows}, retry, dead)
+    return moved
+
+
+def rescue_held_by(*, worker_id: str, error: str, isolate: bool) -> int:
+    """Rescue (see ``rescue``) every RUNNING job whose lease ``worker_id`` holds; return how many moved.
+
+    For a worker process known to be dead (its supervisor saw it exit), so its jobs need not
+    wait for their leases to expire. Locks the rows in id order, waiting at most
+    ``LOCK_TIMEOUT_MS`` for a lock the dead process's own transaction may still hold while
+    PostgreSQL notices the closed connection; raises the database's error then (the caller
+    tries again). One transaction.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [str(LOCK_TIMEOUT_MS)])
+            cursor.execute(
+                f"""
+                SELECT {RESCUE_COLUMNS} FROM stint_job
+                WHERE status = 'RUNNING' AND lease_owner = %s
+                ORDER BY id
+                FOR UPDATE
+                """,  # noqa: S608 - a constant column list
+                [worker_id],
+            )
+            rows = cursor.fetchall()
+        moved = rescue(rows, error=error, reason="worker_died", isolate=isolate) if rows else []
+    if moved:
+        metrics.leases_rescued_total.inc(len(moved))
+    return len(moved)
+
+
 class LeaseRescuer:
     """Rescue jobs whose worker stopped heartbeating (Oban's Lifeline, River's JobRescuer).
 
-    Each expired RUNNING job gets its attempt marked LOST and moves to RETRYING (event
-    JOB_LEASE_EXPIRED, due after backoff), to DEAD when no attempts remain, or to CANCELLED when
-    its cancellation had been requested. The move is fenced by the expired lease token, so a
-    worker that comes back late cannot overwrite it. Delivery is therefore at-least-once.
+    Each expired RUNNING job is taken over by ``rescue``: attempt LOST, then RETRYING, DEAD or
+    CANCELLED, fenced by the expired lease token. Delivery is therefore at-least-once. Its
+    ``isolated`` flag is left as it was: an expired lease says the worker went silent (a host
+    lost, a process killed from outside), not that the job killed it.
     """
 
     name = "rescuer"
@@ -41,83 +146,29 @@ class LeaseRescuer:
             with transaction.atomic():
                 with connection.cursor() as cursor:
                     cursor.execute(
-                        """
-                        SELECT id, type, lease_token, attempts, attempts_base, max_retries, cancel_requested, queue
+                        f"""
+                        SELECT {RESCUE_COLUMNS}
                         FROM stint_job
                         WHERE status = 'RUNNING' AND lease_expires_at < coalesce(%s, now())
                         ORDER BY lease_expires_at
                         LIMIT %s
                         FOR UPDATE SKIP LOCKED
-                        """,
+                        """,  # noqa: S608 - a constant column list
                         [now, self.batch],
                     )
                     rows = cursor.fetchall()
                 if not rows:
                     break
-                retry, dead, cancel = [], [], []
-                for row in rows:
-                    _, _, _, attempts, base, max_retries, cancelled, _ = row
-                    if cancelled:
-                        cancel.append(row)
-                    elif 1 + max_retries - (attempts - base) > 0:
-                        retry.append(row)
-                    else:
-                        dead.append(row)
-                common = {"lease_owner": NULL, "lease_token": NULL, "lease_expires_at": NULL}
-                error = "lease expired: the worker stopped heartbeating"
-                moved = []
-                if retry:
-                    delays = [retry_delay(r[1], r[3] - r[4]) for r in retry]
-                    moved += lifecycle.transition(
-                        job_ids=[r[0] for r in retry],
-                        to=JobStatus.RETRYING,
-                        expected=JobStatus.RUNNING,
-                        event=EventType.JOB_LEASE_EXPIRED,
-                        assign={
-                            **common,
-                            "last_error": error,
-                            "scheduled_at": Sql("now() + make_interval(secs => v.delay)"),
-                        },
-                        per_row={"delay": ("float8", delays)},
-                        lease_tokens=[r[2] for r in retry],
-                        event_payloads=[{"reason": "lease_expired", "backoff_seconds": d} for d in delays],
-                    )
-                if dead:
-                    moved += lifecycle.transition(
-                        job_ids=[r[0] for r in dead],
-                        to=JobStatus.DEAD,
-                        expected=JobStatus.RUNNING,
-                        assign={**common, "last_error": error, "finished_at": NOW},
-                        lease_tokens=[r[2] for r in dead],
-                        event_payloads=[{"reason": "lease_expired"}] * len(dead),
-                    )
-                if cancel:
-                    moved += lifecycle.transition(
-                        job_ids=[r[0] for r in cancel],
-                        to=JobStatus.CANCELLED,
-                        expected=JobStatus.RUNNING,
-                        assign={**common, "finished_at": NOW},
-                        lease_tokens=[r[2] for r in cancel],
-                        event_payloads=[{"reason": "lease_expired"}] * len(cancel),
-                    )
-                if moved:
-                    with connection.cursor() as cursor:
-                        cursor.execute(
-                            """
-                            UPDATE stint_job_attempt a SET status = 'LOST', finished_at = now(), error = %s
-                            FROM unnest(%s::uuid[], %s::int[]) AS v(job_id, attempt)
-                            WHERE a.job_id = v.job_id AND a.attempt_number = v.attempt AND a.status = 'RUNNING'
-                            """,
-                            [error, [m.job_id for m in moved], [m.attempts for m in moved]],
-                        )
-                total += len(moved)
-                _count(moved, {r[0]: (r[1], r[7]) for r in rows}, retry, dead)
+                total += len(rescue(rows, error=EXPIRED_ERROR, reason="lease_expired"))
             if len(rows) < self.batch:
                 break
         if total:
             logger.warning("rescued %d jobs with expired leases", total)
             metrics.leases_rescued_total.inc(total)
         return total
+
+
+EXPIRED_ERROR = "lease expired: the worker stopped heartbeating"
 
 
 def _count(moved: list, labels: dict, retry: list, dead: list) -> None:

@@ -22,7 +22,9 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
 
     Returns SUCCEEDED with the (JSON-checked) result; CANCELLED when the handler raised
     ``JobCancelled``; PERMANENT for ``PermanentError``, an unknown type or a result that is not
-    JSON; RETRYABLE for any other exception, with its traceback.
+    JSON; RETRYABLE for any other exception, with its traceback, ``BaseException`` included
+    (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``...): handlers are hostile, and a
+    pool slot must keep serving whatever its handler raised.
     """
     ctx = JobContext(
         job_id=job.id,
@@ -46,6 +48,13 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     except (PermanentError, UnknownJobType) as exc:
         return Report(job=job, outcome=Outcome.PERMANENT, error=_describe(exc), traceback=traceback.format_exc())
     except Exception as exc:  # any handler error is retryable unless it says otherwise
+        return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=traceback.format_exc())
+    except BaseException as exc:
+        # Deliberately BaseException, unlike everywhere else (STYLE.md): a handler's sys.exit(),
+        # KeyboardInterrupt or GeneratorExit would otherwise end the pool thread (or pool child)
+        # and lose its slot in silence. Nothing the worker itself needs is swallowed here: signals
+        # are delivered to the main thread only, and pool children ignore SIGINT and SIGTERM, so
+        # these exceptions can only come from the handler's own code.
         return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=traceback.format_exc())
     finally:
         close_old_connections()

@@ -4,6 +4,12 @@ Both pools run ``run_handler`` for a claimed job and call ``on_done(entry, repor
 returns. ``busy()`` counts slots whose handler has not returned yet, including a thread that
 overran its timeout: a thread cannot be killed, so it keeps its slot until it returns
 (DESIGN.md). A process slot is freed by killing its child and starting a new one.
+
+Whatever a handler raises is its outcome (``run_handler``), so a slot keeps serving. A slot
+thread that is lost anyway (an exception raised into it from outside, a bug of ours) is found
+by ``reap_lost()``, which the worker calls every poll: it starts a replacement and returns the
+job the thread held, for the worker to report. A pool child that dies is replaced at once and
+its job reported CRASHED, with how the process died.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from scheduler.lifecycle import Claimed
 logger = logging.getLogger(__name__)
 
 CHILD_START_TIMEOUT = 60.0  # seconds to wait for a child process to say it is ready
+CHILD_REAP_SECONDS = 2.0  # seconds to wait for a child whose pipe closed to be reaped (its exit code)
+PROMETHEUS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's multiprocess mode
 PARENT_CHECK_SECONDS = 0.5  # seconds between a child's checks that its worker process still lives
 
 
@@ -52,8 +60,29 @@ class UnsendableJob(Exception):  # noqa: N818
     """The job cannot be sent to a pool child process; it can never run there."""
 
 
+def describe_exit(exitcode: int | None) -> str:
+    """Say how a process ended from its ``exitcode`` (``multiprocessing`` / ``Popen`` convention).
+
+    ``1`` -> "exit code 1"; ``-11`` -> "signal 11: SIGSEGV"; None -> "exit status unknown".
+    """
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode >= 0:
+        return f"exit code {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+    return f"signal {-exitcode}: {name}"
+
+
+def died_while_running(exitcode: int | None) -> str:
+    """The error of an attempt lost because its process died, e.g. "worker process died (exit code 1) ..."."""
+    return f"worker process died ({describe_exit(exitcode)}) while running this job"
+
+
 class ThreadPool:
-    """``slots`` daemon threads taking jobs from a queue."""
+    """``slots`` daemon threads taking jobs from a queue, watched by ``reap_lost()``."""
 
     kind = "threads"
 
@@ -63,9 +92,17 @@ class ThreadPool:
         self._tasks: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._busy = 0
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._loop, name=f"stint-slot-{i}", daemon=True) for i in range(slots)]
-        for thread in self._threads:
-            thread.start()
+        self._closed = False
+        # Per slot: the job its thread took (until it is reported), and whether that job still
+        # counts in ``busy`` (until its handler returned).
+        self._current: list[Running | None] = [None] * slots
+        self._counted = [False] * slots
+        self._threads = [self._start(slot) for slot in range(slots)]
+
+    def _start(self, slot: int) -> threading.Thread:
+        thread = threading.Thread(target=self._loop, args=(slot,), name=f"stint-slot-{slot}", daemon=True)
+        thread.start()
+        return thread
 
     def busy(self) -> int:
         """Slots whose handler has not returned."""
@@ -84,22 +121,64 @@ class ThreadPool:
 
     def close(self) -> None:
         """Stop idle threads; threads still running a handler die with the process (daemon)."""
+        self._closed = True
         for _ in self._threads:
             self._tasks.put(None)
 
-    def _loop(self) -> None:
+    def reap_lost(self) -> list[Running]:
+        """Replace every slot thread that died; return the jobs they held (to report), and count them.
+
+        ``run_handler`` turns whatever a handler raises into an outcome, so a slot thread dies
+        only of something raised into it from outside or of a bug of ours; its slot would
+        otherwise be gone for good while the worker kept claiming jobs for it.
+        """
+        from scheduler import metrics  # not at the top: pool children import this module (see _child_main)
+
+        lost: list[Running] = []
+        if self._closed:
+            return lost
+        for slot, thread in enumerate(self._threads):
+            if thread.is_alive():
+                continue
+            with self._lock:
+                entry, self._current[slot] = self._current[slot], None
+                if self._counted[slot]:
+                    self._counted[slot] = False
+                    self._busy -= 1
+            self._threads[slot] = self._start(slot)
+            metrics.worker_threads_lost_total.inc()
+            logger.error(
+                "pool thread %s died%s; a new thread took its slot",
+                thread.name,
+                f" while running job {entry.job.id}" if entry is not None else "",
+                extra={"job_id": str(entry.job.id)} if entry is not None else {},
+            )
+            if entry is not None:
+                lost.append(entry)
+        return lost
+
+    def _loop(self, slot: int) -> None:
         from scheduler.workers.execute import run_handler
 
         while True:
             entry = self._tasks.get()
             if entry is None:
                 return
+            with self._lock:
+                self._current[slot] = entry
+                self._counted[slot] = True
             try:
-                report = run_handler(entry.job, entry.cancel_flag)
+                report = run_handler(entry.job, entry.cancel_flag)  # never raises: every error is an outcome
             finally:
                 with self._lock:
-                    self._busy -= 1
-            self._on_done(entry, report)
+                    if self._counted[slot]:
+                        self._counted[slot] = False
+                        self._busy -= 1
+            try:
+                self._on_done(entry, report)
+            except Exception:  # the slot keeps serving; the job's deadline reports it if this did not
+                logger.exception("reporting job %s failed", entry.job.id, extra={"job_id": str(entry.job.id)})
+            self._current[slot] = None
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -123,6 +202,9 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="stint-parent-watch", daemon=True).start()
+    # A pool child reports no metrics: keep it out of the supervisor's multiprocess metrics
+    # directory (prometheus-client reads the variable when it is first imported, in setup()).
+    os.environ.pop(PROMETHEUS_DIR_VARIABLE, None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
     from scheduler.workers.execute import run_handler
@@ -219,6 +301,18 @@ class ProcessPool:
         old.process.join(timeout=5)
         return True
 
+    def reap_lost(self) -> list[Running]:
+        """Restart the reader thread if it died (a bug of ours); return [] (a dead child's job is reported by it)."""
+        from scheduler import metrics
+
+        if self._closing or self._reader.is_alive():
+            return []
+        metrics.worker_threads_lost_total.inc()
+        logger.error("the pool's reader thread died; a new one took over")
+        self._reader = threading.Thread(target=self._read_loop, name="stint-pool-reader", daemon=True)
+        self._reader.start()
+        return []
+
     def close(self) -> None:
         """Ask idle children to exit and kill the busy ones."""
         self._closing = True
@@ -264,9 +358,12 @@ class ProcessPool:
                 if entry is None:
                     continue
                 outcome, result, error, tb = message
-                self._on_done(
-                    entry, Report(job=entry.job, outcome=Outcome(outcome), result=result, error=error, traceback=tb)
-                )
+                try:
+                    self._on_done(
+                        entry, Report(job=entry.job, outcome=Outcome(outcome), result=result, error=error, traceback=tb)
+                    )
+                except Exception:  # keep reading; the job's deadline reports it if this did not
+                    logger.exception("reporting job %s failed", entry.job.id, extra={"job_id": str(entry.job.id)})
 
     def _child_died(self, child: _Child) -> None:
         with self._lock:
@@ -276,10 +373,14 @@ class ProcessPool:
             entry = child.entry
             child.conn.close()
             self._children[index] = self._spawn()
+        child.process.join(timeout=CHILD_REAP_SECONDS)  # its pipe closed first: wait for its exit code
         exitcode = child.process.exitcode
-        logger.error("pool child %s died (exit code %s)", child.process.pid, exitcode)
+        logger.error(
+            "pool child %s died (%s)%s",
+            child.process.pid,
+            describe_exit(exitcode),
+            f" while running job {entry.job.id}" if entry is not None else "",
+            extra={"job_id": str(entry.job.id)} if entry is not None else {},
+        )
         if entry is not None:
-            self._on_done(
-                entry,
-                Report(job=entry.job, outcome=Outcome.RETRYABLE, error=f"worker child process died (exit {exitcode})"),
-            )
+            self._on_done(entry, Report(job=entry.job, outcome=Outcome.CRASHED, error=died_while_running(exitcode)))

@@ -1,11 +1,13 @@
 """The worker: claims due jobs into free slots, enforces timeouts and cancellation, and writes outcomes in batches.
 
-Threads of one worker process:
+One ``Worker`` runs in each worker process of a ``run_workers`` supervisor
+(``scheduler.workers.supervisor``). Threads of one worker process:
 - main: the claim loop. It wakes on a NOTIFY, on a freed slot or after ``poll_seconds``,
   claims up to the free slots in one statement, enforces deadlines, polls cancellations and
-  paused queues.
+  paused queues, and replaces pool threads that were lost (``reap_lost``).
 - listener: ``LISTEN stint_jobs`` on its own connection; a notification wakes the main loop.
-- flusher: collects reports for a few milliseconds and records each batch in one transaction.
+- flusher: collects reports for a few milliseconds and records each batch in one transaction
+  (``leasing.record_batch``: a report the database refuses is split out, never retried).
 - heartbeat: extends every held lease in one statement per interval and refreshes the node.
 No database transaction is open while a handler runs.
 """
@@ -19,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -31,6 +33,7 @@ from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
 from scheduler.states import JobStatus, priority_label
+from scheduler.workers.child import make_worker_id
 from scheduler.workers.pool import PoolFull, ProcessPool, Running, ThreadPool, UnsendableJob
 
 logger = logging.getLogger(__name__)
@@ -47,7 +50,12 @@ _DB_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerOptions:
-    """How a worker runs. Seconds everywhere; ``queues`` None means all queues."""
+    """How a worker runs. Seconds everywhere; ``queues`` None means all queues.
+
+    ``isolation``: an isolation slot, which claims only isolated jobs (and runs each in a pool
+    child process of its own); ``idle_exit_seconds``: stop after this long with no job;
+    ``supervisor_pid``: the ``run_workers`` supervisor that started this process, if any.
+    """
 
     concurrency: int = 5
     queues: Sequence[str] | None = None
@@ -55,16 +63,23 @@ class WorkerOptions:
     poll_seconds: float = 1.0
     heartbeat_seconds: float = 10.0
     grace_seconds: float = 25.0
+    isolation: bool = False
+    idle_exit_seconds: float | None = None
+    supervisor_pid: int | None = None
 
 
 class Worker:
-    """One ``run_workers`` process. ``run()`` blocks until ``stop()`` and returns the exit code (0)."""
+    """One worker process. ``run()`` blocks until ``stop()`` and returns the exit code (0)."""
 
-    def __init__(self, options: WorkerOptions) -> None:
+    def __init__(
+        self, options: WorkerOptions, *, worker_id: str | None = None, ready: Callable[[], None] | None = None
+    ) -> None:
+        """``worker_id`` defaults to a new ``make_worker_id``; ``ready`` is called once it has registered."""
         if options.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.options = options
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._ready = ready
+        self.id = worker_id or make_worker_id(os.getpid(), uuid.uuid4().hex[:6])
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._force = threading.Event()
@@ -75,6 +90,7 @@ class Worker:
         self._paused: list[str] = []
         self._stuck = 0
         self._last_claim = 0.0
+        self._last_busy = time.monotonic()
         pool_cls = ProcessPool if options.pool == "processes" else ThreadPool
         self._pool_cls = pool_cls
         self.pool: ThreadPool | ProcessPool | None = None
@@ -101,12 +117,15 @@ class Worker:
         for thread in threads:
             thread.start()
         logger.info(
-            "worker %s started: %d %s slots, queues %s",
+            "worker %s started: %d %s slots, queues %s%s",
             self.id,
             self.options.concurrency,
             self.pool.kind,
             ",".join(self.options.queues or ["*"]),
+            " (isolation slot: isolated jobs only)" if self.options.isolation else "",
         )
+        if self._ready is not None:
+            self._ready()
         try:
             self._claim_loop()
             self._drain()
@@ -140,7 +159,20 @@ class Worker:
                 continue
             if free > 0 and claimed == free:
                 continue  # the queue may hold more: claim again once a slot frees (busy is now full)
+            if self._idle_too_long(claimed):
+                logger.info("worker %s: no job for %.0f s; stopping", self.id, self.options.idle_exit_seconds)
+                self.stop()
+                break
             self._wake.wait(self._next_timeout(next_poll))
+
+    def _idle_too_long(self, claimed: int) -> bool:
+        """True when ``idle_exit_seconds`` is set and this worker ran nothing for that long."""
+        if self.options.idle_exit_seconds is None:
+            return False
+        now = time.monotonic()
+        if claimed or self.pool.busy() or self._running:
+            self._last_busy = now
+        return now - self._last_busy > self.options.idle_exit_seconds
 
     def _next_timeout(self, next_poll: float) -> float:
         now = time.monotonic()
@@ -158,7 +190,13 @@ class Worker:
             time.sleep(wait)
             free = self.options.concurrency - self.pool.busy()
         self._last_claim = time.monotonic()
-        jobs = leasing.claim_jobs(worker_id=self.id, limit=free, queues=self.options.queues, paused=self._paused)
+        jobs = leasing.claim_jobs(
+            worker_id=self.id,
+            limit=free,
+            queues=self.options.queues,
+            paused=self._paused,
+            isolated=self.options.isolation,
+        )
         now = time.monotonic()
         for job in jobs:
             entry = Running(job=job, deadline=now + job.timeout_seconds, started=now)
@@ -180,6 +218,11 @@ class Worker:
     def _poll_control(self) -> None:
         from scheduler.models import Queue
 
+        for entry in self.pool.reap_lost():
+            if self._finalize(entry):
+                self._report(
+                    Report(job=entry.job, outcome=Outcome.RETRYABLE, error="its pool thread died while running it")
+                )
         self._paused = list(Queue.objects.filter(paused=True).values_list("name", flat=True))
         with self._lock:
             ids = [i for i, e in self._running.items() if not e.finalized]
@@ -314,27 +357,37 @@ class Worker:
     def _flush(self, batch: list[Report]) -> None:
         while True:
             try:
-                final: dict[uuid.UUID, JobStatus] = {}
-                accepted = leasing.record_outcomes(batch, final=final)
+                done = leasing.record_batch(batch)
                 break
-            except _DB_ERRORS:
+            except leasing.CONNECTION_ERRORS:
                 logger.exception("worker %s: could not record %d outcomes; retrying", self.id, len(batch))
                 connection.close()
                 if self._force.is_set() and self._done.is_set():
                     return  # the leases expire and the rescuer takes over
                 time.sleep(DB_RETRY_SECONDS)
-        for report in batch:
+            except Exception:  # a bug of ours: the flusher must go on with the next batch
+                logger.exception("worker %s: could not record %d outcomes; left to lease rescue", self.id, len(batch))
+                metrics.worker_outcomes_unrecorded_total.inc(len(batch))
+                connection.close()
+                return
+        for report in done.superseded:
+            self._log_discarded(report, "a newer attempt's outcome was reported with it")
+        for report, why in done.unrecorded:
+            metrics.worker_outcomes_unrecorded_total.inc()
+            logger.error(
+                "job %s: outcome %s could not be recorded (%s); its lease will expire and be rescued",
+                report.job.id,
+                report.outcome,
+                why,
+                extra={"job_id": str(report.job.id), "attempt": report.job.attempt, "worker": self.id},
+            )
+        for report in done.recorded:
             job = report.job
             labels = (job.type, job.queue)
-            if job.id not in accepted:
-                logger.info(
-                    "job %s: outcome %s discarded (lease no longer held)",
-                    job.id,
-                    report.outcome,
-                    extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self.id},
-                )
+            if job.id not in done.accepted:
+                self._log_discarded(report, "lease no longer held")
                 continue
-            to = final.get(job.id)
+            to = done.final.get(job.id)
             if report.outcome not in (Outcome.SUCCEEDED, Outcome.CANCELLED, Outcome.HANDED_BACK):
                 metrics.jobs_failed_total.labels(*labels).inc()
             if to == JobStatus.SUCCESS:
@@ -354,6 +407,15 @@ class Worker:
                 f" ({report.error})" if report.error else "",
                 extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self.id},
             )
+
+    def _log_discarded(self, report: Report, why: str) -> None:
+        logger.info(
+            "job %s: outcome %s discarded (%s)",
+            report.job.id,
+            report.outcome,
+            why,
+            extra={"job_id": str(report.job.id), "attempt": report.job.attempt, "worker": self.id},
+        )
 
     def _heartbeat_loop(self) -> None:
         while not self._done.wait(self.options.heartbeat_seconds):
@@ -392,6 +454,8 @@ class Worker:
             id=self.id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
+            supervisor_pid=self.options.supervisor_pid,
+            isolation=self.options.isolation,
             queues=list(self.options.queues or []),
             concurrency=self.options.concurrency,
             pool=self.pool.kind,

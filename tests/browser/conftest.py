@@ -167,7 +167,14 @@ class Workers:
         env = {**os.environ, **WORKER_ENV, "DATABASE_URL": database_url()}
         with log.open("wb") as out:
             popen = subprocess.Popen(
-                [sys.executable, "manage.py", "run_workers", f"--concurrency={concurrency}", "--grace-seconds=2"],
+                [
+                    sys.executable,
+                    "manage.py",
+                    "run_workers",
+                    "--processes=1",
+                    f"--concurrency={concurrency}",
+                    "--grace-seconds=2",
+                ],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -179,7 +186,7 @@ class Workers:
         def registered() -> bool:
             if popen.poll() is not None:
                 raise AssertionError(f"worker exited with {popen.returncode}:\n{log.read_text(errors='replace')}")
-            return WorkerNode.objects.filter(pid=popen.pid, stopped_at__isnull=True).exists()
+            return WorkerNode.objects.filter(supervisor_pid=popen.pid, stopped_at__isnull=True).exists()
 
         wait_until(registered, what="the worker to register")
         return popen

@@ -135,7 +135,7 @@ def test_dashboard_screenshot_and_accessibility(page, operator, workers):
     LeaderFence.objects.create(role="cron", token=42, holder="scheduler-host:4242:cafe")
     worker = workers.start(concurrency=3)
     enqueue("DEMO_TASK", {}, owner=owner, queue="held")  # outbox backlog: no relay runs in this test
-    wait_until(lambda: WorkerNode.objects.filter(pid=worker.pid).exists(), what="the worker row")
+    wait_until(lambda: WorkerNode.objects.filter(supervisor_pid=worker.pid).exists(), what="the worker row")
 
     admin_sign_in(page, operator)
     page.goto("/admin/")

@@ -20,10 +20,9 @@ from pythonjsonlogger.json import JsonFormatter
 
 from config.log_context import ContextFilter, PlainFormatter, log_context
 from config.request_id import RequestIdMiddleware
-from scheduler.models import WorkerNode
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
-from tests.scheduler.test_workers import Processes, status_is, wait_until
+from tests.scheduler.test_workers import Processes, status_is, wait_until, worker_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t" * 40
@@ -254,7 +253,7 @@ def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
 def test_a_real_worker_writes_json_lines_with_job_id_attempt_and_worker(procs: Processes) -> None:
     procs.env["LOG_FORMAT"] = "json"
     proc = procs.worker(concurrency=1)
-    worker_id = WorkerNode.objects.values_list("id", flat=True).get(pid=proc.pid)
+    worker_id = worker_of(proc)
     job = enqueue("DEMO_TASK", {"fail_times": 1}, max_retries=1)
 
     def outcome_lines() -> list[dict]:

@@ -344,6 +344,8 @@ def test_the_alert_rules_cover_the_issue() -> None:
     assert by_metric["audit_messages_quarantined_total"] == "StintAuditMessagesQuarantined"
     assert by_metric["audit_events_repaired_total"] == "StintAuditEventsRepaired"
     assert by_metric["audit_offset_gaps_total"] == "StintAuditOffsetGaps"
+    assert by_metric["worker_processes_died_total"] == "StintWorkerProcessesCrashing"
+    assert by_metric["worker_outcomes_unrecorded_total"] == "StintOutcomesUnrecorded"
 
 
 # -- promtool ----------------------------------------------------------------------------------

@@ -6,13 +6,18 @@ statement of a test: due times and leases can be compared exactly against ``db_n
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, transaction
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing
@@ -25,6 +30,7 @@ from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.registry import handler
 from scheduler.services import enqueue, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus
+from tests.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -297,6 +303,53 @@ def test_heartbeat_reports_cancel_requested() -> None:
     assert leasing.cancel_requested([keep.id, stop.id]) == {stop.id}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat_locks_its_rows_in_id_order() -> None:
+    # Every batch that writes job rows locks them in id order; a heartbeat that did not
+    # deadlocked with an outcome batch under load. Here another transaction holds the lower id:
+    # the heartbeat must wait for it holding nothing, so the higher id stays free.
+    low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
+    # The higher id's lease expires first, its row version is the older one and it is listed
+    # first: a statement that locks rows in lease order (the job_lease_scan index), in physical
+    # order or in list order takes the higher id first; only id order takes the lower one.
+    Job.objects.filter(id=low.id).update(lease_expires_at=F("lease_expires_at") + dt.timedelta(seconds=1))
+    backend: list[int] = []
+    beat: list[Any] = []
+
+    def heartbeat_in_order_given() -> None:
+        try:
+            connection.ensure_connection()
+            backend.append(connection.connection.info.backend_pid)
+            beat.append(
+                leasing.heartbeat(worker_id=WORKER, jobs=[(high.id, high.lease_token), (low.id, low.lease_token)])
+            )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=heartbeat_in_order_given)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE", [low.id])
+            thread.start()
+            deadline = time.monotonic() + 10
+            waiting = False
+            while not waiting and time.monotonic() < deadline:
+                time.sleep(0.02)
+                cursor.execute("SELECT count(*) > 0 FROM pg_locks WHERE pid = ANY(%s) AND NOT granted", [backend])
+                waiting = cursor.fetchone()[0]
+            assert waiting, "the heartbeat never waited for the lock held here"
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE NOWAIT", [high.id])
+            high_free = True
+        except OperationalError:
+            high_free = False
+    thread.join(timeout=10)
+
+    assert high_free, "the heartbeat locked the higher id first, then waited for the lower one"
+    assert beat == [({low.id, high.id}, set())]
+
+
 def test_heartbeat_with_nothing_held_does_nothing() -> None:
     with CaptureQueriesContext(connection) as queries:
         assert leasing.heartbeat(worker_id=WORKER, jobs=[]) == (set(), set())
@@ -504,3 +557,130 @@ def test_recording_nothing_touches_nothing() -> None:
     with CaptureQueriesContext(connection) as queries:
         assert leasing.record_outcomes([]) == set()
     assert len(queries) == 0
+
+
+# -- record_batch: outcomes PostgreSQL refuses never block the others -------------------------
+
+
+def batch(*reports: Report) -> leasing.BatchRecord:
+    return leasing.record_batch(list(reports))
+
+
+def test_a_result_postgresql_refuses_ends_its_job_failed_and_the_rest_of_the_batch_is_recorded() -> None:
+    good, nul, surrogate, failing = (make_job(max_retries=2) for _ in range(4))
+    c_good, c_nul, c_surrogate, c_failing = claim_each(good, nul, surrogate, failing)
+
+    done = batch(
+        report(c_good, Outcome.SUCCEEDED, result={"ok": 1}),
+        report(c_nul, Outcome.SUCCEEDED, result={"text": "a\u0000b"}),  # valid JSON; jsonb refuses it
+        report(c_surrogate, Outcome.SUCCEEDED, result=["\ud800"]),  # a lone surrogate: refused too
+        report(c_failing, Outcome.RETRYABLE, error="boom"),
+    )
+
+    assert done.accepted == {good.id, nul.id, surrogate.id, failing.id}
+    assert done.unrecorded == [] and done.superseded == []
+    assert [reload(j).status for j in (good, nul, surrogate, failing)] == ["SUCCESS", "FAILED", "FAILED", "RETRYING"]
+    assert JobResult.objects.get(job_id=good.id).result == {"ok": 1}
+    for job in (nul, surrogate):
+        failed = reload(job)
+        assert failed.last_error.startswith("the handler's result could not be stored: DataError: ")
+        assert attempts(job) == [(1, AttemptStatus.FAILED)]
+        assert JobResult.objects.get(job_id=job.id).result is None
+        assert events(job)[-1] == EventType.JOB_FAILED
+    assert [r.outcome for r in done.recorded] == [Outcome.SUCCEEDED, Outcome.PERMANENT, Outcome.PERMANENT, "RETRYABLE"]
+    assert done.final == {good.id: "SUCCESS", nul.id: "FAILED", surrogate.id: "FAILED", failing.id: "RETRYING"}
+
+
+def test_nul_and_lone_surrogates_are_stripped_from_errors_and_tracebacks() -> None:
+    job = make_job(max_retries=2)
+    claimed = claim_one(job)
+
+    done = batch(report(claimed, Outcome.RETRYABLE, error="bad\x00byte \udc80!", traceback="Trace\x00back \ud800"))
+
+    assert done.accepted == {job.id}
+    assert reload(job).last_error == "badbyte ?!"
+    attempt = JobAttempt.objects.get(job_id=job.id)
+    assert (attempt.error, attempt.traceback) == ("badbyte ?!", "Traceback ?")
+    assert events(job)[-1] == EventType.JOB_RETRIED
+
+
+def test_a_batch_never_holds_two_reports_for_one_job_the_latest_attempt_wins() -> None:
+    job = make_job(max_retries=2)
+    stale = claim_one(job)
+    LeaseRescuer().run_once(now=db_now() + dt.timedelta(seconds=31))
+    promote_all()
+    current = claim_one(job)
+    late, latest = report(stale, Outcome.SUCCEEDED, result="stale"), report(current, Outcome.SUCCEEDED, result="new")
+
+    done = batch(latest, late)
+
+    assert done.superseded == [late]
+    assert done.accepted == {job.id} and done.recorded == [latest]
+    assert reload(job).status == JobStatus.SUCCESS
+    assert attempts(job) == [(1, AttemptStatus.LOST), (2, AttemptStatus.SUCCEEDED)]
+    assert JobResult.objects.get(job_id=job.id).result == "new"
+
+
+def test_a_report_that_cannot_be_written_even_as_failed_is_set_aside_and_the_others_recorded() -> None:
+    good, broken = make_job(), make_job()
+    c_good, c_broken = claim_each(good, broken)
+    # A report no statement can take (a lease token that is not a UUID: a bug of ours).
+    malformed = report(dataclasses.replace(c_broken, lease_token="not-a-uuid"), Outcome.SUCCEEDED, result=1)
+
+    done = batch(malformed, report(c_good, Outcome.SUCCEEDED, result=2))
+
+    assert done.accepted == {good.id}
+    assert [(r, why.split(":")[0]) for r, why in done.unrecorded] == [(malformed, "DataError")]
+    assert (reload(good).status, reload(broken).status) == (JobStatus.SUCCESS, JobStatus.RUNNING)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_a_connection_error_is_raised_to_retry_the_whole_batch() -> None:
+    job = make_job()
+    claimed = claim_one(job)
+    with psycopg.connect(database_url(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+
+    with pytest.raises(leasing.CONNECTION_ERRORS):
+        batch(report(claimed, Outcome.SUCCEEDED, result=1))
+
+    connection.close()
+    assert batch(report(claimed, Outcome.SUCCEEDED, result=1)).accepted == {job.id}  # the retry goes through
+    assert reload(job).status == JobStatus.SUCCESS
+
+
+# -- crashes and isolation -------------------------------------------------------------------
+
+
+def test_a_crashed_run_is_lost_counts_as_an_attempt_and_isolates_its_job_until_a_run_survives() -> None:
+    job = make_job(max_retries=2)
+
+    assert record(report(claim_one(job), Outcome.CRASHED, error="worker process died (exit code 1)")) == {job.id}
+    crashed = reload(job)
+    assert (crashed.status, crashed.isolated, crashed.attempts_left) == (JobStatus.RETRYING, True, 2)
+    assert attempts(job) == [(1, AttemptStatus.LOST)]
+    assert OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").last().payload["reason"] == "crashed"
+
+    promote_all()
+    assert claim(limit=1) == []  # an ordinary worker never claims an isolated job
+    isolated = claim(limit=1, isolated=True)
+    assert [c.id for c in isolated] == [job.id]
+    record(report(isolated[0], Outcome.HANDED_BACK, error="worker shut down"))
+    assert reload(job).isolated is True  # a hand-back proves nothing
+    promote_all()
+    (again,) = claim(limit=1, isolated=True)
+    record(report(again, Outcome.RETRYABLE, error="an ordinary failure"))
+    assert reload(job).isolated is False  # it ran without killing its process: it may share one again
+    promote_all()
+    assert [c.id for c in claim(limit=1)] == [job.id]
+
+
+def test_an_isolation_slot_claims_only_isolated_jobs() -> None:
+    ordinary, isolated = make_job(), make_job()
+    Job.objects.filter(id=isolated.id).update(isolated=True)
+    assert leasing.isolated_jobs_waiting(queues=None) is True
+    assert leasing.isolated_jobs_waiting(queues=["elsewhere"]) is False
+
+    assert [c.id for c in claim(limit=5, isolated=True)] == [isolated.id]
+    assert [c.id for c in claim(limit=5)] == [ordinary.id]
+    assert leasing.isolated_jobs_waiting(queues=None) is False

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection
+from django.db.models import F
 
 from scheduler import leasing
 from scheduler.leasing import Outcome, Report
@@ -24,7 +25,7 @@ from scheduler.maintenance import default_services
 from scheduler.maintenance.loop import SchedulerLoop
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner
-from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper
+from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper, rescue_held_by
 from scheduler.models import Job, JobAttempt, OutboxEvent, WorkerNode
 from scheduler.notify import CHANNEL
 from scheduler.services import enqueue, enqueue_many, job_cancel
@@ -329,6 +330,58 @@ def test_a_rescue_racing_late_completions_lets_exactly_one_side_win() -> None:
     for job_id in ids:
         expected_attempt = {"SUCCESS": "SUCCEEDED", "RETRYING": "LOST"}[rows[job_id]]
         assert attempt_rows[job_id] == expected_attempt
+
+
+# -- rescue of a dead worker process's jobs (the run_workers supervisor) ------------------------
+
+DIED = "worker process died (signal 11: SIGSEGV) while running this job"
+
+
+@pytest.mark.django_db
+def test_the_jobs_of_a_dead_worker_process_are_rescued_at_once_and_isolated() -> None:
+    retried, last_try, cancelled, elsewhere = (enqueue("DEMO_TASK", {}, max_retries=m) for m in (2, 1, 2, 2))
+    mine = claim(limit=3)
+    assert {c.id for c in mine} == {retried.id, last_try.id, cancelled.id}
+    leasing.claim_jobs(worker_id="other-host:2:def", limit=1, queues=None)  # ``elsewhere``
+    Job.objects.filter(id=last_try.id).update(attempts=F("attempts") + 1)  # its last attempt is running
+    JobAttempt.objects.filter(job_id=last_try.id).update(attempt_number=2)
+    job_cancel(job_id=cancelled.id)
+
+    assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True) == 3  # before any lease expired
+
+    rows = {j.id: j for j in Job.objects.all()}
+    assert [rows[j.id].status for j in (retried, last_try, cancelled, elsewhere)] == [
+        JobStatus.RETRYING,
+        JobStatus.DEAD,
+        JobStatus.CANCELLED,
+        JobStatus.RUNNING,
+    ]
+    assert all(rows[j.id].isolated for j in (retried, last_try, cancelled))
+    assert not rows[elsewhere.id].isolated
+    assert rows[retried.id].last_error == DIED
+    assert rows[retried.id].attempts_left == 2  # the lost attempt counts, as after a lease expiry
+    for job in (retried, last_try, cancelled):
+        attempt = JobAttempt.objects.filter(job_id=job.id).get()
+        assert (attempt.status, attempt.error) == (AttemptStatus.LOST, DIED)
+    event = OutboxEvent.objects.filter(job_id=retried.id).order_by("sequence").last()
+    assert (event.event_type, event.payload["reason"], event.payload["error"]) == (
+        EventType.JOB_LEASE_EXPIRED,
+        "worker_died",
+        DIED,
+    )
+    assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True) == 0  # fenced: once only
+    assert LeaseRescuer().run_once(now=later(LEASE + 1)) == 1  # only ``elsewhere``'s lease
+
+
+@pytest.mark.django_db
+def test_a_late_outcome_of_a_rescued_dead_process_changes_nothing() -> None:
+    job, claimed = running_job(max_retries=2)
+    assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True) == 1
+
+    assert leasing.record_outcomes([Report(job=claimed, outcome=Outcome.SUCCEEDED, result=1)]) == set()
+
+    assert status(job) == JobStatus.RETRYING
+    assert attempts(job) == [(1, AttemptStatus.LOST)]
 
 
 # -- WorkerReaper and Pruner -----------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler import metrics
@@ -120,6 +120,25 @@ def test_registering_the_cluster_collector_twice_registers_it_once() -> None:
 
     assert first is second
     assert [f.name for f in registry.collect() if f.name == "outbox_backlog"] == ["outbox_backlog"]
+
+
+def test_a_supervisor_sums_its_own_counts_with_its_processes_into_one_family_each() -> None:
+    processes, supervisor = CollectorRegistry(), CollectorRegistry()
+    # Stand-ins for a worker process's counters and the supervisor's own, of the same names.
+    in_process = Counter("demo_failed_total", "Failed.", ["type"], registry=processes)
+    in_supervisor = Counter("demo_failed_total", "Failed.", ["type"], registry=supervisor)
+    in_process.labels("A").inc(2)
+    in_process.labels("B").inc(1)
+    in_supervisor.labels("A").inc(3)
+    summed = CollectorRegistry()
+    summed.register(metrics.SummedCollector([processes, supervisor]))
+
+    text = generate_latest(summed).decode()
+
+    assert text.count("# HELP demo_failed_total") == 1
+    assert "_created" not in text
+    assert summed.get_sample_value("demo_failed_total", {"type": "A"}) == 5
+    assert summed.get_sample_value("demo_failed_total", {"type": "B"}) == 1
 
 
 # -- jobs_created_total ------------------------------------------------------------------------

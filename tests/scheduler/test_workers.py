@@ -56,6 +56,7 @@ class Proc:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    processes: int = 0  # run_workers: its worker processes
 
     @property
     def pid(self) -> int:
@@ -101,19 +102,22 @@ class Processes:
         pool: str = "threads",
         grace: float = 2.0,
         ready: bool = True,
+        processes: int = 1,
         extra: Sequence[str] = (),
     ) -> Proc:
-        """Start ``run_workers``; with ``ready``, wait until it has registered its WorkerNode."""
+        """Start ``run_workers``; with ``ready``, wait until its worker processes have registered."""
         proc = self.start(
             f"worker-{pool}",
             [
                 "run_workers",
+                f"--processes={processes}",
                 f"--concurrency={concurrency}",
                 f"--pool={pool}",
                 f"--grace-seconds={grace}",
                 *extra,
             ],
         )
+        proc.processes = processes
         if ready:
             self.wait_ready(proc)
         return proc
@@ -123,15 +127,17 @@ class Processes:
         return self.start("scheduler", ["run_scheduler", "--tick-seconds=0.1"])
 
     def wait_ready(self, *procs: Proc) -> None:
+        """Wait until the worker processes of each ``run_workers`` in ``procs`` have registered."""
         pids = [p.pid for p in procs]
+        expected = sum(p.processes for p in procs)
 
         def registered() -> bool:
             for proc in procs:
                 if proc.popen.poll() is not None:
                     raise AssertionError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.output()}")
-            return WorkerNode.objects.filter(pid__in=pids, stopped_at__isnull=True).count() == len(pids)
+            return live_workers(pids).count() == expected
 
-        wait_until(registered, what=f"{len(pids)} workers registered", timeout=READY_WAIT)
+        wait_until(registered, what=f"{expected} worker processes registered", timeout=READY_WAIT)
 
     def stop_all(self) -> None:
         for proc in self.started:
@@ -211,8 +217,19 @@ def events(job: Job) -> list[str]:
     return list(OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").values_list("event_type", flat=True))
 
 
+def live_workers(supervisor_pids: Sequence[int]) -> Any:
+    """The registered, running (non-isolation) worker processes of these ``run_workers`` supervisors."""
+    return WorkerNode.objects.filter(supervisor_pid__in=supervisor_pids, isolation=False, stopped_at__isnull=True)
+
+
 def worker_of(proc: Proc) -> str:
-    return WorkerNode.objects.values_list("id", flat=True).get(pid=proc.pid)
+    """The worker id of the one running worker process of ``run_workers`` ``proc``."""
+    return live_workers([proc.pid]).values_list("id", flat=True).get()
+
+
+def worker_pid(proc: Proc) -> int:
+    """The pid of the one running worker process of ``run_workers`` ``proc``."""
+    return live_workers([proc.pid]).values_list("pid", flat=True).get()
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -279,7 +296,7 @@ def test_a_job_of_a_killed_worker_is_rescued_and_completes_on_another(procs: Pro
     job = enqueue("DEMO_TASK", {"sleep_seconds": 4, "result": "survived"}, max_retries=2)
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
 
-    first.send(signal.SIGKILL)
+    os.killpg(first.pid, signal.SIGKILL)  # supervisor and worker process at once, as when a host dies
     assert first.wait() == -signal.SIGKILL
     second = procs.worker()
     scheduler = procs.scheduler()  # rescues once the lease expires, then promotes after the backoff
@@ -295,17 +312,24 @@ def test_a_job_of_a_killed_worker_is_rescued_and_completes_on_another(procs: Pro
     assert scheduler.wait() == 0
 
 
-def test_pool_children_of_a_killed_worker_stop_too(procs: Processes) -> None:
-    worker = procs.worker(concurrency=1, pool="processes")
-    (child,) = pool_children(worker.pid)
+def test_the_processes_of_a_killed_supervisor_hand_back_and_exit(procs: Processes) -> None:
+    worker = procs.worker(concurrency=1, pool="processes", grace=0.5)
+    process = worker_pid(worker)
+    (child,) = pool_children(process)
     job = enqueue("DEMO_TASK", {"sleep_seconds": 60}, max_retries=1)
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
 
-    worker.send(signal.SIGKILL)  # the worker only, not its process group
+    worker.send(signal.SIGKILL)  # the supervisor only, not its process group
 
     assert worker.wait() == -signal.SIGKILL
-    # An orphaned child would run the handler on, beside the attempt that the rescue starts.
-    wait_until(lambda: gone(child), what=f"orphaned child {child} exited")
+    # Its worker process sees the supervisor's pipe close, drains (0.5 s grace), hands the job
+    # back and exits; its pool child goes with it rather than run the handler on, beside the
+    # attempt that comes next.
+    wait_until(lambda: gone(process), what=f"orphaned worker process {process} exited")
+    wait_until(lambda: gone(child), what=f"orphaned pool child {child} exited")
+    assert status(job) == JobStatus.RETRYING
+    assert attempts(job) == [(1, AttemptStatus.LOST)]
+    assert Job.objects.get(id=job.id).last_error == "worker shut down"
 
 
 # -- timeouts --------------------------------------------------------------------------------
@@ -331,7 +355,8 @@ def test_thread_pool_times_out_at_once_and_discards_the_late_result(procs: Proce
 
 def test_process_pool_kills_a_timed_out_child(procs: Processes) -> None:
     worker = procs.worker(concurrency=1, pool="processes")
-    (child,) = pool_children(worker.pid)
+    process = worker_pid(worker)
+    (child,) = pool_children(process)
     job = enqueue("DEMO_TASK", {"sleep_seconds": 60}, timeout_seconds=1, max_retries=1)
 
     wait_until(status_is(job, JobStatus.RETRYING), what="the job timed out")
@@ -341,7 +366,7 @@ def test_process_pool_kills_a_timed_out_child(procs: Processes) -> None:
     # A fresh child takes the slot: the next job does not wait for the 60 s sleep.
     after = enqueue("DEMO_TASK", {"result": "next"})
     wait_until(status_is(after, JobStatus.SUCCESS), what="the next job ran on a new child")
-    assert child not in pool_children(worker.pid)
+    assert child not in pool_children(process)
 
 
 # -- cancellation ----------------------------------------------------------------------------
@@ -350,7 +375,7 @@ def test_process_pool_kills_a_timed_out_child(procs: Processes) -> None:
 @pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_cancelling_a_running_job_stops_it(procs: Processes, pool: str) -> None:
     worker = procs.worker(concurrency=1, pool=pool)
-    children = pool_children(worker.pid)
+    children = pool_children(worker_pid(worker))
     job = enqueue("DEMO_TASK", {"sleep_seconds": 60}, max_retries=3)
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
 
@@ -377,15 +402,15 @@ def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, p
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
     waiting = enqueue("DEMO_TASK", {})  # the only slot is busy
 
-    # To the whole process group, as honcho and systemd (KillMode=control-group) do: pool
-    # children get it too and must leave the drain to their parent.
+    # To the whole process group, as honcho and systemd (KillMode=control-group) do: worker
+    # processes and pool children get it too and must leave the drain to the supervisor.
     os.killpg(worker.pid, signal.SIGTERM)
 
     assert worker.wait() == 0
     assert status(job) == JobStatus.SUCCESS
     assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)]
     assert (status(waiting), attempts(waiting)) == (JobStatus.QUEUED, [])
-    assert WorkerNode.objects.get(pid=worker.pid).stopped_at is not None
+    assert WorkerNode.objects.get(supervisor_pid=worker.pid).stopped_at is not None
 
 
 def test_sigterm_hands_back_a_job_longer_than_the_grace_period(procs: Processes) -> None:

@@ -1,8 +1,9 @@
-"""``manage.py run_workers``: lease and run jobs in a bounded pool until SIGTERM/SIGINT."""
+"""``manage.py run_workers``: a supervisor over worker processes that lease and run jobs until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand
@@ -15,7 +16,8 @@ from scheduler.management.commands._signals import (
     positive_float,
     positive_int,
 )
-from scheduler.workers.runner import Worker, WorkerOptions
+from scheduler.workers.runner import WorkerOptions
+from scheduler.workers.supervisor import DEFAULT_ISOLATION_SLOTS, Supervisor, SupervisorOptions, default_processes
 
 
 def queue_list(text: str) -> list[str]:
@@ -27,38 +29,56 @@ def queue_list(text: str) -> list[str]:
 
 
 class Command(BaseCommand):
-    """Run a worker process: ``--concurrency N --queues a,b --pool threads|processes``."""
+    """Run a worker supervisor: ``--processes N --concurrency M --queues a,b --pool threads|processes``."""
 
-    help = "Lease due jobs with FOR UPDATE SKIP LOCKED and run them in a bounded pool."
+    help = (
+        "Supervise worker processes that lease due jobs with FOR UPDATE SKIP LOCKED and run them in bounded "
+        "pools; a process that dies is replaced and its jobs rescued at once."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         """Declare the options."""
-        parser.add_argument("--concurrency", type=positive_int, default=5, help="pool slots (default 5)")
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=None,
+            help=f"worker processes (default: one per CPU core, here {default_processes()})",
+        )
+        parser.add_argument("--concurrency", type=positive_int, default=5, help="pool slots per process (default 5)")
         parser.add_argument("--queues", type=queue_list, default=None, help="comma-separated (default: all)")
         parser.add_argument("--pool", choices=["threads", "processes"], default="threads")
+        parser.add_argument(
+            "--isolation-slots",
+            type=positive_int,
+            default=DEFAULT_ISOLATION_SLOTS,
+            help=f"jobs the isolation process runs at once, each in a process of its own (default "
+            f"{DEFAULT_ISOLATION_SLOTS})",
+        )
         parser.add_argument("--poll-seconds", type=positive_float, default=None)
         parser.add_argument("--heartbeat-seconds", type=positive_float, default=None)
         parser.add_argument("--grace-seconds", type=float, default=None, help="shutdown grace period")
         parser.add_argument("--metrics-port", type=port, default=0, help="serve Prometheus metrics (0: off)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        """Build the worker, install signal handlers, run it."""
+        """Build the supervisor, install signal handlers, run it."""
         configure_verbosity(options["verbosity"])
         c = conf()
         grace = c.shutdown_grace_seconds if options["grace_seconds"] is None else options["grace_seconds"]
-        worker = Worker(
-            WorkerOptions(
-                concurrency=options["concurrency"],
-                queues=options["queues"],
-                pool=options["pool"],
-                poll_seconds=options["poll_seconds"] or c.poll_seconds,
-                heartbeat_seconds=options["heartbeat_seconds"] or c.heartbeat_seconds,
-                grace_seconds=grace,
+        supervisor = Supervisor(
+            SupervisorOptions(
+                processes=options["processes"] or default_processes(),
+                isolation_slots=options["isolation_slots"],
+                log_level=logging.getLogger().level,
+                metrics_port=options["metrics_port"],
+                worker=WorkerOptions(
+                    concurrency=options["concurrency"],
+                    queues=options["queues"],
+                    pool=options["pool"],
+                    poll_seconds=options["poll_seconds"] or c.poll_seconds,
+                    heartbeat_seconds=options["heartbeat_seconds"] or c.heartbeat_seconds,
+                    grace_seconds=grace,
+                ),
             )
         )
-        if options["metrics_port"]:
-            from scheduler.metrics import serve
-
-            serve(options["metrics_port"])
-        install_stop_handlers(worker.stop, name="run_workers")
-        worker.run()
+        install_stop_handlers(supervisor.stop, name="run_workers")
+        supervisor.run()

@@ -1,0 +1,80 @@
+"""Entry point of a worker process started by the ``run_workers`` supervisor.
+
+Only the standard library is imported at the top: the process imports this module to find its
+entry point before Django is set up, and Stint's models cannot be imported before that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Messages on the supervisor's pipe: to the process, STOP (drain within the grace period) or
+# FORCE (hand back at once); from it, READY (registered, claiming).
+STOP = "stop"
+FORCE = "force"
+READY = "ready"
+
+
+def make_worker_id(pid: int, token: str) -> str:
+    """Return the id of the worker process ``pid`` on this host: ``hostname:pid:token``.
+
+    It names the worker in leases (``lease_owner``), attempts and its ``WorkerNode``; a
+    supervisor computes it for the process it starts, to find that process's jobs if it dies.
+    """
+    return f"{socket.gethostname()}:{pid}:{token}"
+
+
+def worker_process_main(control: Connection, options: dict[str, Any], token: str, log_level: int) -> None:
+    """Run one ``Worker`` with ``options`` (``WorkerOptions`` fields) until told to stop.
+
+    Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
+    could not be unpickled before Django is set up.
+
+    SIGINT and SIGTERM are ignored: process managers signal the whole process group, and the
+    supervisor decides (STOP, then FORCE on ``control``). When ``control`` closes, the
+    supervisor is gone (even SIGKILLed): the worker then drains and exits like on STOP, so no
+    worker process outlives its supervisor by more than the grace period.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    logging.getLogger().setLevel(log_level)
+    from scheduler.workers.runner import Worker, WorkerOptions
+
+    worker = Worker(
+        WorkerOptions(**options),
+        worker_id=make_worker_id(os.getpid(), token),
+        ready=lambda: _send(control, READY),
+    )
+    threading.Thread(target=_obey, args=(control, worker), name="stint-supervisor-watch", daemon=True).start()
+    worker.run()
+
+
+def _obey(control: Connection, worker: Any) -> None:
+    """Relay the supervisor's STOP and FORCE to ``worker``; stop it when the supervisor is gone."""
+    while True:
+        try:
+            message = control.recv()
+        except (EOFError, OSError):
+            logger.warning("worker %s: its supervisor is gone; stopping", worker.id)
+            worker.stop()
+            return
+        worker.stop(force=message == FORCE)
+
+
+def _send(control: Connection, message: str) -> None:
+    try:
+        control.send(message)
+    except (OSError, ValueError):  # the supervisor is gone; _obey stops the worker
+        pass

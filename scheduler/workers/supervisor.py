@@ -1,0 +1,398 @@
+"""The ``run_workers`` supervisor: a prefork master that keeps its worker processes running.
+
+A ``Supervisor`` starts ``processes`` worker processes, each a ``Worker`` with its own pool of
+``concurrency`` slots, and on demand one isolation slot: a worker process that claims only
+isolated jobs and runs each in a pool child process of its own. It holds no lease and runs no
+handler, so no handler can take it down. When one of its processes dies:
+
+- the jobs it was running are handed to rescue at once (``rescuer.rescue_held_by``), fenced
+  by their lease tokens, instead of after their lease expires: each attempt is LOST with how
+  the process died ("worker process died (signal 11: SIGSEGV) while running this job"), counts
+  against its job's budget, and the job becomes isolated (README, Operations / crashes);
+- it is replaced at once, or after a backoff (1 s doubling to 30 s) while its replacements
+  keep dying before they are ready (a database that is down, a broken deployment).
+
+Signals (DESIGN.md, Processes): the supervisor alone acts on SIGTERM/SIGINT; its processes
+ignore them, since process managers signal the whole group. The first signal tells each process
+to stop claiming and drain within the grace period, a second one to hand back at once; the
+supervisor exits 0 once they have exited, killing one still there ``STOP_MARGIN_SECONDS`` past
+its deadline (its jobs rescued). Each process watches its pipe to the supervisor: when the
+supervisor dies, even of SIGKILL, the pipe closes and the process drains and exits too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from django.db import close_old_connections, connection
+from django.db.models.functions import Now
+
+from scheduler import leasing, metrics
+from scheduler.maintenance.rescuer import rescue_held_by
+from scheduler.models import WorkerNode
+from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, worker_process_main
+from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
+from scheduler.workers.runner import WorkerOptions
+
+logger = logging.getLogger(__name__)
+
+ISOLATION = "isolation"  # the slot name of the isolation process; the others are "0", "1", ...
+DEFAULT_ISOLATION_SLOTS = 2  # jobs the isolation process runs at once, each in its own child process
+ISOLATION_IDLE_SECONDS = 30.0  # seconds an isolation process waits for work before it exits
+RESTART_BACKOFF_BASE = 1.0  # seconds before the first restart of a process that died before it was ready
+RESTART_BACKOFF_MAX = 30.0  # seconds, at most
+STOP_MARGIN_SECONDS = 10.0  # seconds past the grace period (or a forced stop) before a process is killed
+RESCUE_RETRY_SECONDS = 1.0  # seconds between tries of a rescue the database refused
+RESCUE_GIVE_UP_SECONDS = 300.0  # after this the lease rescuer has long taken those jobs over
+
+
+def default_processes() -> int:
+    """Worker processes by default: one per CPU core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupervisorOptions:
+    """``processes`` worker processes running ``worker``; an isolation process of ``isolation_slots``.
+
+    ``log_level`` is the root logging level of the worker processes; ``metrics_port`` (0: off)
+    serves the metrics of every worker process, summed, from the supervisor.
+    """
+
+    processes: int
+    worker: WorkerOptions
+    isolation_slots: int = DEFAULT_ISOLATION_SLOTS
+    log_level: int = logging.INFO
+    metrics_port: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Child:
+    slot: str
+    process: Any  # multiprocessing's SpawnProcess
+    control: Connection
+    worker_id: str
+    ready: bool = False
+    closed: bool = False  # its end of the pipe closed: it is exiting
+    told: str = ""  # "", STOP or FORCE: the last stop message sent
+    killed: bool = False  # by the supervisor, past its stop deadline
+
+
+@dataclass(slots=True, eq=False)
+class _Rescue:
+    worker_id: str
+    error: str
+    isolate: bool
+    since: float  # monotonic
+
+
+class Supervisor:
+    """The ``run_workers`` process. ``run()`` blocks until ``stop()`` and every worker process exited; returns 0."""
+
+    def __init__(self, options: SupervisorOptions) -> None:
+        if options.processes < 1 or options.isolation_slots < 1:
+            raise ValueError("processes and isolation_slots must be >= 1")
+        self.options = options
+        self.pid = os.getpid()
+        self._ctx = multiprocessing.get_context("spawn")
+        self._children: dict[str, _Child] = {}
+        self._restart_at: dict[str, float] = {}  # slot -> monotonic time of its next start
+        self._failures: dict[str, int] = {}  # slot -> deaths before ready, in a row
+        self._rescues: list[_Rescue] = []  # rescues the database refused, to try again
+        self._next_rescue_try = 0.0
+        self._stopping = threading.Event()
+        self._force = threading.Event()
+        self._deadline: float | None = None  # monotonic time after which processes are killed
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_writer.setblocking(False)
+        self._metrics_dir: str | None = None
+
+    # -- control ---------------------------------------------------------------------------
+
+    def stop(self, *, force: bool = False) -> None:
+        """Drain every worker process within the grace period (``force``, or a second call: hand back now)."""
+        if self._stopping.is_set() or force:
+            self._force.set()
+        self._stopping.set()
+        try:
+            self._wake_writer.send(b"\0")
+        except OSError:  # the buffer is full: the loop is awake anyway
+            pass
+
+    def run(self) -> int:
+        """Start the worker processes and keep them running until stopped; return 0."""
+        self._serve_metrics()
+        logger.info(
+            "supervisor %s: %d worker processes of %d %s slots, queues %s",
+            self.pid,
+            self.options.processes,
+            self.options.worker.concurrency,
+            self.options.worker.pool,
+            ",".join(self.options.worker.queues or ["*"]),
+        )
+        try:
+            for index in range(self.options.processes):
+                self._start(str(index))
+            self._loop()
+        finally:
+            for child in self._children.values():  # only on an error of ours: they drain and exit
+                child.control.close()
+            if self._metrics_dir is not None:
+                shutil.rmtree(self._metrics_dir, ignore_errors=True)
+            close_old_connections()
+        logger.info("supervisor %s stopped", self.pid)
+        return 0
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_check = 0.0
+        poll = self.options.worker.poll_seconds
+        while True:
+            if self._stopping.is_set():
+                self._tell_stop()
+                if not self._children:
+                    return
+            controls = {c.control: c for c in self._children.values() if not c.ready and not c.closed}
+            sentinels = {c.process.sentinel: c for c in self._children.values()}
+            ready = wait([*controls, *sentinels, self._wake_reader], timeout=self._timeout(poll))
+            for item in ready:
+                if item is self._wake_reader:
+                    self._wake_reader.recv(4096)
+                elif item in controls:
+                    self._read_ready(controls[item])
+            for child in list(self._children.values()):
+                if child.process.exitcode is not None:
+                    self._reap(child)
+            if self._rescues and time.monotonic() >= self._next_rescue_try:
+                self._retry_rescues()
+            now = time.monotonic()
+            if self._stopping.is_set():
+                if self._deadline is not None and now >= self._deadline:
+                    self._kill_all()
+                continue
+            for slot, at in list(self._restart_at.items()):
+                if now >= at:
+                    del self._restart_at[slot]
+                    self._restart(slot)
+            if now >= next_check:
+                next_check = now + poll
+                self._start_isolation_if_needed()
+
+    def _timeout(self, poll: float) -> float:
+        now = time.monotonic()
+        timeout = poll
+        for at in self._restart_at.values():
+            timeout = min(timeout, at - now)
+        if self._deadline is not None:
+            timeout = min(timeout, self._deadline - now)
+        if self._rescues:
+            timeout = min(timeout, self._next_rescue_try - now)
+        return max(0.0, timeout)
+
+    # -- worker processes ------------------------------------------------------------------
+
+    def _start(self, slot: str) -> None:
+        isolation = slot == ISOLATION
+        options = dataclasses.replace(self.options.worker, supervisor_pid=self.pid)
+        if isolation:
+            options = dataclasses.replace(
+                options,
+                isolation=True,
+                pool="processes",
+                concurrency=self.options.isolation_slots,
+                idle_exit_seconds=ISOLATION_IDLE_SECONDS,
+            )
+        ours, theirs = self._ctx.Pipe()
+        token = uuid.uuid4().hex[:6]
+        process = self._ctx.Process(
+            target=worker_process_main,
+            args=(theirs, dataclasses.asdict(options), token, self.options.log_level),
+            name=f"stint-worker-{slot}",
+            daemon=False,  # an isolation process starts pool children of its own
+        )
+        process.start()
+        theirs.close()
+        child = _Child(slot=slot, process=process, control=ours, worker_id=make_worker_id(process.pid, token))
+        self._children[slot] = child
+        logger.info(
+            "supervisor %s: started worker process %s (%s)",
+            self.pid,
+            process.pid,
+            "the isolation slot" if isolation else f"slot {slot}",
+        )
+
+    def _restart(self, slot: str) -> None:
+        """Start ``slot``'s process again; if the system refuses a new process, try again after a backoff."""
+        try:
+            self._start(slot)
+        except OSError:  # out of processes or memory: the supervisor must outlive it
+            failures = self._failures.get(slot, 0) + 1
+            self._failures[slot] = failures
+            delay = min(RESTART_BACKOFF_BASE * 2 ** (failures - 1), RESTART_BACKOFF_MAX)
+            logger.exception(
+                "supervisor %s: could not start a process for slot %s; again in %.0f s", self.pid, slot, delay
+            )
+            self._restart_at[slot] = time.monotonic() + delay
+
+    def _read_ready(self, child: _Child) -> None:
+        try:
+            message = child.control.recv()
+        except (EOFError, OSError):
+            child.closed = True  # it is exiting: its sentinel says so
+            return
+        if message == READY:
+            child.ready = True
+            self._failures.pop(child.slot, None)
+
+    def _reap(self, child: _Child) -> None:
+        """Handle the exit of ``child``: rescue its jobs, mark it stopped, schedule its replacement."""
+        del self._children[child.slot]
+        child.control.close()
+        code = child.process.exitcode
+        pid = child.process.pid
+        if self._metrics_dir is not None:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, self._metrics_dir)
+        stopped_cleanly = code == 0 and (child.told or child.slot == ISOLATION)
+        if child.killed:
+            error, isolate = "worker process killed by its supervisor: it outlived the shutdown grace period", False
+        elif code == 0:
+            error, isolate = "worker process exited (exit code 0) while running this job", False
+        else:
+            error, isolate = died_while_running(code), True
+        if not stopped_cleanly:
+            metrics.worker_processes_died_total.inc()
+            logger.error(
+                "supervisor %s: worker process %s (%s) %s (%s)",
+                self.pid,
+                pid,
+                child.worker_id,
+                "was killed" if child.killed else "died",
+                describe_exit(code),
+                extra={"worker": child.worker_id},
+            )
+        self._rescue(_Rescue(worker_id=child.worker_id, error=error, isolate=isolate, since=time.monotonic()))
+        try:
+            WorkerNode.objects.filter(id=child.worker_id, stopped_at__isnull=True).update(
+                stopped_at=Now(), busy_slots=0
+            )
+        except Exception:  # the database is down: the worker reaper marks it gone later
+            logger.warning("supervisor %s: could not mark worker %s stopped", self.pid, child.worker_id)
+            connection.close()
+        if self._stopping.is_set() or (child.slot == ISOLATION and code == 0):
+            return  # stopping, or an idle isolation process: started again when needed
+        delay = 0.0
+        if not child.ready:
+            failures = self._failures.get(child.slot, 0) + 1
+            self._failures[child.slot] = failures
+            delay = min(RESTART_BACKOFF_BASE * 2 ** (failures - 1), RESTART_BACKOFF_MAX)
+            logger.warning(
+                "supervisor %s: worker process for slot %s died before it was ready (%d in a row); "
+                "starting another in %.0f s",
+                self.pid,
+                child.slot,
+                failures,
+                delay,
+            )
+        self._restart_at[child.slot] = time.monotonic() + delay
+
+    def _rescue(self, rescue: _Rescue) -> None:
+        """Hand the jobs of a dead worker process to rescue now; keep the rescue to retry if the database refused."""
+        try:
+            moved = rescue_held_by(worker_id=rescue.worker_id, error=rescue.error, isolate=rescue.isolate)
+        except Exception:  # database down or a lock held too long: try again in a moment
+            logger.warning(
+                "supervisor %s: could not rescue the jobs of worker %s yet", self.pid, rescue.worker_id, exc_info=True
+            )
+            connection.close()
+            if time.monotonic() - rescue.since < RESCUE_GIVE_UP_SECONDS:
+                self._rescues.append(rescue)
+                self._next_rescue_try = time.monotonic() + RESCUE_RETRY_SECONDS
+            return
+        if moved:
+            logger.warning(
+                "supervisor %s: rescued %d jobs of worker %s: %s",
+                self.pid,
+                moved,
+                rescue.worker_id,
+                rescue.error,
+                extra={"worker": rescue.worker_id},
+            )
+            if rescue.isolate and not self._stopping.is_set() and ISOLATION not in self._children:
+                self._restart_at.pop(ISOLATION, None)
+                self._restart(ISOLATION)  # it gets ready while their backoff runs
+
+    def _retry_rescues(self) -> None:
+        pending, self._rescues = self._rescues, []
+        for rescue in pending:
+            self._rescue(rescue)
+
+    def _start_isolation_if_needed(self) -> None:
+        """Start the isolation process when an isolated job waits in our queues and none runs."""
+        if ISOLATION in self._children or ISOLATION in self._restart_at:
+            return
+        try:
+            waiting = leasing.isolated_jobs_waiting(queues=self.options.worker.queues)
+        except Exception:  # the database is down: the worker processes say so; look again next poll
+            connection.close()
+            return
+        if waiting:
+            self._restart(ISOLATION)
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def _tell_stop(self) -> None:
+        """Send STOP (then FORCE) to every process once; set the deadline after which they are killed."""
+        self._restart_at.clear()
+        now = time.monotonic()
+        force = self._force.is_set()
+        if self._deadline is None:
+            self._deadline = now + self.options.worker.grace_seconds + STOP_MARGIN_SECONDS
+        if force:
+            self._deadline = min(self._deadline, now + STOP_MARGIN_SECONDS)
+        message = FORCE if force else STOP
+        for child in self._children.values():
+            if child.told == message or child.told == FORCE:
+                continue
+            try:
+                child.control.send(message)
+            except (OSError, ValueError):  # it is exiting: its sentinel says so
+                pass
+            child.told = message
+
+    def _kill_all(self) -> None:
+        for child in self._children.values():
+            if not child.killed and child.process.exitcode is None:
+                logger.warning(
+                    "supervisor %s: worker process %s did not stop in time; killing it", self.pid, child.process.pid
+                )
+                child.process.kill()
+                child.killed = True
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def _serve_metrics(self) -> None:
+        """Serve the worker processes' metrics, which they write to a fresh directory (prometheus multiprocess mode)."""
+        if not self.options.metrics_port:
+            return
+        self._metrics_dir = tempfile.mkdtemp(prefix="stint-worker-metrics-")
+        # Read by prometheus-client in each worker process when it is first imported.
+        os.environ[PROMETHEUS_DIR_VARIABLE] = self._metrics_dir
+        metrics.serve(self.options.metrics_port, multiprocess_dir=self._metrics_dir)

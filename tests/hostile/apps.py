@@ -1,0 +1,13 @@
+"""App config of the hostile test handlers (installed only when STINT_EXTRA_APPS names ``tests.hostile``)."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class HostileConfig(AppConfig):
+    """Registers the HOSTILE_* handlers from ``jobs.py``."""
+
+    name = "tests.hostile"
+    label = "hostile"
+    default_auto_field = "django.db.models.BigAutoField"

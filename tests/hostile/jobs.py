@@ -1,0 +1,76 @@
+"""Handlers that attack their worker: exit, interrupt, crash the process, return what PostgreSQL refuses.
+
+Discovered like any app's ``jobs.py`` when the app is installed (``STINT_EXTRA_APPS=tests.hostile``):
+the tests install it in the worker processes they start, the way a user plugs in their own app.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import time
+from typing import Any
+
+from django.db import connection
+
+from scheduler.registry import JobContext, handler
+
+CRASH_TABLE = "hostile_crash"  # (job id, attempt, when), written by HOSTILE_CRASH just before it dies
+WAIT_LIMIT = 15.0  # seconds HOSTILE_CRASH waits at most for its neighbours to start
+
+
+@handler("HOSTILE_SYS_EXIT")
+def sys_exit(payload: Any, ctx: JobContext) -> None:
+    """Call ``sys.exit(3)``."""
+    sys.exit(3)
+
+
+@handler("HOSTILE_KEYBOARD_INTERRUPT")
+def keyboard_interrupt(payload: Any, ctx: JobContext) -> None:
+    """Raise ``KeyboardInterrupt``."""
+    raise KeyboardInterrupt
+
+
+@handler("HOSTILE_NUL_ERROR")
+def nul_error(payload: Any, ctx: JobContext) -> None:
+    """Raise an error whose message (and so its traceback) holds NUL bytes and a lone surrogate."""
+    raise ValueError("bad\x00byte \ud800 here\x00")
+
+
+@handler("HOSTILE_NUL_RESULT")
+def nul_result(payload: Any, ctx: JobContext) -> dict[str, str]:
+    """Return valid JSON that ``jsonb`` refuses: a string holding U+0000."""
+    return {"text": "a\u0000b"}
+
+
+@handler("HOSTILE_CRASH")
+def crash(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Kill the whole process: ``how`` "exit" (``os._exit(1)``) or "segv" (SIGSEGV).
+
+    On its first attempt it first waits (at most ``WAIT_LIMIT``) until ``neighbours`` other
+    jobs are RUNNING, so that they share its process when it dies. Just before dying it writes
+    the database's clock to ``CRASH_TABLE``: the tests measure how soon rescue followed.
+    """
+    if ctx.attempt == 1 and payload.get("neighbours"):
+        deadline = time.monotonic() + WAIT_LIMIT
+        while time.monotonic() < deadline and _running_besides(ctx.job_id) < payload["neighbours"]:
+            time.sleep(0.05)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {CRASH_TABLE}"
+            " (job_id uuid, attempt int, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+        cursor.execute(f"INSERT INTO {CRASH_TABLE} (job_id, attempt) VALUES (%s, %s)", [ctx.job_id, ctx.attempt])  # noqa: S608
+    if payload.get("how") == "segv":
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file in the working directory
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(10)  # the signal is delivered at once; never reached
+    os._exit(1)
+
+
+def _running_besides(job_id: Any) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM stint_job WHERE status = 'RUNNING' AND id <> %s", [job_id])
+        return cursor.fetchone()[0]

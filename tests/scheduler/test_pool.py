@@ -1,0 +1,146 @@
+"""Tests for scheduler.workers.pool: a slot survives whatever its handler raises, and a lost thread is replaced.
+
+The thread pool runs in this process with its real ``run_handler``; jobs are ``Claimed`` values
+built here (the pool never touches the database itself), and ``on_done`` collects the reports.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import queue
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from scheduler.leasing import Outcome, Report
+from scheduler.lifecycle import Claimed
+from scheduler.registry import JobContext, handler
+from scheduler.workers.pool import Running, ThreadPool, describe_exit, died_while_running
+
+WAIT = 10.0  # seconds any one report may take
+
+
+@handler("TEST_POOL_SYS_EXIT")
+def _sys_exit(payload: Any, ctx: JobContext) -> None:
+    raise SystemExit(2)
+
+
+@handler("TEST_POOL_KEYBOARD_INTERRUPT")
+def _keyboard_interrupt(payload: Any, ctx: JobContext) -> None:
+    raise KeyboardInterrupt
+
+
+@handler("TEST_POOL_GENERATOR_EXIT")
+def _generator_exit(payload: Any, ctx: JobContext) -> None:
+    raise GeneratorExit
+
+
+@handler("TEST_POOL_THREAD_NAME")
+def _thread_name(payload: Any, ctx: JobContext) -> str:
+    return threading.current_thread().name
+
+
+def running(job_type: str) -> Running:
+    now = dt.datetime.now(dt.UTC)
+    job = Claimed(
+        id=uuid.uuid4(),
+        type=job_type,
+        payload={},
+        attempt=1,
+        lease_token=uuid.uuid4(),
+        timeout_seconds=60,
+        owner_id=None,
+        max_retries=0,
+        attempts_base=0,
+        queue="default",
+        priority=1,
+        scheduled_at=now,
+        started_at=now,
+    )
+    return Running(job=job, deadline=time.monotonic() + 60, started=time.monotonic())
+
+
+class Reports:
+    """An ``on_done`` callback that collects (entry, report) pairs; ``fail`` makes it raise that once."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.done: queue.SimpleQueue[tuple[Running, Report]] = queue.SimpleQueue()
+        self.fail = fail
+
+    def __call__(self, entry: Running, report: Report) -> None:
+        if self.fail is not None:
+            fail, self.fail = self.fail, None
+            raise fail
+        self.done.put((entry, report))
+
+    def next(self) -> tuple[Running, Report]:
+        return self.done.get(timeout=WAIT)
+
+
+def lost_threads() -> float:
+    return REGISTRY.get_sample_value("worker_threads_lost_total") or 0.0
+
+
+def test_whatever_a_handler_raises_is_its_outcome_and_the_one_slot_keeps_serving() -> None:
+    reports = Reports()
+    pool = ThreadPool(1, reports)
+    try:
+        for job_type, error in (
+            ("TEST_POOL_SYS_EXIT", "SystemExit: 2"),
+            ("TEST_POOL_KEYBOARD_INTERRUPT", "KeyboardInterrupt"),
+            ("TEST_POOL_GENERATOR_EXIT", "GeneratorExit"),
+        ):
+            entry = running(job_type)
+            pool.submit(entry)
+            done, report = reports.next()
+            assert done is entry
+            assert (report.outcome, report.error) == (Outcome.RETRYABLE, error)
+            assert error.split(":")[0] in report.traceback
+        pool.submit(running("TEST_POOL_THREAD_NAME"))
+        _, report = reports.next()
+        assert (report.outcome, report.result) == (Outcome.SUCCEEDED, "stint-slot-0")
+        assert pool.busy() == 0
+        assert pool.reap_lost() == []  # no thread was lost
+    finally:
+        pool.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread we kill
+def test_a_lost_slot_thread_is_found_its_job_returned_and_its_slot_replaced() -> None:
+    # The callback raises KeyboardInterrupt in the slot thread, outside any handler: the thread
+    # dies, as one would of an exception raised into it from outside.
+    reports = Reports(fail=KeyboardInterrupt())
+    pool = ThreadPool(1, reports)
+    before = lost_threads()
+    try:
+        doomed = running("TEST_POOL_THREAD_NAME")
+        pool.submit(doomed)
+        deadline = time.monotonic() + WAIT
+        lost: list[Running] = []
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+            lost = pool.reap_lost()
+
+        assert lost == [doomed]
+        assert lost_threads() == before + 1
+        assert pool.busy() == 0
+        assert pool.reap_lost() == []  # replaced once
+        pool.submit(running("TEST_POOL_THREAD_NAME"))
+        _, report = reports.next()
+        assert (report.outcome, report.result) == (Outcome.SUCCEEDED, "stint-slot-0")
+    finally:
+        pool.close()
+
+
+def test_how_a_process_died_is_said_plainly() -> None:
+    assert describe_exit(1) == "exit code 1"
+    assert describe_exit(0) == "exit code 0"
+    assert describe_exit(-signal.SIGSEGV) == "signal 11: SIGSEGV"
+    assert describe_exit(-signal.SIGKILL) == "signal 9: SIGKILL"
+    assert describe_exit(None) == "exit status unknown"
+    assert died_while_running(-11) == "worker process died (signal 11: SIGSEGV) while running this job"

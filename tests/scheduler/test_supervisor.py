@@ -1,0 +1,215 @@
+"""The ``run_workers`` supervisor against hostile handlers, as real OS processes.
+
+The handlers come from the test-only app ``tests.hostile``, plugged into the worker processes
+with ``STINT_EXTRA_APPS`` the way a user plugs in their own app; importing its ``jobs`` module
+here registers the same types in this process, so that ``enqueue`` accepts them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+import tests.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
+from scheduler.maintenance.promoter import DuePromoter
+from scheduler.models import Job, JobAttempt, JobResult, WorkerNode
+from scheduler.services import enqueue, enqueue_many
+from scheduler.states import AttemptStatus, EventType, JobStatus
+from tests.hostile.jobs import CRASH_TABLE
+from tests.scheduler.test_metrics import free_port, scrape, value
+from tests.scheduler.test_workers import (
+    Processes,
+    attempts,
+    events,
+    gone,
+    live_workers,
+    pool_children,
+    status,
+    status_is,
+    wait_until,
+    worker_of,
+    worker_pid,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+POISON_WAIT = 90.0  # seconds for a poison job to use up its budget: four process deaths, two cores shared
+TERMINAL = (JobStatus.SUCCESS, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+@pytest.fixture
+def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
+    """Start commands with ``procs.worker()``; all are stopped before the database is flushed."""
+    processes = Processes(tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+        sys.stderr.write(processes.report() + "\n")
+
+
+@pytest.fixture
+def hostile(procs: Processes) -> Processes:
+    """``procs`` whose worker processes also load the ``tests.hostile`` handlers."""
+    procs.env["STINT_EXTRA_APPS"] = "tests.hostile"
+    return procs
+
+
+def promote() -> None:
+    DuePromoter().run_once()
+
+
+def terminal(ids: list) -> bool:
+    return not Job.objects.filter(id__in=ids).exclude(status__in=TERMINAL).exists()
+
+
+# -- a handler cannot take its slot ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_system_exit_and_keyboard_interrupt_are_outcomes_and_the_slot_keeps_serving(
+    hostile: Processes, pool: str
+) -> None:
+    worker = hostile.worker(concurrency=1, pool=pool)
+    process, node = worker_pid(worker), worker_of(worker)
+    children = pool_children(process)
+
+    exits = enqueue("HOSTILE_SYS_EXIT", max_retries=1)
+    wait_until(status_is(exits, JobStatus.DEAD), each=promote, what="the sys.exit() job was dead-lettered")
+    interrupts = enqueue("HOSTILE_KEYBOARD_INTERRUPT", max_retries=1)
+    wait_until(status_is(interrupts, JobStatus.DEAD), each=promote, what="the KeyboardInterrupt job was dead-lettered")
+    after = enqueue("DEMO_TASK", {"result": "still serving"})
+    wait_until(status_is(after, JobStatus.SUCCESS), what="the next job ran in the same one slot")
+
+    for job, error in ((exits, "SystemExit: 3"), (interrupts, "KeyboardInterrupt")):
+        rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("status", "error", "worker"))
+        assert rows == [(AttemptStatus.FAILED, error, node)] * 2
+        assert error.split(":")[0] in JobAttempt.objects.filter(job_id=job.id).first().traceback
+    assert JobAttempt.objects.get(job_id=after.id).worker == node
+    # Neither the worker process nor its pool child was replaced: the exceptions never left the handler.
+    assert worker_pid(worker) == process
+    assert pool_children(process) == children
+    assert WorkerNode.objects.filter(supervisor_pid=worker.pid).count() == 1
+
+
+# -- a handler that kills its process ----------------------------------------------------------
+
+
+def crash_times(job: Job) -> dict[int, dt.datetime]:
+    """Attempt number -> when (database clock) HOSTILE_CRASH killed its process in that attempt."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT attempt, at FROM {CRASH_TABLE} WHERE job_id = %s", [job.id])  # noqa: S608
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.parametrize(("how", "death"), [("exit", "exit code 1"), ("segv", "signal 11: SIGSEGV")])
+def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succeed(
+    hostile: Processes, how: str, death: str
+) -> None:
+    port = free_port()
+    worker = hostile.worker(concurrency=4, extra=[f"--metrics-port={port}"])
+    first_pid, first_node = worker_pid(worker), worker_of(worker)
+    # One transaction: the worker claims all four at once. The poison job waits for the other
+    # three to be RUNNING, then kills the process they share. Default budgets (max_retries 3).
+    *neighbours, poison_id = enqueue_many(
+        [
+            *({"type": "DEMO_TASK", "payload": {"sleep_seconds": 1.5, "result": n}} for n in range(3)),
+            {"type": "HOSTILE_CRASH", "payload": {"how": how, "neighbours": 3}},
+        ]
+    )
+    poison = Job.objects.get(id=poison_id)
+
+    wait_until(
+        lambda: status(poison) == JobStatus.DEAD and terminal(neighbours),
+        each=promote,
+        timeout=POISON_WAIT,
+        what="the poison job dead and its neighbours finished",
+    )
+
+    lost = f"worker process died ({death}) while running this job"
+    poison_attempts = list(JobAttempt.objects.filter(job_id=poison.id).values_list("status", "error", "worker"))
+    assert [(s, e) for s, e, _ in poison_attempts] == [(AttemptStatus.LOST, lost)] * 4  # 1 + max_retries
+    isolation_nodes = set(
+        WorkerNode.objects.filter(supervisor_pid=worker.pid, isolation=True).values_list("id", flat=True)
+    )
+    assert poison_attempts[0][2] == first_node
+    assert {w for _, _, w in poison_attempts[1:]} <= isolation_nodes  # each run alone, in isolation
+    dead = Job.objects.get(id=poison.id)
+    assert (dead.last_error, dead.isolated) == (lost, True)  # recovered, it would run in isolation again
+    assert events(poison)[-1] == EventType.JOB_DEAD
+
+    for job_id in neighbours:
+        job = Job.objects.get(id=job_id)
+        rows = list(JobAttempt.objects.filter(job_id=job_id).values_list("status", "error", "worker"))
+        assert job.status == JobStatus.SUCCESS
+        assert [(s, e) for s, e, _ in rows] == [(AttemptStatus.LOST, lost), (AttemptStatus.SUCCEEDED, "")]
+        assert rows[1][2] in isolation_nodes
+        assert job.isolated is False  # it ran without killing its process: it may share one again
+        assert JobResult.objects.get(job_id=job_id).result["attempt"] == 2
+
+    # Rescue followed the first crash at once (the supervisor, not a lease expiry 3 s later).
+    first_loss = JobAttempt.objects.get(job_id=poison.id, attempt_number=1).finished_at
+    assert dt.timedelta(0) <= first_loss - crash_times(poison)[1] < dt.timedelta(seconds=2)
+    # The supervisor replaced the dead worker process and is still running.
+    assert worker.popen.poll() is None
+    assert gone(first_pid)
+    assert WorkerNode.objects.get(id=first_node).stopped_at is not None
+    wait_until(lambda: live_workers([worker.pid]).exclude(pid=first_pid).exists(), what="a replacement registered")
+    assert f"worker process {first_pid} ({first_node}) died ({death})" in worker.output()
+    # The supervisor serves its processes' metrics and its own, summed, each family once.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310 - loopback
+        help_lines = [line for line in response.read().decode().splitlines() if line.startswith("# HELP ")]
+    assert len(help_lines) == len(set(help_lines))
+    samples = scrape(port)
+    assert value(samples, "worker_processes_died_total") == 1
+    assert value(samples, "leases_rescued_total") == 4  # the four jobs of the dead process, at once
+    assert value(samples, "jobs_dead_total", type="HOSTILE_CRASH", queue="default") == 1
+    assert value(samples, "jobs_completed_total", type="DEMO_TASK", queue="default") == 3
+
+
+def test_a_worker_process_that_keeps_dying_at_start_up_is_restarted_with_backoff(procs: Processes) -> None:
+    # A database that does not exist: every worker process dies registering itself.
+    procs.env["DATABASE_URL"] = procs.env["DATABASE_URL"].rsplit("/", 1)[0] + "/stint_no_such_database"
+    worker = procs.worker(concurrency=1, ready=False)
+
+    wait_until(lambda: "(2 in a row); starting another in 2 s" in worker.output(), what="the second restart")
+
+    assert "(1 in a row); starting another in 1 s" in worker.output()
+    assert worker.popen.poll() is None  # the supervisor itself stays up
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+# -- outcomes PostgreSQL refuses ---------------------------------------------------------------
+
+
+def test_outcomes_postgresql_refuses_never_block_the_others(hostile: Processes) -> None:
+    hostile.worker(concurrency=4)
+    ids = enqueue_many(
+        [
+            {"type": "HOSTILE_NUL_ERROR", "max_retries": 1},
+            {"type": "HOSTILE_NUL_RESULT"},
+            *({"type": "DEMO_TASK", "payload": {"result": n}} for n in range(6)),
+        ]
+    )
+
+    wait_until(lambda: terminal(ids), each=promote, what="every job finished")
+
+    nul_error, nul_result, *ordinary = (Job.objects.get(id=i) for i in ids)
+    assert all(job.status == JobStatus.SUCCESS for job in ordinary)
+    assert nul_error.status == JobStatus.DEAD
+    assert nul_error.last_error == "ValueError: badbyte ? here"
+    failed = JobAttempt.objects.filter(job_id=nul_error.id)
+    assert [a.error for a in failed] == ["ValueError: badbyte ? here"] * 2
+    assert all("\x00" not in a.traceback and "ValueError" in a.traceback for a in failed)
+    assert nul_result.status == JobStatus.FAILED
+    assert nul_result.last_error.startswith("the handler's result could not be stored: DataError: ")
+    assert attempts(nul_result) == [(1, AttemptStatus.FAILED)]
+    assert JobResult.objects.get(job_id=nul_result.id).result is None
