@@ -60,7 +60,14 @@ class Workers:
         log = self.tmp_path / f"worker-{len(self.started)}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
-                [sys.executable, "manage.py", "run_workers", f"--concurrency={concurrency}", f"--pool={pool}"],
+                [
+                    sys.executable,
+                    "manage.py",
+                    "run_workers",
+                    "--processes=1",
+                    f"--concurrency={concurrency}",
+                    f"--pool={pool}",
+                ],
                 cwd=ROOT,
                 env={**os.environ, **FAST, "DATABASE_URL": database_url(), **(env or {})},
                 stdout=out,
@@ -72,7 +79,8 @@ class Workers:
         def registered() -> bool:
             if popen.poll() is not None:
                 raise AssertionError(f"worker exited with {popen.returncode}:\n{log.read_text(errors='replace')}")
-            return WorkerNode.objects.filter(pid=popen.pid, stopped_at__isnull=True).exists()
+            # run_workers supervises its worker processes: each registers with the supervisor's pid.
+            return WorkerNode.objects.filter(supervisor_pid=popen.pid, stopped_at__isnull=True).exists()
 
         wait_until(registered, what="the worker registered", timeout=60.0)
         return popen.pid
