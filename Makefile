@@ -11,7 +11,7 @@ ARGS ?=
 OBSERVE_DIR ?= .observe
 OBSERVE_PORT ?= 9090
 
-.PHONY: run serve test lint fmt loadtest bench clean observe observe-config prometheus-tools fuzz
+.PHONY: run serve test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,19 @@ test: $(VENV)/.dev prometheus-tools
 # Benchmark (not a test): real worker processes, 10,000 jobs; ARGS="--noop --jobs 20000" etc.
 loadtest: $(VENV)/.dev
 	@$(DEVSTACK) $(PY) bench/loadtest.py $(ARGS)
+
+# Fault-injection suite (not a test, not part of `make test`): its own PostgreSQL, Redis and broker on a
+# database host, Stint on two more hosts (network namespaces when root), load, seeded faults, invariants.
+# ARGS="--scenario worker-kill", "--profile soak", "--seed 7", "--list". Needs Debian's libfaketime for
+# the clock-skew scenario (installed here when missing and we are root).
+chaos: $(VENV)/.dev
+	@if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "libfaketime not found: installing Debian's libfaketime"; \
+	  { apt-get -o DPkg::Lock::Timeout=300 update -qq \
+	    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends libfaketime; \
+	  } >/dev/null || echo "WARNING: could not install libfaketime: the clock-skew scenario will not run"; \
+	fi
+	@$(PY) -m chaos $(ARGS)
 
 # ruff; bandit failing on any high-severity finding (lower ones are printed: read them); pip-audit of
 # the pinned requirements, --strict so a package it could not look up fails the run instead of

@@ -112,7 +112,22 @@ class Hosts:
 
     def netem(self, host: str, spec: list[str]) -> None:
         """Apply ``tc netem <spec>`` to traffic leaving ``host`` and traffic entering it."""
-        _run(["ip", "netns", "exec", self.namespaces[host], "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", *spec])
+        _run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.namespaces[host],
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                "eth0",
+                "root",
+                "netem",
+                *spec,
+            ]
+        )
         _run(["tc", "qdisc", "replace", "dev", self.outer[host], "root", "netem", *spec])
 
     def delay_all(self, ms: int) -> None:
@@ -132,7 +147,9 @@ class Hosts:
         if not self.isolated:
             return
         for host in NAMES:
-            _run(["ip", "netns", "exec", self.namespaces[host], "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+            _run(
+                ["ip", "netns", "exec", self.namespaces[host], "tc", "qdisc", "del", "dev", "eth0", "root"], check=False
+            )
             _run(["tc", "qdisc", "del", "dev", self.outer[host], "root"], check=False)
 
     def close(self) -> None:

@@ -111,6 +111,7 @@ class Snapshot:
     # Spans in which no scheduler ran at all: the misfire policy decides exactly what fires.
     dead_windows: list[tuple[dt.datetime, dt.datetime]] = field(default_factory=list)
     running_past_lease: list[str] = field(default_factory=list)  # any owner: RUNNING with an expired lease
+    anomalies: list[str] = field(default_factory=list)  # answers the load found wrong (e.g. an idempotent replay)
     recovery_seconds: float | None = None
     recovery_bound: float = 60.0
 
@@ -127,8 +128,8 @@ def _attempts_by_job(snap: Snapshot) -> dict[str, dict[int, str]]:
 
 
 def check_i1(snap: Snapshot) -> list[str]:
-    """I1: every created job exists and is finished or legitimately pending."""
-    out = []
+    """I1: every created job exists and is finished or legitimately pending; no wrong answer to the load."""
+    out = list(snap.anomalies)
     for job_id in sorted(snap.created):
         job = snap.jobs.get(job_id)
         if job is None:
@@ -165,9 +166,7 @@ def duplicate_count(snap: Snapshot) -> int:
     """Executions beyond the first for one (job, attempt), plus extra SUCCEEDED attempts with an effect."""
     attempts = _attempts_by_job(snap)
     extra = sum(e - 1 for _, _, e in snap.effects if e > 1)
-    succeeded: Counter[str] = Counter(
-        j for j, a, _ in snap.effects if attempts.get(j, {}).get(a) == "SUCCEEDED"
-    )
+    succeeded: Counter[str] = Counter(j for j, a, _ in snap.effects if attempts.get(j, {}).get(a) == "SUCCEEDED")
     return extra + sum(n - 1 for n in succeeded.values() if n > 1)
 
 
@@ -342,7 +341,8 @@ def check_i6(snap: Snapshot) -> list[str]:
             fired_missed = [t for t in missed if t in fired]
             if schedule.policy == "skip" and len(fired_missed) != 1:
                 out.append(
-                    f"schedule {schedule.id} (skip): {len(fired_missed)} of {len(missed)} missed fires fired, expected 1"
+                    f"schedule {schedule.id} (skip): {len(fired_missed)} of {len(missed)} missed fires fired,"
+                    " expected 1"
                 )
             if schedule.policy == "skip" and fired_missed and fired_missed[0] != missed[-1]:
                 # The latest missed time may sit within SLACK of the window's end; accept the last two.

