@@ -91,14 +91,15 @@ class TopicScanner:
             except (KafkaException, RuntimeError):
                 pass
 
-    def caught_up(self) -> bool:
-        """True when every partition has been read up to its current high watermark."""
-        consumer = self._consumer
-        if consumer is None:
-            return False
+    def caught_up(self, probe: Consumer) -> bool:
+        """True when every partition has been read up to its current high watermark (asked through ``probe``).
+
+        The watermarks are asked through a second client: a librdkafka consumer is not to be
+        called from two threads at once (measured: the call blocks while the scan thread polls).
+        """
         try:
             for p in range(self.partitions):
-                _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2, cached=False)
+                _, high = probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2, cached=False)
                 if high > 0 and self._positions.get(p, 0) < high:
                     return False
         except (KafkaException, RuntimeError):
@@ -107,12 +108,18 @@ class TopicScanner:
 
     def catch_up(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until ``caught_up()``; return whether it was."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.caught_up():
-                return True
-            time.sleep(0.2)
-        return False
+        probe = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": f"chaos-probe-{uuid.uuid4().hex[:8]}", "log_level": 0}
+        )
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.caught_up(probe):
+                    return True
+                time.sleep(0.2)
+            return False
+        finally:
+            probe.close()
 
     def snapshot(self) -> dict[str, int]:
         """A copy of the per-event-id counts."""

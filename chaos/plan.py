@@ -18,6 +18,7 @@ HEARTBEAT_SECONDS = 1.0  # STINT_HEARTBEAT_SECONDS
 GRACE_SECONDS = 2.0  # STINT_SHUTDOWN_GRACE_SECONDS: shorter than the long jobs, so SIGTERM hands back
 LEADER_TTL_SECONDS = 10.0  # scheduler.leadership.DEFAULT_TTL_SECONDS (not configurable)
 CRON_INTERVAL_SECONDS = 2  # interval of the schedules the cron scenarios create
+MIN_GAP = 1.5  # seconds between two faults of one scenario (a restarted process needs about this to be back)
 
 HOSTS = ("h2", "h3")  # the two application hosts; the servers live on "db"
 JOB_TYPE = "CHAOS"
@@ -166,8 +167,12 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
     early = round(rng.uniform(0.2, 0.35) * load, 2)  # a fault early enough to heal inside the window
 
     def spread(count: int) -> list[float]:
-        """``count`` distinct offsets in the middle 10-80% of the load window."""
-        return sorted(round(rng.uniform(0.1, 0.8) * load, 2) for _ in range(count))
+        """``count`` offsets in the middle 10-80% of the load window, at least ``MIN_GAP`` seconds apart."""
+        span = 0.7 * load - MIN_GAP * (count - 1)
+        if span <= 0:
+            raise ValueError(f"{count} faults do not fit {MIN_GAP} s apart in {load} s")
+        draws = sorted(rng.uniform(0, span) for _ in range(count))
+        return [round(0.1 * load + d + MIN_GAP * i, 2) for i, d in enumerate(draws)]
 
     if name == "worker-kill":
         return [Fault(at=t, action="sigkill", target=f"worker@{rng.choice(HOSTS)}") for t in spread(profile.kills)]

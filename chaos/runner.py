@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import faulthandler
 import json
 import logging
 import os
@@ -797,7 +798,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def interrupted(signum: int, _frame: Any) -> None:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=False)
         raise KeyboardInterrupt(f"signal {signum}")
+
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
     signal.signal(signal.SIGTERM, interrupted)
     started = _now()
