@@ -18,6 +18,7 @@ HEARTBEAT_SECONDS = 1.0  # STINT_HEARTBEAT_SECONDS
 GRACE_SECONDS = 2.0  # STINT_SHUTDOWN_GRACE_SECONDS: shorter than the long jobs, so SIGTERM hands back
 LEADER_TTL_SECONDS = 10.0  # scheduler.leadership.DEFAULT_TTL_SECONDS (not configurable)
 CRON_INTERVAL_SECONDS = 2  # interval of the schedules the cron scenarios create
+LONG_JOB_SECONDS = 4.0  # a "long" job: outlasts GRACE_SECONDS, so a SIGTERM hands it back
 MIN_GAP = 1.5  # seconds between two faults of one scenario (a restarted process needs about this to be back)
 
 HOSTS = ("h2", "h3")  # the two application hosts; the servers live on "db"
@@ -251,10 +252,10 @@ def job_mix(mix: str, count: int, rng: random.Random, *, api_share: float) -> li
 
     standard: mostly quick jobs, some that sleep up to 1.5 s (so faults find jobs running), some
     that fail once, some that always fail (max_retries 2, so DEAD after 3 attempts), some delayed
-    2-4 s. long: half the jobs sleep 5 s, past the shutdown grace. poison: about 1 in 20 is a
-    poison job (os._exit, sys.exit or an error text with NUL). storm: every job fails each
-    attempt with probability 1/2 and sleeps nothing. ``api_share`` of the jobs go through the
-    REST API, the rest through ``enqueue_many``.
+    2-4 s. long: 6% of the jobs sleep ``LONG_JOB_SECONDS``, past the shutdown grace, the rest is
+    standard. poison: about 1 in 20 is a poison job (os._exit, sys.exit or an error text with
+    NUL). storm: every job fails each attempt with probability 1/2 and sleeps nothing.
+    ``api_share`` of the jobs go through the REST API, the rest through ``enqueue_many``.
     """
     if mix not in ("standard", "long", "poison", "storm"):
         raise ValueError(f"unknown mix {mix!r}")
@@ -272,9 +273,13 @@ def job_mix(mix: str, count: int, rng: random.Random, *, api_share: float) -> li
             mode = ("exit", "sysexit", "nul")[i % 3]
             jobs.append(JobSpec(payload={"mode": mode, "n": i}, via=via, idempotency_key=key, max_retries=2))
             continue
-        if mix == "long" and roll < 0.5:
-            jobs.append(JobSpec(payload={"mode": "ok", "sleep": 5.0, "n": i}, via=via, idempotency_key=key))
+        if mix == "long" and roll < 0.06:
+            jobs.append(
+                JobSpec(payload={"mode": "ok", "sleep": LONG_JOB_SECONDS, "n": i}, via=via, idempotency_key=key)
+            )
             continue
+        if mix == "long":
+            roll = rng.random()  # the rest is the standard mix
         if roll < 0.55:
             spec = JobSpec(payload={"mode": "ok", "sleep": round(rng.uniform(0, 0.05), 3), "n": i})
         elif roll < 0.75:

@@ -149,9 +149,9 @@ class Run:
         from chaos.snapshot import INSTRUMENTATION_DDL
 
         call_command("migrate", verbosity=0)
-        with self.control() as conn:
-            conn.execute(EFFECT_TABLE_DDL)
-            conn.execute(INSTRUMENTATION_DDL)
+        conn = self.control()
+        conn.execute(EFFECT_TABLE_DDL)
+        conn.execute(INSTRUMENTATION_DDL)
         env = {**os.environ, **base, **self.extra_env, "STINT_CHAOS_FAILPOINTS": str(self.failpoints)}
         self.cluster = Cluster(hosts=self.hosts, env=env, workdir=self.workdir, worker_slots=WORKER_SLOTS)
         self.cluster.start()
@@ -211,29 +211,31 @@ class Run:
 
     # -- the control connection --------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def control(self):
-        """Yield the runner's own autocommit connection (application_name chaos-control), reconnecting as needed."""
-        for attempt in range(60):
+    def control(self) -> psycopg.Connection:
+        """The runner's own autocommit connection (application_name chaos-control), opened if needed."""
+        if self._control is None or self._control.closed or self._control.broken:
+            self._control = psycopg.connect(
+                self.db_url, autocommit=True, application_name="chaos-control", connect_timeout=5
+            )
+        return self._control
+
+    def sql(self, fn: Any, *, tries: int = 120) -> Any:
+        """Return ``fn(connection)``, reconnecting and retrying (each 0.5 s, ``tries`` times) while it is away."""
+        for attempt in range(tries):
             try:
-                if self._control is None or self._control.closed:
-                    self._control = psycopg.connect(
-                        self.db_url, autocommit=True, application_name="chaos-control", connect_timeout=5
-                    )
-                yield self._control
-                return
+                return fn(self.control())
             except psycopg.OperationalError:
                 with contextlib.suppress(Exception):
                     self._control.close()
                 self._control = None
-                if attempt == 59:
+                if attempt == tries - 1:
                     raise
                 time.sleep(0.5)
+        raise AssertionError("unreachable")
 
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         """First column of the first row of ``sql`` (None when there is no row)."""
-        with self.control() as conn:
-            row = conn.execute(sql, params or []).fetchone()
+        row = self.sql(lambda conn: conn.execute(sql, params or []).fetchone())
         return row[0] if row else None
 
     # -- one scenario ------------------------------------------------------------------------
@@ -279,6 +281,8 @@ class Run:
                 break
             time.sleep(0.05)
         load.join()
+        if schedules:
+            self._await_leader(scenario, injected)
         load_end = _now()
         disabled_at = self.disable_schedules(schedules)
         last_heal = max([load_end, *(i.healed for i in injected if i.healed)])
@@ -297,8 +301,9 @@ class Run:
             )
             for s_id, policy, first in schedules
         ]
-        with self.control() as conn:
-            snap = collect(
+
+        def read(conn: psycopg.Connection) -> Any:
+            return collect(
                 conn,
                 owner_id=owner_id,
                 created=set(load.created),
@@ -309,10 +314,32 @@ class Run:
                 recovery_seconds=recovery,
                 recovery_bound=bound,
             )
-            final_backlog = backlog(conn, owner_id)
+
+        snap = self.sql(read)
+        final_backlog = self.sql(lambda conn: backlog(conn, owner_id))
         snap.anomalies = list(load.anomalies)
         result = verdict(snap)
         return self._row(scenario, load, injected, snap, result, errors, recovery, final_backlog, offsets, window)
+
+    def _await_leader(self, scenario: Scenario, injected: list[Injected]) -> None:
+        """Keep the schedules running until a leader term began after the last fault and fired twice more.
+
+        A failover takes up to the leadership TTL: disabling the schedules before it would hide
+        whether the new leader fires what the misfire policy requires.
+        """
+        from chaos.snapshot import term_starts
+
+        last = max((i.started for i in injected if i.started), default=None)
+        if last is None:
+            return
+        deadline = time.monotonic() + plan.LEADER_TTL_SECONDS + 20
+        while time.monotonic() < deadline:
+            if any(at > last for at, _, _ in self.sql(term_starts)) or self.leader():
+                break
+            time.sleep(0.25)
+        else:
+            say(f"[{scenario.name}] no leader term began within {plan.LEADER_TTL_SECONDS + 20:.0f} s of the last fault")
+        time.sleep(2 * plan.CRON_INTERVAL_SECONDS + 1)
 
     def _cannot_run(self, scenario: Scenario) -> str:
         if scenario.needs_namespaces and not self.hosts.isolated:
@@ -323,6 +350,9 @@ class Run:
 
     def ensure_healthy(self) -> None:
         """Heal links, resume or restart servers, run every process, clear failpoints; wait for two live workers."""
+        from django.db import connection
+
+        connection.close()  # the runner's Django connection may have died with a fault of the last scenario
         self.hosts.heal()
         for server in (self.pg, self.redis, self.broker):
             server.resume()
@@ -420,8 +450,7 @@ class Run:
         from chaos.snapshot import backlog
 
         try:
-            with self.control() as conn:
-                b = backlog(conn, owner_id)
+            b = self.sql(lambda conn: backlog(conn, owner_id), tries=1)
             shown = f"unfinished={b['unfinished']} unpublished={b['unpublished']} unaudited={b['unaudited']}"
         except psycopg.Error:
             shown = "database unreachable"
@@ -439,8 +468,7 @@ class Run:
         next_progress = time.monotonic() + PROGRESS_SECONDS
         while time.monotonic() < limit:
             try:
-                with self.control() as conn:
-                    b = backlog(conn, owner_id)
+                b = self.sql(lambda conn: backlog(conn, owner_id), tries=1)
             except psycopg.Error:
                 b = {"unfinished": -1}
             if not any(b.values()):
@@ -530,12 +558,11 @@ class Run:
             self.pg.restart_immediate()
             return f"PostgreSQL immediate stop + start (down {time.monotonic() - started:.1f} s)"
         if f.target == "postgres":
-            with self.control() as conn:
-                n = conn.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                    " WHERE backend_type = 'client backend'"
-                    " AND pid <> pg_backend_pid() AND application_name <> 'chaos-control'"
-                ).fetchone()[0]
+            n = self.scalar(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend'"
+                " AND pid <> pg_backend_pid() AND application_name <> 'chaos-control'"
+            )
             return f"pg_terminate_backend of {n} client connections"
         if f.target == "redis" and f.action == "down":
             self.redis.kill()
@@ -609,8 +636,7 @@ class Run:
         """Outage windows (a fault to the first leadership term after it) and dead windows (no scheduler at all)."""
         from chaos.snapshot import term_starts
 
-        with self.control() as conn:
-            terms = term_starts(conn)
+        terms = self.sql(term_starts)
         windows, dead = [], []
         for item in injected:
             if item.started is None:
