@@ -143,6 +143,7 @@ class Run:
         import django
 
         django.setup()
+        logging.getLogger().setLevel(logging.WARNING)  # LOG_LEVEL=INFO is for the cluster's processes
         from django.core.management import call_command
 
         from chaos.jobs import EFFECT_TABLE_DDL

@@ -244,6 +244,14 @@ def test_i6_dead_window_skip_fires_only_the_latest_missed():
     assert any("missed fires fired, expected 1" in s for s in check_i6(every))
 
 
+def test_i6_dead_window_skip_firing_an_older_missed_time_fails():
+    dead = [(T0 + dt.timedelta(seconds=5), T0 + dt.timedelta(seconds=13, milliseconds=500))]
+    snap = Snapshot(
+        created=set(), jobs=fires(1, at(0, 2, 4, 8, 14, 16, 18, 20)), schedules=[sched("skip")], dead_windows=dead
+    )
+    assert any("not the latest missed" in s for s in check_i6(snap))
+
+
 def test_i6_dead_window_none_fires_nothing_missed_and_catch_up_everything():
     dead = [(T0 + dt.timedelta(seconds=5), T0 + dt.timedelta(seconds=13, milliseconds=500))]
     none_ok = Snapshot(
