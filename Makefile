@@ -43,14 +43,16 @@ loadtest: $(VENV)/.dev
 
 # Fault-injection suite (not a test, not part of `make test`): its own PostgreSQL, Redis and broker on a
 # database host, Stint on two more hosts (network namespaces when root), load, seeded faults, invariants.
-# ARGS="--scenario worker-kill", "--profile soak", "--seed 7", "--list". Needs Debian's libfaketime for
-# the clock-skew scenario (installed here when missing and we are root).
+# ARGS="--scenario worker-kill", "--profile soak", "--seed 7", "--list". Debian's libfaketime (clock-skew
+# scenario) and iptables (partition scenario) are installed when missing and we are root.
 chaos: $(VENV)/.dev
-	@if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "libfaketime not found: installing Debian's libfaketime"; \
+	@missing=""; [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || missing="$$missing libfaketime"; \
+	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's$$missing for make chaos"; \
 	  { apt-get -o DPkg::Lock::Timeout=300 update -qq \
-	    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends libfaketime; \
-	  } >/dev/null || echo "WARNING: could not install libfaketime: the clock-skew scenario will not run"; \
+	    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing; \
+	  } >/dev/null || echo "WARNING: could not install$$missing: the scenarios that need them will not run"; \
 	fi
 	@$(PY) -m chaos $(ARGS)
 

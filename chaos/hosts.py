@@ -57,6 +57,8 @@ class Hosts:
     bridge: str = ""
     outer: dict[str, str] = field(default_factory=dict)  # host -> the veth end on the bridge
     note: str = ""
+    netem: bool = False  # the kernel has sch_netem (tc delay and loss)
+    iptables: str = ""  # the iptables command that works here ("" when none)
 
     @classmethod
     def single(cls, tag: str, why: str) -> Hosts:
@@ -96,6 +98,18 @@ class Hosts:
         except HostsError:
             hosts.close()
             raise
+        hosts.netem = (
+            _run(
+                hosts.prefix("h2") + ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", "0ms"],
+                check=False,
+            ).returncode
+            == 0
+        )
+        _run(hosts.prefix("h2") + ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        for tool in ("iptables-legacy", "iptables"):
+            if shutil.which(tool) and _run(hosts.prefix("h3") + [tool, "-L", "-n"], check=False).returncode == 0:
+                hosts.iptables = tool
+                break
         return hosts
 
     def prefix(self, host: str) -> list[str]:
@@ -110,7 +124,7 @@ class Hosts:
 
     # -- faults on links ---------------------------------------------------------------------
 
-    def netem(self, host: str, spec: list[str]) -> None:
+    def _netem(self, host: str, spec: list[str]) -> None:
         """Apply ``tc netem <spec>`` to traffic leaving ``host`` and traffic entering it."""
         _run(
             [
@@ -138,9 +152,33 @@ class Hosts:
                  "netem", "delay", f"{ms}ms"]
             )  # fmt: skip
 
+    def can_partition(self) -> str:
+        """ "" when ``partition`` works here, else why not."""
+        if not self.isolated:
+            return "needs network namespaces (one-host run)"
+        if not (self.iptables or self.netem):
+            return "neither iptables nor sch_netem is available"
+        return ""
+
+    def can_delay(self) -> str:
+        """ "" when ``delay_all`` works here, else why not."""
+        if not self.isolated:
+            return "needs network namespaces (one-host run)"
+        if not self.netem:
+            return "this kernel has no sch_netem (tc netem), so no delay can be added"
+        return ""
+
     def partition(self, host: str) -> None:
-        """Drop every packet to and from ``host`` (it keeps running, cut off from the others)."""
-        self.netem(host, ["loss", "100%"])
+        """Silently drop every packet between ``host`` and the db host (both directions); ``host`` keeps running.
+
+        iptables DROP rules inside ``host``'s namespace when iptables works, else netem 100% loss.
+        """
+        if self.iptables:
+            db = self.addresses["db"]
+            _run([*self.prefix(host), self.iptables, "-A", "OUTPUT", "-d", db, "-j", "DROP"])
+            _run([*self.prefix(host), self.iptables, "-A", "INPUT", "-s", db, "-j", "DROP"])
+        else:
+            self._netem(host, ["loss", "100%"])
 
     def heal(self) -> None:
         """Remove every qdisc this class added (idempotent)."""

@@ -262,6 +262,7 @@ class Run:
         )
         schedules = self.create_schedules(owner_id, scenario.schedules)
         offsets = self.cluster.log_offsets()
+        exits_before = self.cluster.unexpected_exits()
         load = Load(jobs=jobs, seconds=window, web_url=self.cluster.web_url, token=token, owner_id=owner_id)
         say(f"[{scenario.name}] {scenario.summary}: {len(jobs)} jobs over {window:.0f} s, {len(faults)} faults")
         injected = [Injected(fault=f) for f in faults]
@@ -320,7 +321,14 @@ class Run:
         final_backlog = self.sql(lambda conn: backlog(conn, owner_id))
         snap.anomalies = list(load.anomalies)
         result = verdict(snap)
-        return self._row(scenario, load, injected, snap, result, errors, recovery, final_backlog, offsets, window)
+        exits = {
+            name: n - exits_before.get(name, 0)
+            for name, n in self.cluster.unexpected_exits().items()
+            if n > exits_before.get(name, 0)
+        }
+        return self._row(
+            scenario, load, injected, snap, result, errors, recovery, final_backlog, offsets, window, exits
+        )
 
     def _await_leader(self, scenario: Scenario, injected: list[Injected]) -> None:
         """Keep the schedules running until a leader term began after the last fault and fired twice more.
@@ -343,8 +351,10 @@ class Run:
         time.sleep(2 * plan.CRON_INTERVAL_SECONDS + 1)
 
     def _cannot_run(self, scenario: Scenario) -> str:
-        if scenario.needs_namespaces and not self.hosts.isolated:
-            return "needs network namespaces (one-host run)"
+        if scenario.name == "partition-h3":
+            return self.hosts.can_partition()
+        if scenario.name == "latency":
+            return self.hosts.can_delay()
         if scenario.skew and not faketime_available():
             return "libfaketime is not installed (apt-get install libfaketime)"
         return ""
@@ -583,7 +593,8 @@ class Run:
             return f"failpoint {f.target} armed"
         if f.action == "partition":
             self.hosts.partition(f.target)
-            return f"{f.target} partitioned (100% loss both ways) for {f.hold:.0f} s"
+            how = f"{self.hosts.iptables} DROP" if self.hosts.iptables else "netem 100% loss"
+            return f"{f.target} cut off from the db host ({how}, both ways) for {f.hold:.0f} s"
         if f.action == "netem-delay":
             self.hosts.delay_all(NETEM_DELAY_MS)
             return f"netem delay {NETEM_DELAY_MS} ms on every host for {f.hold:.0f} s"
@@ -652,7 +663,9 @@ class Run:
 
     # -- reporting ---------------------------------------------------------------------------
 
-    def _row(self, scenario, load, injected, snap, result: Verdict, errors, recovery, final_backlog, offsets, window):
+    def _row(
+        self, scenario, load, injected, snap, result: Verdict, errors, recovery, final_backlog, offsets, window, exits
+    ):
         from collections import Counter
 
         states = Counter(j.status for j in snap.jobs.values())
@@ -696,7 +709,8 @@ class Run:
             "kafka_copies_per_event": {str(k): v for k, v in sorted(kafka_copies.items())},
             "cron_fires": sum(1 for j in snap.jobs.values() if j.schedule_id is not None),
             "final_backlog": final_backlog,
-            "process_exits_not_by_runner": self.cluster.unexpected_exits(),
+            # Exits the runner did not cause with a signal (a failpoint's SIGKILL counts here too).
+            "process_exits_not_by_runner": exits,
             "failed_invariants": result.failed,
             "violations": result.violations,
             "errors": errors,
