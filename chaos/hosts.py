@@ -55,6 +55,7 @@ class Hosts:
     addresses: dict[str, str]
     namespaces: dict[str, str] = field(default_factory=dict)
     bridge: str = ""
+    bridge_address: str = ""  # the root namespace's address on the bridge (reachable from every host)
     outer: dict[str, str] = field(default_factory=dict)  # host -> the veth end on the bridge
     note: str = ""
     netem: bool = False  # the kernel has sch_netem (tc delay and loss)
@@ -77,6 +78,7 @@ class Hosts:
             addresses={name: f"{subnet}.{i}" for i, name in enumerate(NAMES, start=1)},
             namespaces={name: f"stc-{tag}-{name}" for name in NAMES},
             bridge=f"stc{tag}br",
+            bridge_address=f"{subnet}.254",
             outer={name: f"stc{tag}{name}o" for name in NAMES},
         )
         (RECORD_DIR / f"stint-chaos-{tag}.json").write_text(json.dumps({"pid": os.getpid(), "tag": tag}))

@@ -131,7 +131,11 @@ SCENARIOS: tuple[Scenario, ...] = (
         summary="host 3 partitioned from the database host for longer than a lease, then healed",
         needs_namespaces=True,
     ),
-    Scenario(name="latency", summary="tc netem 100 ms on every host's link", needs_namespaces=True),
+    Scenario(
+        name="latency",
+        summary="100 ms added each way between the hosts (tc netem, or a link proxy)",
+        needs_namespaces=True,
+    ),
     Scenario(name="clock-skew", summary="host 3's scheduler at +5 min and worker at -5 min (libfaketime)", skew=True),
     Scenario(name="poison", summary="poison handlers (os._exit, sys.exit, NUL error) in the load", mix="poison"),
     Scenario(name="retry-storm", summary="a handler failing 50% of the time at 500 jobs/s", mix="storm"),
@@ -212,7 +216,9 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
     if name == "partition-h3":
         return [Fault(at=early, action="partition", target="h3", hold=max(2 * LEASE_SECONDS + 2, 20 * profile.scale))]
     if name == "latency":
-        return [Fault(at=round(0.1 * load, 2), action="netem-delay", target="all", hold=round(0.6 * load, 2))]
+        return [
+            Fault(at=round(0.1 * load, 2), action="netem-delay", target="all", hold=max(20.0, round(0.6 * load, 2)))
+        ]
     if name == "clock-skew":
         return [Fault(at=0.0, action="skew", target="h3", hold=load)]
     return []  # poison, retry-storm: the load itself is the fault

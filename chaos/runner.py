@@ -21,6 +21,7 @@ import random
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +89,7 @@ class Run:
         self.cluster: Cluster | None = None
         self.scanner: TopicScanner | None = None
         self._control: psycopg.Connection | None = None
+        self._proxy: subprocess.Popen[bytes] | None = None
         self.db_url = ""
 
     # -- set-up and tear-down ----------------------------------------------------------------
@@ -193,6 +195,7 @@ class Run:
     def teardown(self) -> None:
         """Stop everything this run started and delete its namespaces (always; best effort)."""
         for step in (
+            lambda: self._proxy and self._proxy.kill(),
             lambda: self.scanner and self.scanner.stop(),
             lambda: self.cluster and self.cluster.stop(),
             lambda: self._control and self._control.close(),
@@ -595,9 +598,15 @@ class Run:
             self.hosts.partition(f.target)
             how = f"{self.hosts.iptables} DROP" if self.hosts.iptables else "netem 100% loss"
             return f"{f.target} cut off from the db host ({how}, both ways) for {f.hold:.0f} s"
-        if f.action == "netem-delay":
+        if f.action == "netem-delay" and self.hosts.netem:
             self.hosts.delay_all(NETEM_DELAY_MS)
             return f"netem delay {NETEM_DELAY_MS} ms on every host for {f.hold:.0f} s"
+        if f.action == "netem-delay":
+            self._start_link_proxy()
+            return (
+                f"{NETEM_DELAY_MS} ms each way on every process's PostgreSQL and Redis link (link proxy: this"
+                f" kernel has no sch_netem) for {f.hold:.0f} s"
+            )
         if f.action == "skew":
             c.restart("scheduler@h3", extra_env=skew_env("+5m"))
             c.restart("worker@h3", extra_env=skew_env("-5m"))
@@ -618,6 +627,8 @@ class Run:
                 self.broker.resume()
             elif f.target == "broker" and f.action == "restart":
                 self.broker.start()
+            elif f.action == "netem-delay" and self._proxy is not None:
+                self._stop_link_proxy()
             elif f.action in ("partition", "netem-delay"):
                 self.hosts.heal()
             elif f.action == "skew":
@@ -628,6 +639,41 @@ class Run:
         item.healed = _now()
         if f.hold:
             say(f"  healed at {f.healed_at:.1f}s: {f.action} {f.target}")
+
+    def _start_link_proxy(self) -> None:
+        """Route every Stint process's PostgreSQL and Redis traffic through a proxy that delays each byte.
+
+        The proxy listens on the bridge (reachable from h2 and h3) and forwards to the db host;
+        each process restarts with URLs that point at it. Kafka is not delayed: its clients
+        connect to the address the broker advertises, which is the broker's own.
+        """
+        bridge = self.hosts.bridge_address
+        routes = [
+            f"{bridge}:15432={self.pg.address}:{self.pg.port}",
+            f"{bridge}:16379={self.redis.address}:{self.redis.port}",
+        ]
+        log = (self.workdir / "logs" / "linkproxy.log").open("ab")
+        self._proxy = subprocess.Popen(
+            [sys.executable, "-m", "chaos.linkproxy", "--delay-ms", str(NETEM_DELAY_MS), *routes],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+        self._proxy.stdout.readline()  # "ready"
+        via = {
+            "DATABASE_URL": f"postgres://postgres@{bridge}:15432/{DB_NAME}",
+            "REDIS_URL": f"redis://{bridge}:16379/0",
+        }
+        for name in self.cluster.procs:
+            self.cluster.restart(name, extra_env=via)
+
+    def _stop_link_proxy(self) -> None:
+        """Restart every process on the direct links, then stop the proxy."""
+        for name in self.cluster.procs:
+            self.cluster.restart(name, extra_env={})
+        proxy, self._proxy = self._proxy, None
+        proxy.terminate()
+        proxy.wait(timeout=10)
 
     def _failpoint_errors(self, scenario: Scenario, injected: list[Injected]) -> list[str]:
         """A failpoint that was missing or never reached means the scenario did not test what it says."""
@@ -708,6 +754,13 @@ class Run:
             "attempts": dict(sorted(attempt_states.items())),
             "kafka_copies_per_event": {str(k): v for k, v in sorted(kafka_copies.items())},
             "cron_fires": sum(1 for j in snap.jobs.values() if j.schedule_id is not None),
+            # Jobs whose own plan says SUCCESS that ended DEAD: their budget went to attempts lost to
+            # faults (today's crash policy counts a LOST attempt; issue "nothing stuck" changes that).
+            "dead_by_lost_attempts": sum(
+                1
+                for j in snap.jobs.values()
+                if j.status == "DEAD" and plan.expected_status(j.payload, j.max_retries) == "SUCCESS"
+            ),
             "final_backlog": final_backlog,
             # Exits the runner did not cause with a signal (a failpoint's SIGKILL counts here too).
             "process_exits_not_by_runner": exits,
