@@ -155,7 +155,7 @@ class Hosts:
             )  # fmt: skip
 
     def can_partition(self) -> str:
-        """ "" when ``partition`` works here, else why not."""
+        """Empty when ``partition`` works here, else why not."""
         if not self.isolated:
             return "needs network namespaces (one-host run)"
         if not (self.iptables or self.netem):
@@ -163,11 +163,9 @@ class Hosts:
         return ""
 
     def can_delay(self) -> str:
-        """ "" when ``delay_all`` works here, else why not."""
+        """Empty when links can be delayed here (``delay_all``, or the runner's link proxy), else why not."""
         if not self.isolated:
             return "needs network namespaces (one-host run)"
-        if not self.netem:
-            return "this kernel has no sch_netem (tc netem), so no delay can be added"
         return ""
 
     def partition(self, host: str) -> None:
@@ -183,14 +181,15 @@ class Hosts:
             self._netem(host, ["loss", "100%"])
 
     def heal(self) -> None:
-        """Remove every qdisc this class added (idempotent)."""
+        """Remove every qdisc and iptables rule this class added (idempotent)."""
         if not self.isolated:
             return
         for host in NAMES:
-            _run(
-                ["ip", "netns", "exec", self.namespaces[host], "tc", "qdisc", "del", "dev", "eth0", "root"], check=False
-            )
-            _run(["tc", "qdisc", "del", "dev", self.outer[host], "root"], check=False)
+            if self.netem:
+                _run([*self.prefix(host), "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+                _run(["tc", "qdisc", "del", "dev", self.outer[host], "root"], check=False)
+            if self.iptables:
+                _run([*self.prefix(host), self.iptables, "-F"], check=False)
 
     def close(self) -> None:
         """Delete the namespaces (their veths go with them) and the bridge; forget the record."""
