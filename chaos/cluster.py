@@ -232,6 +232,32 @@ class Cluster:
             proc.want = True
             self._spawn(proc)
 
+    def restart_all(self, timeout: float = 15.0) -> None:
+        """Stop every process at once (SIGTERM, SIGKILL after ``timeout`` s) and start them again."""
+        with self._lock:
+            for proc in self.procs.values():
+                proc.want = False
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                if proc.alive():
+                    os.kill(proc.pid, signal.SIGCONT)
+            proc.signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            if proc.popen is None:
+                continue
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.signal(signal.SIGKILL)
+                proc.popen.wait()
+        with self._lock:
+            for proc in self.procs.values():
+                self._step(proc)
+                proc.want = True
+                proc.extra_env = {}
+                self._spawn(proc)
+
     def by_pid(self, pid: int) -> Proc | None:
         """The process with ``pid`` (or whose child has it), if it is one of ours."""
         for proc in self.procs.values():

@@ -90,6 +90,7 @@ class Run:
         self.scanner: TopicScanner | None = None
         self._control: psycopg.Connection | None = None
         self._proxy: subprocess.Popen[bytes] | None = None
+        self.restart_before_next = False  # set when a scenario failed
         self.db_url = ""
 
     # -- set-up and tear-down ----------------------------------------------------------------
@@ -329,9 +330,9 @@ class Run:
             for name, n in self.cluster.unexpected_exits().items()
             if n > exits_before.get(name, 0)
         }
-        return self._row(
-            scenario, load, injected, snap, result, errors, recovery, final_backlog, offsets, window, exits
-        )
+        row = self._row(scenario, load, injected, snap, result, errors, recovery, final_backlog, offsets, window, exits)
+        self.restart_before_next = row["status"] != "pass"
+        return row
 
     def _await_leader(self, scenario: Scenario, injected: list[Injected]) -> None:
         """Keep the schedules running until a leader term began after the last fault and fired twice more.
@@ -367,6 +368,12 @@ class Run:
         from django.db import connection
 
         connection.close()  # the runner's Django connection may have died with a fault of the last scenario
+        if self.restart_before_next:
+            # The last scenario failed: a wedged process (e.g. a worker whose outcome flusher is stuck)
+            # would carry its failure into this one. Start from fresh processes so each row is its own.
+            say("  restarting every Stint process after a failed scenario")
+            self.cluster.restart_all()
+            self.restart_before_next = False
         self.hosts.heal()
         for server in (self.pg, self.redis, self.broker):
             server.resume()
