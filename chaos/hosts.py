@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,7 @@ class Hosts:
         """Delete the namespaces (their veths go with them) and the bridge; forget the record."""
         if self.isolated:
             for ns in self.namespaces.values():
+                _kill_members(ns)
                 _run(["ip", "netns", "del", ns], check=False)
             for outer in self.outer.values():
                 _run(["ip", "link", "del", outer], check=False)
@@ -202,6 +204,14 @@ class Hosts:
                 _run(["ip", "link", "del", self.bridge], check=False)
         with contextlib.suppress(OSError):
             (RECORD_DIR / f"stint-chaos-{self.tag}.json").unlink()
+
+
+def _kill_members(namespace: str) -> None:
+    """SIGKILL every process still running in ``namespace`` (``ip netns pids``)."""
+    result = _run(["ip", "netns", "pids", namespace], check=False)
+    for pid in result.stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
 
 
 def cleanup_stale() -> list[str]:
@@ -216,6 +226,7 @@ def cleanup_stale() -> list[str]:
         if pid == os.getpid() or Path(f"/proc/{pid}").exists():
             continue
         for name in NAMES:
+            _kill_members(f"stc-{tag}-{name}")  # servers and Stint processes a killed run left running
             _run(["ip", "netns", "del", f"stc-{tag}-{name}"], check=False)
             _run(["ip", "link", "del", f"stc{tag}{name}o"], check=False)
         _run(["ip", "link", "del", f"stc{tag}br"], check=False)
