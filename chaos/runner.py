@@ -835,6 +835,16 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+NOTES = """Load is the jobs created (2xx from the API, or returned by `enqueue_many`) over the load window;
+faults injected counts the faults that took effect. Recovery is from the later of the last heal and
+the end of the load to the moment every job of the scenario was finished and every one of its events
+published and in the audit table (bound: 60 s in the short profile). Where the kernel has no
+`sch_netem` (this machine), the partition uses iptables DROP rules and the latency scenario a link
+proxy (`chaos/linkproxy.py`) for PostgreSQL and Redis traffic. After a failed scenario every Stint
+process is restarted, so each row stands on its own. JSON lines with every figure, the violations
+and log excerpts are printed on stdout with the table."""
+
+
 def write_docs(path: Path, rows: list[dict[str, Any]], *, command: str, hosts: str, started: dt.datetime) -> None:
     """Write the table, what each scenario does and the command that produced it to ``path``."""
     body = [
@@ -845,10 +855,12 @@ def write_docs(path: Path, rows: list[dict[str, Any]], *, command: str, hosts: s
         "invariants I1-I8 (see `chaos/invariants.py`) with SQL and a scan of the Kafka topic. Findings and their",
         "evidence: [chaos-findings.md](chaos-findings.md).",
         "",
-        f"Run of {started:%Y-%m-%d %H:%M} UTC on {hosts}. The machine has 2 cores shared with other work:",
-        "recovery times are noisy.",
+        f"Run of {started:%Y-%m-%d %H:%M} UTC ({(_now() - started).total_seconds() / 60:.0f} minutes) on {hosts}.",
+        "The machine has 2 cores shared with other work: recovery times are noisy.",
         "",
         table(rows),
+        "",
+        NOTES,
         "",
         "| scenario | what it does |",
         "|---|---|",
