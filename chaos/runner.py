@@ -935,6 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         run.teardown()
     if rows:
+        print(f"{run.profile.name} profile, seed {run.seed}, {run.hosts.describe()}", flush=True)
         print(table(rows), flush=True)
     failed = [r for r in rows if r["status"] == "FAIL"]
     if failed or code or args.keep:
