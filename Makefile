@@ -17,7 +17,7 @@ AUDIT_METRICS_PORT ?= 9103
 
 
 .PHONY: test-django6 tasks-conformance
-.PHONY: run serve test lint fmt loadtest bench clean observe observe-config prometheus-tools fuzz
+.PHONY: run serve test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -94,6 +94,21 @@ tasks-conformance: $(VENV)/.runtime
 # Benchmark (not a test): real worker processes, 10,000 jobs; ARGS="--noop --jobs 20000" etc.
 loadtest: $(VENV)/.dev
 	@$(DEVSTACK) $(PY) bench/loadtest.py $(ARGS)
+
+# Fault-injection suite (not a test, not part of `make test`): its own PostgreSQL, Redis and broker on a
+# database host, Stint on two more hosts (network namespaces when root), load, seeded faults, invariants.
+# ARGS="--scenario worker-kill", "--profile soak", "--seed 7", "--list". Debian's libfaketime (clock-skew
+# scenario) and iptables (partition scenario) are installed when missing and we are root.
+chaos: $(VENV)/.dev
+	@missing=""; [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || missing="$$missing libfaketime"; \
+	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's$$missing for make chaos"; \
+	  { apt-get -o DPkg::Lock::Timeout=300 update -qq \
+	    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing; \
+	  } >/dev/null || echo "WARNING: could not install$$missing: the scenarios that need them will not run"; \
+	fi
+	@$(PY) -m chaos $(ARGS)
 
 # ruff; bandit failing on any high-severity finding (lower ones are printed: read them); pip-audit of
 # the pinned requirements, --strict so a package it could not look up fails the run instead of
