@@ -46,11 +46,11 @@ loadtest: $(VENV)/.dev
 # passing unchecked. Known exceptions are listed with reasons in docs/security.md (--ignore-vuln).
 BANDIT_EXCLUDE := ./.venv,./.devstack,./tests,./node_modules
 PIP_AUDIT_FLAGS ?= --strict
-# Benchmarks (not tests), each printing one JSON line: cron firing of 10,000 due schedules, and
-# commit-to-audit latency of lifecycle events at 500 jobs/s.
+# Benchmark (not a test): Stint and its peers side by side on the benchmark's own PostgreSQL, Redis
+# and broker under .bench/ (peers in .bench/venvs/); ARGS="--quick", "--only stint,pgqueuer",
+# "--reps 5", "--scenarios drain,lag200". Results in .bench/results/; see docs/benchmarks.md.
 bench: $(VENV)/.dev
-	@$(DEVSTACK) $(PY) bench/cron_bench.py
-	@$(DEVSTACK) $(PY) bench/event_latency.py
+	@$(PY) bench/side_by_side.py $(ARGS)
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

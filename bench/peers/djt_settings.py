@@ -8,7 +8,16 @@ SECRET_KEY = "bench-only-not-secret-0123456789abcdef"  # noqa: S105 - a local be
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = ["django_tasks", "django_tasks_db"]
-DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": os.environ.get("PGDATABASE", "")}}
+# Persistent connections: db_worker closes "old" connections after every task, which with Django's
+# default CONN_MAX_AGE of 0 means one new connection per task.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("PGDATABASE", ""),
+        "CONN_MAX_AGE": 600,
+        "CONN_HEALTH_CHECKS": True,
+    }
+}
 if os.environ.get("DJT_DATABASE_URL"):
     from urllib.parse import urlsplit
 

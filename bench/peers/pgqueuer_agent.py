@@ -1,15 +1,19 @@
 """PgQueuer agent (runs in PgQueuer's venv): the ``noop`` entrypoint, schema install, seeding and producing.
 
-Worker: ``pgq run bench.peers.pgqueuer_agent:factory --batch-size N`` (PgQueuer's CLI; one asyncpg
-connection per QueueManager, as its performance guide recommends). DSN from ``PGDSN``.
+Worker: ``pgqueuer_agent.py worker batch=N``, i.e. ``pgqueuer.run(factory, batch_size=N)``, the
+programmatic twin of ``pgq run`` (its guide: "identical runtime behavior"); ``pgq run`` itself
+fails in 1.6.0 on its default ``--log-level`` ('str' object has no attribute 'name'). One asyncpg
+connection per QueueManager, as its performance guide recommends. DSN from ``PGDSN``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -26,8 +30,9 @@ ENTRYPOINT = "noop"
 SEED_CHUNK = 1000  # jobs per batch insert
 
 
-async def factory() -> PgQueuer:
-    """Return the consumer: one entrypoint whose handler only records its start."""
+@contextlib.asynccontextmanager
+async def factory() -> AsyncIterator[PgQueuer]:
+    """Yield the consumer: one entrypoint whose handler only records its start."""
     connection = await asyncpg.connect(os.environ["PGDSN"])
     pgq = PgQueuer(AsyncpgDriver(connection))
 
@@ -35,7 +40,10 @@ async def factory() -> PgQueuer:
     async def noop(job: Job) -> None:
         probe.started(int(job.payload or b"-1"))
 
-    return pgq
+    try:
+        yield pgq
+    finally:
+        await connection.close()
 
 
 async def _queries() -> tuple[asyncpg.Connection, Queries]:
@@ -71,7 +79,7 @@ async def produce(args: dict[str, str]) -> None:
 
 
 def main() -> None:
-    """Dispatch ``setup`` | ``seed count=N first=K`` | ``produce out=F rate=R seconds=S``."""
+    """Dispatch ``setup`` | ``seed count=N first=K`` | ``produce out=F rate=R seconds=S`` | ``worker batch=N``."""
     command, args = sys.argv[1], probe.agent_args(sys.argv[2:])
     if command == "setup":
         pgq = str(Path(sys.executable).parent / "pgq")
@@ -82,6 +90,10 @@ def main() -> None:
         asyncio.run(seed(int(args["count"]), int(args.get("first", 0))))
     elif command == "produce":
         asyncio.run(produce(args))
+    elif command == "worker":
+        import pgqueuer
+
+        asyncio.run(pgqueuer.run("bench.peers.pgqueuer_agent:factory", batch_size=int(args["batch"])))
     else:
         raise SystemExit(f"unknown command {command}")
 

@@ -8,8 +8,10 @@ DSN from ``PGDSN``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -29,8 +31,12 @@ async def noop(i: int) -> None:
     probe.started(i)
 
 
-def _sync_app() -> procrastinate.App:
-    return app.with_connector(procrastinate.SyncPsycopgConnector(conninfo=os.environ["PGDSN"]))
+@contextlib.contextmanager
+def _sync_app() -> Iterator[procrastinate.App]:
+    """The app with a SyncPsycopgConnector, opened (its tasks stay bound to it)."""
+    with app.replace_connector(procrastinate.SyncPsycopgConnector(conninfo=os.environ["PGDSN"])) as sync_app:
+        with sync_app.open():
+            yield sync_app
 
 
 def main() -> None:
@@ -41,15 +47,13 @@ def main() -> None:
             app.schema_manager.apply_schema()
     elif command == "seed":
         count, first = int(args["count"]), int(args.get("first", 0))
-        with _sync_app().open() as sync_app:
-            task = sync_app.tasks["noop"]
+        with _sync_app():
             for start in range(first, first + count, SEED_CHUNK):
-                task.batch_defer(*({"i": s} for s in range(start, min(first + count, start + SEED_CHUNK))))
+                noop.batch_defer(*({"i": s} for s in range(start, min(first + count, start + SEED_CHUNK))))
     elif command == "produce":
-        with _sync_app().open() as sync_app:
-            task = sync_app.tasks["noop"]
+        with _sync_app():
             probe.produce(
-                lambda seq: task.defer(i=seq),
+                lambda seq: noop.defer(i=seq),
                 out=Path(args["out"]),
                 rate=float(args.get("rate", 0)),
                 seconds=float(args.get("seconds", 0)),

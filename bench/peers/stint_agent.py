@@ -25,7 +25,12 @@ JOB_TYPE = "BENCH_NOOP"
 
 
 def main() -> None:
-    """Dispatch ``setup`` | ``seed count=N first=K [at=EPOCH]`` | ``produce out=F rate=R seconds=S``."""
+    """Dispatch a sub-command.
+
+    ``setup`` | ``seed count=N first=K [at=EPOCH]`` | ``produce out=F rate=R seconds=S`` |
+    ``events since=EPOCH`` (bench.event_stack.event_figures as JSON) |
+    ``user username=U password=P``.
+    """
     import django
 
     django.setup()
@@ -58,6 +63,17 @@ def main() -> None:
             first_seq=int(args.get("first", 0)),
             commit_clock=clock,
         )
+    elif command == "events":
+        import json
+
+        from bench.event_stack import audit_complete, event_figures
+
+        since = dt.datetime.fromtimestamp(float(args["since"]), tz=dt.UTC)
+        print(json.dumps({"audit_complete": audit_complete(), **event_figures(since=since)}))
+    elif command == "user":
+        from accounts.models import User
+
+        User.objects.create_user(username=args["username"], password=args["password"])
     else:
         raise SystemExit(f"unknown command {command}")
 
