@@ -91,10 +91,13 @@ class Pacer:
         return max(0.0, self.t0 + i / self.rate - time.time())
 
     def more(self, i: int) -> bool:
-        """Return whether job ``i`` should be produced."""
-        if self.count:
-            return i < self.count
-        return time.time() - self.t0 < self.deadline
+        """Return whether job ``i`` should be produced: within the count and (if given) the seconds.
+
+        A producer slower than its rate stops on time with fewer jobs rather than running late.
+        """
+        if self.count and i >= self.count:
+            return False
+        return self.deadline <= 0 or time.time() - self.t0 < self.deadline
 
 
 def _write(out: Path, rows: list[tuple[int, float, float, float]]) -> None:

@@ -268,7 +268,7 @@ def _lag(ctx: Ctx, system: System, rep: int, rate: float, name: str) -> dict[str
     run = fresh(ctx, system, name, rep)
     group = run.workers(ctx)
     warmup = 1.0  # seconds of jobs left out of the figures
-    seconds = size(ctx, 15, 4)
+    seconds = size(ctx, 15, 3)
     try:
         warm(ctx, run, group)
         out_file = run.starts.directory / "produced.txt"
@@ -310,7 +310,7 @@ def lag200(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     return _lag(ctx, system, rep, 200.0, "lag200")
 
 
-@scenario("lag500", "Pickup lag at 500 jobs/s offered", LAG_FIGURES)
+@scenario("lag500", "Pickup lag at 500 jobs/s offered", LAG_FIGURES, quick=False)
 def lag500(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     """As lag200, at 500 jobs/s."""
     return _lag(ctx, system, rep, 500.0, "lag500")
@@ -323,16 +323,17 @@ def lag500(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
         Figure(key="workers_cpu_percent_each", title="idle CPU per worker process", unit="%", digits=1),
         Figure(key="scheduler_cpu_percent", title="idle CPU of run_scheduler", unit="%", digits=1),
     ),
+    quick=False,
 )
 def idle(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
-    """The workers (and, for Stint, one ``run_scheduler``) up and warm, then 30 s (5 s with --quick) of nothing."""
+    """The workers (and, for Stint, one ``run_scheduler``) up and warm, then 20 s of nothing."""
     run = fresh(ctx, system, "idle", rep)
     group = run.workers(ctx)
     scheduler = _manage(ctx, run, "scheduler", "run_scheduler") if "stint" in system.tags else None
     try:
         warm(ctx, run, group)
         time.sleep(2.0)  # let the warm-up's outcomes and flushes settle
-        seconds = size(ctx, 30, 5)
+        seconds = size(ctx, 20, 5)
         with harness.cpu_window(ctx, lambda: group.pids, lambda: scheduler.pids if scheduler else []) as cpu:
             time.sleep(seconds)
     finally:
@@ -446,7 +447,7 @@ def relay(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
 
 @scenario(
     "delayed",
-    "10,000 delayed jobs due at one instant",
+    "10,000 delayed jobs due at one instant (2,000 with --quick)",
     (
         Figure(key="all_started_after_due_s", title="all started after due", unit=" s", digits=2),
         Figure(key="p50_started_after_due_s", title="p50 started after due", unit=" s", digits=2),
@@ -461,11 +462,11 @@ def delayed(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     """
     run = fresh(ctx, system, "delayed", rep)
     group = run.workers(ctx)
-    jobs = 10_000
+    jobs = int(size(ctx, 10_000, 2_000))
     try:
         warm(ctx, run, group)
         _manage(ctx, run, "scheduler", "run_scheduler", env={"STINT_OUTBOX_RELAY_INTERVAL_SECONDS": "3600"})
-        due = time.time() + 12.0
+        due = time.time() + size(ctx, 12.0, 6.0)
         run.agent(ctx, "seed", f"count={jobs}", f"at={due}")
         if time.time() > due - 1:
             raise RuntimeError(f"{run.name}: seeding took longer than the lead; raise it")
@@ -487,6 +488,7 @@ def delayed(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     "10,000 cron schedules due in one minute",
     (Figure(key="all_materialized_after_due_s", title="all materialized after due", unit=" s", digits=2),),
     stint_only=True,
+    quick=False,
     notes="bench/cron_bench.py (one run_scheduler, the leader)",
 )
 def cron(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
@@ -632,6 +634,7 @@ def _login(port: int, password: str, server: Group, timeout: float = 60) -> str:
         Figure(key="commit_to_audit_p99_ms", title="commit→audit p99", unit=" ms"),
     ),
     stint_only=True,
+    quick=False,
     notes="bench/event_latency.py --rate 500 --workers 2",
 )
 def events500(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
