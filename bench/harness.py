@@ -262,8 +262,9 @@ class Starts:
         directory.mkdir(parents=True, exist_ok=True)
         self._offsets: dict[Path, int] = {}
         self._tail: dict[Path, str] = {}
-        self.by_seq: dict[int, float] = {}
+        self.by_seq: dict[int, float] = {}  # a job's first start
         self.by_pid: dict[int, list[float]] = {}
+        self.records = 0  # every start, so that records - len(by_seq) jobs ran more than once
 
     def poll(self) -> int:
         """Read what was appended since the last poll; return how many distinct jobs have started."""
@@ -280,9 +281,15 @@ class Starts:
             self._tail[path] = rest
             pid = int(path.stem.split("-", 1)[1])
             for seq, t in stats.parse_starts(complete):
+                self.records += 1
                 self.by_seq.setdefault(seq, t)
                 self.by_pid.setdefault(pid, []).append(t)
         return len(self.by_seq)
+
+    @property
+    def repeated(self) -> int:
+        """Starts beyond the first of their job (a job run twice: at-least-once delivery showing)."""
+        return self.records - len(self.by_seq)
 
     def wait_for(self, count: int, *, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
         """Poll until ``count`` jobs have started (True) or ``timeout`` seconds pass or ``alive()`` fails."""

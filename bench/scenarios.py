@@ -210,7 +210,13 @@ def _drain(ctx: Ctx, run: Run, jobs: int) -> dict[str, Any]:
             conn.close()
         stop_all(run, group)
     rate, opened = stats.drain_rate(run.starts.by_pid, jobs=jobs, end=end)
-    out: dict[str, Any] = {"jobs": jobs, "drain_jobs_per_s": rate, "drain_seconds": round(end - opened, 3), **cpu}
+    out: dict[str, Any] = {
+        "jobs": jobs,
+        "drain_jobs_per_s": rate,
+        "drain_seconds": round(end - opened, 3),
+        "repeated_starts": run.starts.repeated,
+        **cpu,
+    }
     if before is not None and fast is not None:
         # Commits are read after the workers stopped: a backend reports its counts at exit at the latest.
         slow = harness.counters(ctx, run.database, exclude_user=harness.OBSERVER)
@@ -290,7 +296,7 @@ def _lag(ctx: Ctx, system: System, rep: int, rate: float, name: str) -> dict[str
     finally:
         stop_all(run, group)
     figures = stats.lag_figures(produced, run.starts.by_seq, offered=rate, warmup_seqs=int(rate * warmup))
-    return {**figures.as_dict(), **cpu}
+    return {**figures.as_dict(), "repeated_starts": run.starts.repeated, **cpu}
 
 
 LAG_FIGURES = (
