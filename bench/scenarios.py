@@ -295,7 +295,7 @@ def _lag(ctx: Ctx, system: System, rep: int, rate: float, name: str) -> dict[str
         run.starts.wait_for(len(produced) + 4 * ctx.processes, timeout=size(ctx, 30, 10), alive=group.alive)
     finally:
         stop_all(run, group)
-    figures = stats.lag_figures(produced, run.starts.by_seq, offered=rate, warmup_seqs=int(rate * warmup))
+    figures = stats.lag_figures(produced, run.starts.by_seq, offered=rate, warmup_seconds=warmup)
     return {**figures.as_dict(), "repeated_starts": run.starts.repeated, **cpu}
 
 

@@ -169,22 +169,26 @@ BACKLOG_MS = 1000.0  # a p99 above this (1 s) at a reachable rate means jobs que
 
 
 def lag_figures(
-    produced: Mapping[int, float], starts: Mapping[int, float], *, offered: float, warmup_seqs: int
+    produced: Mapping[int, float], starts: Mapping[int, float], *, offered: float, warmup_seconds: float
 ) -> LagFigures:
-    """Compute pickup lag (handler start - commit) of the jobs after the first ``warmup_seqs``.
+    """Compute pickup lag (handler start - commit) of the jobs committed after the first ``warmup_seconds``.
 
     Verdicts: "saturated" when some measured job never started, "backlog" when the p99 exceeds
     BACKLOG_MS (jobs wait behind each other: the system does not keep up), "producer" when the
-    producer committed less than PRODUCER_SHORTFALL of the offered rate, else "ok".
+    producer committed less than PRODUCER_SHORTFALL of the offered rate (or nothing after the
+    warm-up), else "ok".
     """
-    window = {seq: t for seq, t in produced.items() if seq >= min(produced, default=0) + warmup_seqs}
+    first = min(produced.values(), default=0.0)
+    window = {seq: t for seq, t in produced.items() if t >= first + warmup_seconds}
     lags = [(starts[seq] - t) * 1000.0 for seq, t in window.items() if seq in starts]
     achieved = None
     if len(window) > 1:
         span = max(window.values()) - min(window.values())
         achieved = round((len(window) - 1) / span, 1) if span > 0 else None
     p99 = percentile(lags, 0.99)
-    if len(lags) < len(window):
+    if not window:
+        verdict = "producer"
+    elif len(lags) < len(window):
         verdict = "saturated"
     elif p99 is not None and p99 > BACKLOG_MS:
         verdict = "backlog"

@@ -97,27 +97,19 @@ def procrastinate_workers(ctx: Ctx, python: str) -> list[list[str]]:
     return [[*argv, "--concurrency", str(PROCRASTINATE_CONCURRENCY)] for _ in range(ctx.processes)]
 
 
-def celery_workers(ctx: Ctx, python: str) -> list[list[str]]:
-    """One ``celery worker`` with a prefork pool of N child processes (plus its consumer parent)."""
-    return [
-        [
-            _bin(ctx, "celery", "celery"),
-            "-A",
-            "bench.peers.celery_agent",
-            "worker",
-            "--pool",
-            "prefork",
-            "--concurrency",
-            str(ctx.processes),
-            "--prefetch-multiplier",
-            str(CELERY_PREFETCH),
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--loglevel",
-            "WARNING",
-        ]
-    ]
+def celery_workers(pool: str) -> Callable[[Ctx, str], list[list[str]]]:
+    """``celery worker`` with a prefork pool of N children (plus its consumer parent), or N solo workers."""
+
+    def commands(ctx: Ctx, python: str) -> list[list[str]]:
+        argv = [_bin(ctx, "celery", "celery"), "-A", "bench.peers.celery_agent", "worker", "--pool", pool]
+        argv += ["--prefetch-multiplier", str(CELERY_PREFETCH), "--without-gossip", "--without-mingle"]
+        argv += ["--without-heartbeat", "--loglevel", "WARNING"]
+        if pool == "prefork":
+            return [[*argv, "--concurrency", str(ctx.processes)]]
+        # Solo workers need distinct node names on one host.
+        return [[*argv, "--hostname", f"solo{i}@%h"] for i in range(ctx.processes)]
+
+    return commands
 
 
 def djt_workers(ctx: Ctx, python: str) -> list[list[str]]:
@@ -159,7 +151,7 @@ SYSTEMS: list[System] = [
         ),
         venv="celery",
         agent="bench/peers/celery_agent.py",
-        worker_commands=celery_workers,
+        worker_commands=celery_workers("prefork"),
         env=lambda ctx, url: {
             **_peer_env(url),
             "CELERY_BROKER_URL": ctx.servers.redis_url.rsplit("/", 1)[0] + "/2",
@@ -167,6 +159,22 @@ SYSTEMS: list[System] = [
         remaining_sql=None,
         uses_postgres=False,
         uses_redis_broker=True,
+    ),
+    System(
+        key="celery-solo",
+        label="Celery 5.7.0 + Redis, solo pool",
+        settings=f"N `celery worker --pool solo` processes, --prefetch-multiplier {CELERY_PREFETCH}, as above",
+        venv="celery",
+        agent="bench/peers/celery_agent.py",
+        worker_commands=celery_workers("solo"),
+        env=lambda ctx, url: {
+            **_peer_env(url),
+            "CELERY_BROKER_URL": ctx.servers.redis_url.rsplit("/", 1)[0] + "/2",
+        },
+        remaining_sql=None,
+        uses_postgres=False,
+        uses_redis_broker=True,
+        tags=frozenset({"variant"}),
     ),
     System(
         key="procrastinate",

@@ -65,7 +65,7 @@ def test_parse_produced_maps_seq_to_commit_time():
 def _run(offered: float, lag: float, n: int = 100, missing: int = 0) -> stats.LagFigures:
     produced = {i: 1000.0 + i / offered for i in range(n)}
     starts = {i: t + lag for i, t in produced.items() if i < n - missing}
-    return stats.lag_figures(produced, starts, offered=offered, warmup_seqs=10)
+    return stats.lag_figures(produced, starts, offered=offered, warmup_seconds=10 / offered)
 
 
 def test_lag_figures_leave_out_the_warm_up_and_measure_from_the_commit():
@@ -82,8 +82,10 @@ def test_lag_verdicts():
     assert _run(200.0, 2.5).verdict == "backlog"
     # The producer committed at 180/s when 200/s was offered.
     produced = {i: 1000.0 + i / 180.0 for i in range(100)}
-    short = stats.lag_figures(produced, {i: t + 0.001 for i, t in produced.items()}, offered=200.0, warmup_seqs=0)
+    short = stats.lag_figures(produced, {i: t + 0.001 for i, t in produced.items()}, offered=200.0, warmup_seconds=0)
     assert short.verdict == "producer"
+    # A producer so slow that nothing was committed after the warm-up.
+    assert stats.lag_figures({0: 1.0}, {0: 1.001}, offered=500.0, warmup_seconds=1.0).verdict == "producer"
 
 
 def test_drain_rate_opens_when_every_process_has_started():
