@@ -197,7 +197,7 @@ class Group:
     def __init__(self, ctx: Ctx, name: str, commands: Sequence[Sequence[str]], env: Mapping[str, str]) -> None:
         self.name = name
         ctx.logfile(name).parent.mkdir(parents=True, exist_ok=True)
-        self.log = open(ctx.logfile(name), "ab")  # noqa: SIM115 - closed in stop()
+        self.log = open(ctx.logfile(name), "ab")  # closed in stop()
         self.procs = [
             subprocess.Popen(
                 list(argv), env=dict(env), cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True

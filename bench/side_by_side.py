@@ -136,7 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if errors else 0
 
 
-def _document(ctx, args, reps, chosen, wanted, results, errors, stamp) -> dict[str, Any]:  # noqa: ANN001
+def _document(
+    ctx: harness.Ctx,
+    args: argparse.Namespace,
+    reps: int,
+    chosen: list[systems.System],
+    wanted: list[scenarios.Scenario],
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    errors: list[str],
+    stamp: str,
+) -> dict[str, Any]:
+    """The results document (written as JSON): context, every repetition's figures, their summaries."""
     summaries: dict[str, dict[str, dict[str, Any]]] = {}
     for sc in wanted:
         for key, runs in results[sc.name].items():
