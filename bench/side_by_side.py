@@ -2,6 +2,7 @@
 
 Usage: python bench/side_by_side.py [--quick] [--reps N] [--only stint,pgqueuer] [--scenarios drain,lag200]
                                     [--processes N]
+       python bench/side_by_side.py --render .bench/results/<stamp>.json
 
 Starts the benchmark's own PostgreSQL (pg_stat_statements preloaded), Redis and broker under
 ``.bench/`` (bench/servers.py), installs each peer in its own venv under ``.bench/venvs/``
@@ -42,6 +43,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", type=_names(systems.by_key()), default=None, help="systems, comma-separated")
     parser.add_argument("--scenarios", type=_names(scenarios.SCENARIOS), default=None, help="scenarios")
     parser.add_argument("--processes", type=int, default=2, help="worker OS processes per system (default 2)")
+    parser.add_argument("--render", type=Path, default=None, help="print the Markdown of a results JSON and exit")
     return parser.parse_args(argv)
 
 
@@ -73,6 +75,9 @@ def _has_processes_flag() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return 0 when every scenario run produced its figures, 1 otherwise."""
     args = _args(argv)
+    if args.render is not None:
+        print(render(json.loads(args.render.read_text())))
+        return 0
     reps = args.reps or (1 if args.quick else 3)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = BENCH_DIR / "results" / stamp
@@ -125,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                     if "verdict" in figures:
                         shown["verdict"] = figures["verdict"]
                     ctx.say(f"  {json.dumps(shown)}")
+                    # Every repetition's figures so far, so that an interrupted run still leaves them.
+                    (run_dir / "partial.json").write_text(json.dumps(results, default=str) + "\n")
     finally:
         bench_servers.stop()
     document = _document(ctx, args, reps, chosen, wanted, results, errors, stamp)
