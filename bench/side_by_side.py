@@ -203,7 +203,8 @@ def _lag_cell(summary: dict[str, Any] | None) -> str:
     if med["p99_ms"].n > 1 and med["p99_ms"].low != med["p99_ms"].high:
         text += f" (p99 {stats.number(med['p99_ms'].low, 1)}–{stats.number(med['p99_ms'].high, 1)})"
     if bad:
-        text += f"; producer reached {stats.number(med['achieved_jobs_per_s'].median)}/s"
+        lowest = stats.number(med["achieved_jobs_per_s"].low)
+        text += f"; producer short of the rate in {len(bad)}/{len(verdicts)} (lowest {lowest}/s)"
     return text
 
 

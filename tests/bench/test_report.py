@@ -53,7 +53,7 @@ def test_a_lag_cell_says_when_the_system_or_the_producer_did_not_keep_up():
     assert "saturated (1/3)" in side_by_side.render(_document({**base, "verdicts": ["ok", "saturated", "ok"]}))
     assert "backlog: p99 2.5 s (3/3)" in side_by_side.render(_document({**base, "verdicts": ["backlog"] * 3}))
     short = {**base, "p99_ms": _s(9.0), "achieved_jobs_per_s": _s(180), "verdicts": ["producer"]}
-    assert "producer reached 180/s" in side_by_side.render(_document(short))
+    assert "producer short of the rate in 1/1 (lowest 180/s)" in side_by_side.render(_document(short))
 
 
 def test_stint_only_figures_get_their_own_table():
