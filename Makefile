@@ -115,13 +115,13 @@ chaos: $(VENV)/.dev
 # passing unchecked. Known exceptions are listed with reasons in docs/security.md (--ignore-vuln).
 BANDIT_EXCLUDE := ./.venv,./.devstack,./tests,./node_modules
 PIP_AUDIT_FLAGS ?= --strict
-# Benchmarks (not tests), each printing one JSON line: cron firing of 10,000 due schedules,
-# commit-to-audit latency of lifecycle events at 500 jobs/s, and the job lists and retention
-# pruner at 1,000,000 jobs.
+# Benchmark (not a test): Stint and its peers side by side on the benchmark's own PostgreSQL, Redis
+# and broker under .bench/ (peers in .bench/venvs/); ARGS="--quick", "--only stint,pgqueuer",
+# "--reps 5", "--scenarios drain,lag200". Results in .bench/results/; see docs/benchmarks.md.
+# Then (not with --quick) the job lists and the retention pruner at 1,000,000 jobs, on the dev stack.
 bench: $(VENV)/.dev
-	@$(DEVSTACK) $(PY) bench/cron_bench.py
-	@$(DEVSTACK) $(PY) bench/event_latency.py
-	@$(DEVSTACK) $(PY) bench/job_list_bench.py
+	@$(PY) bench/side_by_side.py $(ARGS)
+	@case "$(ARGS)" in *--quick*) ;; *) $(DEVSTACK) $(PY) bench/job_list_bench.py ;; esac
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

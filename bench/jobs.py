@@ -1,4 +1,4 @@
-"""The LOADTEST handler: records each execution in a side table so double execution is visible."""
+"""The benchmark handlers: LOADTEST (records each execution in a side table) and BENCH_NOOP (`make bench`)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import connection
 
+from bench import probe
 from scheduler.exceptions import RetryableError
 from scheduler.registry import JobContext, handler
 
@@ -39,3 +40,9 @@ def loadtest(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     if mode == "always_fail" or (mode == "fail_once" and ctx.attempt == 1):
         raise RetryableError(f"LOADTEST {mode} on attempt {ctx.attempt}")
     return {"attempt": ctx.attempt}
+
+
+@handler("BENCH_NOOP")
+def bench_noop(payload: dict[str, Any], ctx: JobContext) -> None:
+    """`make bench`'s no-op: record the start (``payload["i"]``) with ``bench.probe``, return nothing."""
+    probe.started(int((payload or {}).get("i", -1)))
