@@ -127,12 +127,31 @@ class ReadOnlyInline(admin.TabularInline):
 
 
 class JobAttemptInline(ReadOnlyInline):
-    """A job's attempts, first first."""
+    """A job's attempts, first first, each with its traceback folded under the error."""
 
     model = JobAttempt
-    fields = ("attempt_number", "status", "worker", "started_at", "finished_at", "error")
+    fields = ("attempt_number", "status", "worker", "started_at", "finished_at", "error_and_traceback")
     readonly_fields = fields
     ordering = ("attempt_number",)
+
+    @admin.display(description="error")
+    def error_and_traceback(self, attempt: JobAttempt) -> SafeString:
+        """The error line, and the handler's traceback in a collapsed ``<details>`` when there is one."""
+        return attempt_error_html(attempt)
+
+
+def attempt_error_html(attempt: JobAttempt) -> SafeString:
+    """Render an attempt's error and, folded, its traceback (escaped): the console's and pages' one rule."""
+    error = format_html("<code>{}</code>", attempt.error) if attempt.error else format_html("{}", "-")
+    if not attempt.traceback:
+        return error
+    return format_html(
+        '{}<details class="stint-traceback"><summary>Traceback of attempt {}</summary>'
+        '<pre style="white-space:pre;overflow:auto;max-height:28em">{}</pre></details>',
+        error,
+        attempt.attempt_number,
+        attempt.traceback,
+    )
 
 
 class JobResultInline(ReadOnlyInline):

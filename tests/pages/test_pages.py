@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from accounts.models import Role, User
 from scheduler import schedules
-from scheduler.models import CronSchedule, Job
+from scheduler.models import CronSchedule, Job, JobAttempt
 from scheduler.services import enqueue
-from scheduler.states import JobStatus, Priority
+from scheduler.states import AttemptStatus, JobStatus, Priority
 from tests.factories import PASSWORD, JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -248,6 +248,30 @@ class TestJobDetail:
         response = signed_in.post(f"/jobs/{queued.id}/retry/")
         assert response.status_code == 409
         assert "Only a FAILED job can be retried; this one is QUEUED." in _html(response)
+
+    def test_each_attempts_traceback_is_folded_under_its_error_and_escaped(self, signed_in, user):
+        job = JobFactory(owner=user, failed=True, attempts=2)
+        for n in (1, 2):
+            JobAttempt.objects.create(
+                job=job,
+                attempt_number=n,
+                status=AttemptStatus.FAILED,
+                started_at=timezone.now(),
+                error=f"ValueError: bad <input> {n}",
+                traceback=f"Traceback (most recent call last):\n  File jobs.py, line {n}\nValueError: bad <input> {n}",
+            )
+        JobAttempt.objects.create(
+            job=job, attempt_number=3, status=AttemptStatus.LOST, started_at=timezone.now(), error="worker died"
+        )
+
+        html = _html(signed_in.get(f"/jobs/{job.id}/"))
+
+        folded = re.findall(
+            r'<details class="traceback"><summary>Traceback of attempt (\d)</summary><pre>(.*?)</pre>', html, re.S
+        )
+        assert [n for n, _ in folded] == ["1", "2"]  # attempt 3 raised nothing: no empty box
+        assert folded[1][1].endswith("ValueError: bad &lt;input&gt; 2")
+        assert '<details class="traceback" open' not in html  # collapsed until asked
 
     def test_live_fragment_marks_finished_jobs(self, signed_in, user):
         job = JobFactory(owner=user, succeeded=True)

@@ -129,9 +129,18 @@ class TestJobList:
     def test_detail_shows_attempts_result_and_the_timeline(self, operator, user):
         job = enqueue("DEMO_TASK", {"result": 1}, owner=user)
         JobAttempt.objects.create(
-            job=job, attempt_number=1, status=AttemptStatus.SUCCEEDED, worker="w-1", started_at=timezone.now()
+            job=job,
+            attempt_number=1,
+            status=AttemptStatus.FAILED,
+            worker="w-0",
+            started_at=timezone.now(),
+            error="KeyError: 'x'",
+            traceback="Traceback (most recent call last):\n  File \"<handler>\", line 3\nKeyError: 'x' <b>",
         )
-        JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.SUCCEEDED, result={"echo": 1})
+        JobAttempt.objects.create(
+            job=job, attempt_number=2, status=AttemptStatus.SUCCEEDED, worker="w-1", started_at=timezone.now()
+        )
+        JobResult.objects.create(job=job, attempt=2, status=AttemptStatus.SUCCEEDED, result={"echo": 1})
         first = OutboxEvent.objects.get(job_id=job.id, sequence=1)
         AuditEvent.objects.create(
             event_id=first.event_id,
@@ -145,6 +154,9 @@ class TestJobList:
         html = operator.get(f"{CHANGELIST}{job.id}/change/").content.decode()
 
         assert "w-1" in html and "SUCCEEDED" in html  # the attempts inline
+        assert "<summary>Traceback of attempt 1</summary>" in html  # folded under its error
+        assert "KeyError: &#x27;x&#x27; &lt;b&gt;</pre></details>" in html  # escaped
+        assert "Traceback of attempt 2" not in html
         assert "echo" in html  # the result inline
         assert html.index("JOB_CREATED") < html.index("JOB_QUEUED")  # timeline in sequence order
         assert "2 events" in html  # the audit row and its outbox twin count once

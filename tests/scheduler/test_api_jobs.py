@@ -477,20 +477,38 @@ def test_recover_is_for_admins_only(admin_api, user_api, user, other_user):
     assert (job.attempts_base, job.attempts_left) == (4, 4)
 
 
-def test_attempts_are_paginated_in_order(user_api, user):
+def test_attempts_are_paginated_in_order_with_their_tracebacks(user_api, admin_api, user):
     job = JobFactory(owner=user, failed=True, attempts=3)
     now = timezone.now()
     for n in (3, 1, 2):
         JobAttempt.objects.create(
-            job=job, attempt_number=n, status=AttemptStatus.FAILED, worker="w1", started_at=now, error=f"e{n}"
+            job=job,
+            attempt_number=n,
+            status=AttemptStatus.FAILED,
+            worker="w1",
+            started_at=now,
+            error=f"ValueError: e{n}",
+            traceback=f'Traceback (most recent call last):\n  File "jobs.py", line {n}\nValueError: e{n}\n',
         )
 
     page = user_api.get(f"{JOBS}/{job.id}/attempts?page_size=2").json()
 
     assert page["count"] == 3
     assert [a["attempt_number"] for a in page["results"]] == [1, 2]
-    assert set(page["results"][0]) == {"attempt_number", "status", "worker", "started_at", "finished_at", "error"}
-    assert page["results"][0]["error"] == "e1"
+    assert set(page["results"][0]) == {
+        "attempt_number",
+        "status",
+        "worker",
+        "started_at",
+        "finished_at",
+        "error",
+        "traceback",
+    }
+    assert page["results"][0]["error"] == "ValueError: e1"
+    assert page["results"][0]["traceback"].endswith("ValueError: e1\n")
+    # An ADMIN reads the same tracebacks of someone else's job.
+    as_admin = admin_api.get(f"{JOBS}/{job.id}/attempts").json()["results"]
+    assert [a["traceback"].splitlines()[-1] for a in as_admin] == ["ValueError: e1", "ValueError: e2", "ValueError: e3"]
     assert [a["attempt_number"] for a in user_api.get(page["next"]).json()["results"]] == [3]
 
 
