@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from config.parsers import has_lone_surrogate
 from scheduler import lifecycle
@@ -96,6 +96,27 @@ def schedule_next_fire_times(schedule: CronSchedule, *, count: int = NEXT_FIRE_T
     except InvalidSchedule:
         return []
     return [schedule.next_fire_at, *fire_times(spec, start=schedule.next_fire_at, count=count - 1)]
+
+
+def schedule_runs(*, schedule_id: int, actor: Any = None) -> QuerySet[Job]:
+    """Return every job schedule ``schedule_id`` fired (its runs), newest fire first.
+
+    Visible to whoever may see the schedule (``schedule_get``; raises ``ScheduleNotFound``).
+    Runs are the jobs whose ``schedule`` is this one, timetabled fires and manual triggers
+    alike; the partial unique index on (schedule, fire_time) serves the order, so a page costs
+    the same however many runs the schedule has (the retention pruner bounds them anyway).
+    """
+    schedule_get(schedule_id=schedule_id, actor=actor)
+    return Job.objects.filter(schedule_id=schedule_id).order_by("-fire_time", "-id")
+
+
+def schedule_run_counts(*, schedule_id: int) -> dict[str, int]:
+    """Return {status: number of runs} of schedule ``schedule_id`` over its kept jobs, zeros left out.
+
+    No visibility check: callers have passed ``schedule_get`` (or ``schedule_runs``) already.
+    """
+    rows = Job.objects.filter(schedule_id=schedule_id).order_by().values_list("status").annotate(n=Count("id"))
+    return {status: n for status, n in rows}
 
 
 # -- validation -------------------------------------------------------------------------------
