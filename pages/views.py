@@ -177,7 +177,8 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "timeline": job_timeline(job_id=job.id),
         "finished": job.status in FINISHED,
         "can_cancel": job.status in CANCELLABLE or (job.status == JobStatus.RUNNING and not job.cancel_requested),
-        "can_retry": job.status == JobStatus.FAILED,
+        "can_retry": job.status == JobStatus.FAILED or (job.status == JobStatus.DEAD and services.dead_retry_allowed()),
+        "dead_needs_admin": job.status == JobStatus.DEAD and not services.dead_retry_allowed(),
     }
 
 
@@ -235,7 +236,7 @@ def job_cancel(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
 @limit_posts(USER_SCOPE)
 @require_POST
 def job_retry(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
-    """Retry a FAILED job (``services.job_retry``); any other state's 409 is shown on its page."""
+    """Retry a FAILED job (a DEAD one too when owners may: ``services.job_retry``); a 409 is shown on its page."""
     return _job_action(request, job_id, "retry")
 
 

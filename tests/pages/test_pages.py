@@ -273,6 +273,21 @@ class TestJobDetail:
         assert folded[1][1].endswith("ValueError: bad &lt;input&gt; 2")
         assert '<details class="traceback" open' not in html  # collapsed until asked
 
+    def test_a_dead_job_says_an_admin_recovers_it_or_offers_retry_when_owners_may(self, signed_in, user, settings):
+        dead = JobFactory(owner=user, dead=True)
+
+        html = _html(signed_in.get(f"/jobs/{dead.id}/"))
+        assert "Only an ADMIN can recover it" in html and "Retry job" not in html
+        response = signed_in.post(f"/jobs/{dead.id}/retry/")
+        assert response.status_code == 409
+        assert "Only an ADMIN can recover it" in _html(response)
+
+        settings.SCHEDULER = {**settings.SCHEDULER, "OWNERS_MAY_RETRY_DEAD": True}
+        html = _html(signed_in.get(f"/jobs/{dead.id}/"))
+        assert "Only an ADMIN can recover it" not in html and "Retry job" in html
+        signed_in.post(f"/jobs/{dead.id}/retry/")
+        assert Job.objects.get(id=dead.id).status == JobStatus.QUEUED
+
     def test_live_fragment_marks_finished_jobs(self, signed_in, user):
         job = JobFactory(owner=user, succeeded=True)
 

@@ -529,6 +529,40 @@ def test_retry_a_failed_job(user_api, user):
     assert Job.objects.get(id=job.id).attempts_left == 4
 
 
+def test_a_users_retry_of_their_dead_job_is_a_409_that_says_an_admin_recovers_it(user_api, user):
+    dead = JobFactory(owner=user, dead=True)
+
+    resp = user_api.post(f"{JOBS}/{dead.id}/retry")
+
+    assert resp.status_code == 409
+    error = _error(resp)
+    assert error["code"] == "invalid_state"
+    assert "this one is DEAD" in error["message"] and "Only an ADMIN can recover it" in error["message"]
+    assert Job.objects.get(id=dead.id).status == JobStatus.DEAD
+
+
+def test_with_the_setting_an_owner_retries_their_dead_job_through_the_recover_transition(
+    user_api, other_api, user, settings
+):
+    settings.SCHEDULER = {**settings.SCHEDULER, "OWNERS_MAY_RETRY_DEAD": True}
+    dead = JobFactory(owner=user, dead=True, attempts=4, max_retries=3)
+    queued = JobFactory(owner=user)
+
+    assert other_api.post(f"{JOBS}/{dead.id}/retry").status_code == 404  # still only the owner's
+    resp = user_api.post(f"{JOBS}/{dead.id}/retry")
+
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["status"] == "QUEUED"
+    job = Job.objects.get(id=dead.id)
+    assert (job.status, job.attempts_base, job.attempts_left) == (JobStatus.QUEUED, 4, 4)
+    event = OutboxEvent.objects.filter(job_id=dead.id).get()
+    assert (event.event_type, event.from_status, event.to_status) == ("JOB_RECOVERED", "DEAD", "QUEUED")
+    assert event.payload["reason"] == "owner_retry"
+    # Other states still answer 409; recover itself stays an ADMIN's.
+    assert user_api.post(f"{JOBS}/{queued.id}/retry").status_code == 409
+    assert user_api.post(f"{JOBS}/{dead.id}/recover").status_code in (403, 409)
+
+
 def test_recover_is_for_admins_only(admin_api, user_api, user, other_user):
     mine = JobFactory(owner=user, dead=True)
     theirs = JobFactory(owner=other_user, dead=True)
