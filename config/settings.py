@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from datetime import timedelta
 from ipaddress import ip_network as _ip_network
 from pathlib import Path
@@ -9,6 +11,8 @@ from pathlib import Path
 import django
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from config import db_role as _db_role
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -103,6 +107,11 @@ DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("TEST", {})["NAME"] = env.str("TEST_DATABASE_NAME", default="test_stint")
+# Every connection names its process and role in pg_stat_activity (config.db_role): stint-web,
+# stint-scheduler, stint-worker... from STINT_DB_ROLE, else from the command line.
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+    "application_name", _db_role.default_application_name(sys.argv, os.environ)
+)
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)  # seconds

@@ -28,6 +28,7 @@ import psycopg
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 from django.db.models.functions import Now
 
+from config.db_role import application_name_for
 from scheduler import leasing, metrics
 from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
@@ -322,6 +323,7 @@ class Worker:
             "port": params.get("PORT") or None,
             # libpq options such as sslmode; Django's own keys are not connection parameters.
             **{k: v for k, v in (params.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY_OPTIONS},
+            "application_name": application_name_for("listen"),  # config.db_role: stint-worker-listen
         }
         wanted = set(self.options.queues or [])
         while not self._done.is_set():
