@@ -36,6 +36,7 @@ from scheduler.timeline import job_timeline
 logger = logging.getLogger(__name__)
 
 JOBS_PER_PAGE = 20
+RUNS_PER_PAGE = 20  # a schedule's runs listed per page of its history
 STATUS_POLL_MAX_IDS = 100  # ids one status poll may ask about
 PREVIEW_COUNT = 5  # fire times a schedule preview shows
 USER_SCOPE = "user"
@@ -260,7 +261,7 @@ def schedule_list(request: HttpRequest) -> HttpResponse:
     """My schedules with their next fire times."""
     rows = [
         {"schedule": s, "next_fire_times": schedules.schedule_next_fire_times(s, count=PREVIEW_COUNT)}
-        for s in _my_schedules(request)
+        for s in schedules.with_last_run(_my_schedules(request))
     ]
     return render(request, "pages/schedule_list.html", {"rows": rows})
 
@@ -330,11 +331,16 @@ def schedule_edit(request: HttpRequest, schedule_id: int) -> HttpResponse:
                 else:
                     messages.success(request, f"Schedule “{schedule.name}” saved.")
                     return redirect("pages:schedule-edit", schedule_id=schedule.id)
+    runs_page = Paginator(schedules.schedule_runs(schedule_id=schedule.id, actor=request.user), RUNS_PER_PAGE).get_page(
+        request.GET.get("runs_page")
+    )
     context = {
         "form": form,
         "preview": preview,
         "schedule": schedule,
         "next_fire_times": schedules.schedule_next_fire_times(schedule, count=PREVIEW_COUNT),
+        "runs_page": runs_page,
+        **schedules.schedule_history_context(schedule=schedule, runs=runs_page.object_list),
     }
     return render(request, "pages/schedule_form.html", context, status=status)
 

@@ -36,6 +36,7 @@ from django.db.models import (
 from django.db.models import DateTimeField as DateTimeOutput
 from django.db.models.functions import Cast, Coalesce, Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
@@ -52,6 +53,7 @@ from scheduler.states import JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
 from scheduler.timeline import job_timeline
 
+ADMIN_RUNS_SHOWN = 50  # a schedule's latest runs listed on its console page
 BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every matching job"
 OWNER_CHOICES = 100  # owners offered by the job list's owner filter
 # Distinct owners of jobs by a loose index scan of job_owner_recent: one probe per owner.
@@ -493,10 +495,25 @@ class CronScheduleAdmin(OperatorAdmin):
     list_select_related = ("owner",)
     ordering = ("id",)
     actions = ("enable_schedules", "disable_schedules", "trigger_schedules")
-    readonly_fields = ("timing", "next_fire_times")
+    readonly_fields = ("edit_link", "timing", "next_fire_times", "runs")
     fieldsets = (
-        (None, {"fields": ("name", "owner", "timing", "timezone", "enabled", "misfire_policy", "overlap_policy")}),
+        (
+            None,
+            {
+                "fields": (
+                    "edit_link",
+                    "name",
+                    "owner",
+                    "timing",
+                    "timezone",
+                    "enabled",
+                    "misfire_policy",
+                    "overlap_policy",
+                )
+            },
+        ),
         ("Fires", {"fields": ("next_fire_at", "next_fire_times", "last_fired_at")}),
+        ("Runs", {"fields": ("runs",)}),
         (
             "Job template",
             {
@@ -512,6 +529,84 @@ class CronScheduleAdmin(OperatorAdmin):
         ),
         ("Record", {"fields": ("created_at", "updated_at")}),
     )
+
+    @admin.display(description="change")
+    def edit_link(self, schedule: CronSchedule) -> SafeString:
+        """A link to the edit form (``schedules.schedule_update``, the API's rules)."""
+        url = reverse("admin:scheduler_cronschedule_edit", args=[schedule.id])
+        return format_html('<a class="button" href="{}" id="schedule-edit-link">Edit this schedule</a>', url)
+
+    @admin.display(description="runs (newest fire first)")
+    def runs(self, schedule: CronSchedule) -> SafeString:
+        """Run counts by status, the last run, and the latest ``ADMIN_RUNS_SHOWN`` fires with their jobs."""
+        context = schedules.schedule_history_context(
+            schedule=schedule,
+            runs=schedules.schedule_runs(schedule_id=schedule.id)[:ADMIN_RUNS_SHOWN],
+        )
+        all_runs = f"{reverse('admin:scheduler_job_changelist')}?schedule__id__exact={schedule.id}"
+        return format_html(
+            '{}<p><a href="{}" id="schedule-all-runs">All {} runs in the job list</a></p>',
+            render_to_string("stint/_schedule_runs.html", {**context, "admin_links": True}),
+            all_runs,
+            context["run_total"],
+        )
+
+    def get_urls(self) -> list[Any]:
+        """Add ``<id>/edit/``: the schedule's edit form, through the same service as the API."""
+        edit = path(
+            "<int:schedule_id>/edit/",
+            self.admin_site.admin_view(self.edit_view),
+            name="scheduler_cronschedule_edit",
+        )
+        return [edit, *super().get_urls()]
+
+    def edit_view(self, request: HttpRequest, schedule_id: int) -> HttpResponse:
+        """GET: the form with the schedule's values; POST: ``schedules.schedule_update`` with the same rules as the API.
+
+        The rules are the service's (cron, zone, interval, template, the minimum interval of a
+        USER owner's schedule, ...): an error lands on its field with a 400, never a 500.
+        The Preview button shows the next fire times of the form's timing without saving.
+        """
+        from pages.forms import ScheduleForm, errors_onto_form
+
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        try:
+            schedule = schedules.schedule_get(schedule_id=schedule_id, actor=request.user)
+        except StintError:
+            raise Http404("No such schedule.") from None
+        form = ScheduleForm(request.POST or None, initial=ScheduleForm.initial_from(schedule))
+        preview = None
+        status = 200
+        if request.method == "POST":
+            status = 400
+            if form.is_valid() and "preview" in request.POST:
+                try:
+                    preview = schedules.schedule_preview(**form.timing(), count=schedules.NEXT_FIRE_TIMES)
+                    status = 200
+                except StintError as exc:
+                    errors_onto_form(form, exc)
+            elif form.is_valid():
+                try:
+                    schedules.schedule_update(
+                        schedule_id=schedule.id, actor=request.user, changes=form.service_fields()
+                    )
+                except StintError as exc:
+                    errors_onto_form(form, exc, prefix_map={"job": "job_"})
+                    status = exc.http_status
+                else:
+                    self.message_user(request, f"Schedule “{form.cleaned_data['name']}” saved.", messages.SUCCESS)
+                    return HttpResponseRedirect(reverse("admin:scheduler_cronschedule_change", args=[schedule.id]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Edit schedule “{schedule.name}”",
+            "opts": self.opts,
+            "schedule": schedule,
+            "form": form,
+            "preview": preview,
+            "original": schedule,
+        }
+        return TemplateResponse(request, "admin/scheduler/cronschedule/edit.html", context, status=status)
 
     @admin.display(description="when")
     def timing(self, schedule: CronSchedule) -> str:

@@ -163,9 +163,7 @@ class ScheduleRunSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.FloatField(allow_null=True))
     def get_duration_seconds(self, job: Job) -> float | None:
         """finished_at - started_at in seconds (None while unfinished or never started)."""
-        if job.started_at is None or job.finished_at is None:
-            return None
-        return round(max(0.0, (job.finished_at - job.started_at).total_seconds()), 3)
+        return schedules.run_duration_seconds(job)
 
 
 class SchedulePreviewResultSerializer(serializers.Serializer):

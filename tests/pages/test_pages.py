@@ -331,6 +331,35 @@ class TestSchedules:
         assert schedule.cron == "*/5 * * * *" and schedule.enabled
         assert len(_times(_html(response))) == 5
 
+    def test_the_schedule_pages_show_every_run_its_counts_and_the_last_run(self, signed_in, user):
+        schedule = schedules.schedule_create(owner=user, name="hourly", cron="0 * * * *", job={"type": "DEMO_TASK"})
+        never = schedules.schedule_create(owner=user, name="never yet", cron="0 3 * * *", job={"type": "DEMO_TASK"})
+        jobs = [schedules.schedule_trigger(schedule_id=schedule.id, actor=user) for _ in range(22)]
+        done = jobs[-1]
+        Job.objects.filter(id=done.id).update(
+            status=JobStatus.SUCCESS,
+            started_at=done.fire_time,
+            finished_at=done.fire_time + dt.timedelta(seconds=2.5),
+        )
+        Job.objects.filter(id=jobs[0].id).update(status=JobStatus.DEAD)
+
+        html = _html(signed_in.get(f"/schedules/{schedule.id}/edit/"))
+
+        assert "22 runs kept" in html
+        counts = dict(re.findall(r'data-runs-status="(\w+)">.*?</span> (\d+)</span>', html))
+        assert counts == {"DEAD": "1", "QUEUED": "20", "SUCCESS": "1"}
+        assert "Last run: fired" in html and "in 2.50 s" in html
+        rows = re.findall(r'<tr data-run="([0-9a-f-]+)">', html)
+        assert rows == [str(j.id) for j in reversed(jobs)][:20]  # newest fire first, 20 a page
+        older = _html(signed_in.get(f"/schedules/{schedule.id}/edit/?runs_page=2"))
+        assert re.findall(r'<tr data-run="([0-9a-f-]+)">', older) == [str(jobs[1].id), str(jobs[0].id)]
+        assert signed_in.get(f"/schedules/{schedule.id}/edit/?runs_page=x").status_code == 200
+
+        listing = _html(signed_in.get("/schedules/"))
+        assert f'<a href="/jobs/{done.id}/">' in listing  # the last run, linked
+        row = listing[listing.index(f'data-schedule="{never.id}"') :]
+        assert "never" in row[: row.index("</tr>")]
+
     def test_interval_schedule(self, signed_in, user):
         body = {**SCHEDULE, "kind": "interval", "cron": "", "interval_seconds": "90", "save": "1"}
 

@@ -293,6 +293,59 @@ class TestSchedules:
         parsed = [dt.datetime.fromisoformat(t) for t in times]
         assert parsed == sorted(parsed) and all(t.minute == 0 for t in parsed)
 
+    def test_detail_lists_the_runs_with_counts_and_a_link_to_all(self, operator, schedule, user):
+        jobs = [schedules.schedule_trigger(schedule_id=schedule.id, actor=user) for _ in range(3)]
+        Job.objects.filter(id=jobs[1].id).update(status=JobStatus.FAILED)
+
+        html = operator.get(f"/admin/scheduler/cronschedule/{schedule.id}/change/").content.decode()
+
+        assert "3 runs kept" in html
+        assert re.findall(r'<tr data-run="([0-9a-f-]+)">', html) == [str(j.id) for j in reversed(jobs)]
+        assert f"/admin/scheduler/job/{jobs[0].id}/change/" in html
+        all_runs = re.search(r'href="([^"]+)" id="schedule-all-runs"', html).group(1).replace("&amp;", "&")
+        listed = operator.get(all_runs)
+        assert sorted(str(j.id) for j in listed.context["cl"].result_list) == sorted(str(j.id) for j in jobs)
+
+    def test_an_operator_edits_a_schedule_through_the_service_with_its_rules(self, operator, schedule):
+        url = f"/admin/scheduler/cronschedule/{schedule.id}/edit/"
+        form = {
+            "name": "every two hours",
+            "kind": "cron",
+            "cron": "0 */2 * * *",
+            "timezone": "Europe/London",
+            "enabled": "on",
+            "misfire_policy": "skip",
+            "overlap_policy": "skip",
+            "job_type": "DEMO_TASK",
+            "job_payload": '{"result": 1}',
+            "job_priority": "HIGH",
+            "job_queue": "reports",
+        }
+        page = operator.get(url)
+        assert page.status_code == 200 and 'value="hourly"' in page.content.decode()
+
+        saved = operator.post(url, {**form, "save": "1"})
+
+        assert saved.status_code == 302
+        schedule.refresh_from_db()
+        assert (schedule.name, schedule.cron, schedule.timezone, schedule.overlap_policy) == (
+            "every two hours",
+            "0 */2 * * *",
+            "Europe/London",
+            "skip",
+        )
+        assert (schedule.job_payload, schedule.job_priority, schedule.job_queue) == ({"result": 1}, 50, "reports")
+        # The owner is a USER: the minimum interval applies as in the API, on its field, with a 400.
+        too_often = operator.post(url, {**form, "kind": "interval", "cron": "", "interval_seconds": "30", "save": "1"})
+        assert too_often.status_code == 400
+        assert "at most once every 60 seconds" in too_often.content.decode()
+        assert CronSchedule.objects.get(id=schedule.id).cron == "0 */2 * * *"
+        for bad in ({"cron": "nope"}, {"timezone": "Mars/Base"}, {"job_payload": "{"}, {"job_type": "X"}):
+            assert operator.post(url, {**form, **bad, "save": "1"}).status_code == 400, bad
+        preview = operator.post(url, {**form, "preview": "1"})
+        assert preview.status_code == 200 and "Preview: the next 5 fire times" in preview.content.decode()
+        assert operator.get("/admin/scheduler/cronschedule/999999/edit/").status_code == 404
+
     def test_disable_enable_and_trigger(self, operator, schedule):
         url = "/admin/scheduler/cronschedule/"
 
