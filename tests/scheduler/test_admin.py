@@ -95,6 +95,16 @@ class TestJobList:
             assert param in html
         assert "created_at__gte" in html  # date filters
 
+    def test_times_show_seconds(self, operator, user):
+        job = JobFactory(owner=user, succeeded=True)
+        Job.objects.filter(id=job.id).update(created_at=dt.datetime(2026, 11, 30, 14, 28, 33, tzinfo=dt.UTC))
+
+        html = operator.get(CHANGELIST).content.decode()
+        detail = operator.get(f"{CHANGELIST}{job.id}/change/").content.decode()
+
+        assert "2026-11-30 14:28:33" in html and "2026-11-30 14:28:33" in detail
+        assert "p.m." not in html
+
     def test_filters_narrow_the_list(self, operator, user):
         dead = JobFactory(owner=user, dead=True, type="FAILING")
         JobFactory(owner=user, dead=True, type="DEMO_TASK")
@@ -454,3 +464,40 @@ class TestEventsAndDashboard:
         assert "1 live" in html and "3 of 4 slots busy" in html
         assert re.search(r'id="stint-outbox".*?<p class="stint-figure">2</p>', html, re.S)
         assert re.search(r'id="stint-oldest-queued".*?<p class="stint-figure">5 min', html, re.S)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_leader_card_headlines_who_leads_and_since_when_with_the_token_in_the_detail(client, admin_user):
+    from django_redis import get_redis_connection
+
+    from config import health
+    from scheduler.leadership import DEFAULT_ROLE, lock_key
+
+    LeaderFence.objects.create(role=DEFAULT_ROLE, token=42, holder="sched-1:4242:cafe")
+    LeaderFence.objects.filter(role=DEFAULT_ROLE).update(updated_at=timezone.now() - dt.timedelta(hours=3))
+    redis = get_redis_connection("default")
+    client.force_login(admin_user)
+    try:
+        redis.set(lock_key(DEFAULT_ROLE), "sched-1:4242:cafe:42", ex=60)
+        health.monitor.reset()
+        card = _leader_card(client)
+        assert re.search(r'class="stint-figure stint-leader-holder"[^>]*>sched-1:4242:cafe</p>', card)
+        assert "leads since" in card and "(3 h 0 min)" in card  # the term's length, not a staleness
+        assert re.search(r"leads since <time[^>]*>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</time>", card)  # with seconds
+        assert "fenced write" not in card
+        detail = card[card.index("<details>") :]
+        assert "fencing token 42" in detail and "token 42" not in card[: card.index("<details>")]
+
+        redis.delete(lock_key(DEFAULT_ROLE))  # the leader is gone: nobody holds the lock now
+        health.monitor.reset()
+        card = _leader_card(client)
+        assert "nobody now" in card and "The last leader was sched-1:4242:cafe" in card
+    finally:
+        redis.delete(lock_key(DEFAULT_ROLE))
+        health.monitor.reset()
+
+
+def _leader_card(client) -> str:
+    html = client.get(reverse("admin:index")).content.decode()
+    start = html.index('id="stint-leader"')
+    return html[start : html.index('class="stint-card"', start)]
