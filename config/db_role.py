@@ -24,6 +24,7 @@ from collections.abc import Sequence
 PREFIX = "stint-"
 MAX_BYTES = 63  # PostgreSQL keeps NAMEDATALEN - 1 bytes of application_name
 ROLE_VARIABLE = "STINT_DB_ROLE"
+WSGI_SERVERS = ("gunicorn", "uwsgi", "waitress", "mod_wsgi")  # programs whose process is the web role
 # Management commands that are long-running Stint processes, and the role each connection carries.
 COMMAND_ROLES = {
     "run_scheduler": "scheduler",
@@ -37,10 +38,10 @@ def role_from_argv(argv: Sequence[str]) -> str:
     """Return the role of a process started with ``argv`` (``sys.argv``).
 
     ``manage.py <command>``: the command's role (``COMMAND_ROLES``) or ``manage-<command>``;
-    ``gunicorn``: ``web``; pytest: ``test``; anything else: ``python``.
+    a WSGI server (``WSGI_SERVERS``): ``web``; pytest: ``test``; anything else: ``python``.
     """
     program = os.path.basename(argv[0]) if argv else ""
-    if program.startswith("gunicorn"):
+    if program.startswith(WSGI_SERVERS):
         return "web"
     if program in ("pytest", "py.test") or "pytest" in argv[:2] or program == "__main__.py" and "pytest" in argv[0]:
         return "test"
@@ -66,13 +67,9 @@ def set_process_role(role: str) -> None:
 
     Changes the ``OPTIONS`` of every configured database (settings and live wrappers share the
     dict) and closes this thread's open connections, so the next query connects under the new
-    name. Sets ``STINT_DB_ROLE`` too, for settings not loaded yet.
+    name. The environment is left alone: processes this one starts name their own role.
     """
-    os.environ[ROLE_VARIABLE] = role
     from django.conf import settings
-
-    if not settings.configured:
-        return
     from django.db import connections
 
     name = application_name(role)

@@ -70,6 +70,7 @@ INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
     "config.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
+    "config.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
     "config.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
@@ -318,6 +319,14 @@ for _entry in METRICS_ALLOWED_IPS:
         raise ImproperlyConfigured(f"METRICS_ALLOWED_IPS: {_entry!r} is not an address or network") from None
 if METRICS_BEARER_TOKEN and len(METRICS_BEARER_TOKEN.encode()) < MIN_KEY_BYTES:
     raise ImproperlyConfigured(f"METRICS_BEARER_TOKEN must be at least {MIN_KEY_BYTES} bytes")
+
+# Traces (scheduler.tracing): off by default; on with STINT_OTEL_ENABLED or an OTLP endpoint. The
+# OTLP/HTTP exporter reads the standard OTEL_EXPORTER_OTLP_* variables itself.
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str(
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default=env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+)
+STINT_TRACING_ENABLED = env.bool("STINT_OTEL_ENABLED", default=bool(OTEL_EXPORTER_OTLP_ENDPOINT))
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="stint")
 
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="stint@localhost")

@@ -7,6 +7,5 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("STINT_DB_ROLE", "web")  # application_name stint-web under any WSGI server (config.db_role)
 
 application = get_wsgi_application()

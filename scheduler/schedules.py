@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from config.parsers import has_lone_surrogate
-from scheduler import lifecycle
+from scheduler import lifecycle, tracing
 from scheduler.conf import conf
 from scheduler.cron import (
     MISFIRE_POLICIES,
@@ -445,6 +445,7 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
             fire_time=now,
         )
         created = lifecycle.create_jobs([new])
+        tracing.attach_current([i for i, _ in created])  # the requesting trace travels with the job
         if not created:  # a fire at this very microsecond exists already: that one is the answer
             return Job.objects.get(schedule_id=schedule.id, fire_time=now)
         if created[0][1] == JobStatus.QUEUED:

@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from config.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth
-from scheduler import lifecycle, metrics, selectors
+from scheduler import lifecycle, metrics, selectors, tracing
 from scheduler.conf import conf
 from scheduler.exceptions import (
     IdempotencyConflict,
@@ -290,6 +290,7 @@ def enqueue_request(
 def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
     _ensure_queues(j.queue for j in jobs)
     created = lifecycle.create_jobs(jobs)
+    tracing.attach_current([i for i, _ in created])  # the trace-context hook: a None check while off
     metrics.jobs_created_on_commit(jobs, (i for i, _ in created))
     by_id = {j.id: j.queue for j in jobs}
     notify_queued(by_id[i] for i, status in created if status == JobStatus.QUEUED)

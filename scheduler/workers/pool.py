@@ -214,15 +214,20 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
 
     conn.send("ready")
     flag = threading.Event()
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        report = run_handler(job, flag)
-        conn.send((report.outcome.value, report.result, report.error, report.traceback))
+    try:
+        while True:
+            try:
+                job = conn.recv()
+            except EOFError:
+                return
+            if job is None:
+                return
+            report = run_handler(job, flag)
+            conn.send((report.outcome.value, report.result, report.error, report.traceback))
+    finally:
+        from scheduler import tracing
+
+        tracing.shutdown()  # export this child's last spans: multiprocessing skips atexit handlers
 
 
 @dataclass(slots=True, eq=False)

@@ -20,6 +20,7 @@ from tests.scheduler.test_workers import Processes, procs, status_is, wait_until
         (["manage.py", "run_audit_consumer"], "audit-consumer"),
         (["manage.py", "runserver", "127.0.0.1:8000"], "web"),
         (["/usr/local/bin/gunicorn", "--config", "docker/gunicorn.conf.py", "config.wsgi"], "web"),
+        (["/usr/bin/uwsgi", "--module", "config.wsgi"], "web"),
         (["manage.py", "migrate", "--noinput"], "manage-migrate"),
         (["manage.py"], "manage"),
         (["/x/site-packages/pytest/__main__.py", "-q"], "test"),
@@ -58,5 +59,14 @@ def test_each_real_process_and_connection_carries_its_own_name(procs: Processes)
             return {row[0] for row in cursor.fetchall()}
 
     wanted = {"stint-worker", "stint-worker-listen", "stint-worker-child", "stint-scheduler"}
-    seen = wait_until(lambda: (lambda n: n if wanted <= n else None)(names()), what=f"connections named {wanted}")
+    seen: set[str] = set()
+
+    def all_seen() -> bool:
+        seen.update(names())
+        return wanted <= seen
+
+    try:
+        wait_until(all_seen, what=f"connections named {wanted}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; seen: {sorted(seen)}") from None
     assert not {n for n in seen if not n.startswith("stint-")}, seen  # no anonymous connection of ours
