@@ -39,8 +39,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import localtime
 
 from accounts.models import User
 from scheduler import queues, schedules
@@ -149,7 +151,7 @@ def attempt_error_html(attempt: JobAttempt) -> SafeString:
         return error
     return format_html(
         '{}<details class="stint-traceback"><summary>Traceback of attempt {}</summary>'
-        '<pre style="white-space:pre;overflow:auto;max-height:28em">{}</pre></details>',
+        '<pre style="white-space:pre-wrap;overflow-wrap:anywhere;overflow-y:auto;max-height:28em">{}</pre></details>',
         error,
         attempt.attempt_number,
         attempt.traceback,
@@ -249,9 +251,7 @@ class JobAdmin(OperatorAdmin):
         "queue",
         "owner",
         "attempts",
-        "created_at",
-        "scheduled_at",
-        "finished_at",
+        "times",
     )
     list_display_links = ("short_id",)
     list_filter = (
@@ -299,6 +299,16 @@ class JobAdmin(OperatorAdmin):
         ("Origin", {"fields": ("idempotency_key", "schedule", "fire_time")}),
         ("Timeline", {"fields": ("timeline",)}),
     )
+
+    @admin.display(description="times (UTC)", ordering="created_at")
+    def times(self, job: Job) -> SafeString:
+        """Created, due and finished, stacked in one column (three date columns did not fit at 1400 px)."""
+        rows = [("created", job.created_at), ("due", job.scheduled_at), ("finished", job.finished_at)]
+        return format_html_join(
+            mark_safe("<br>"),  # noqa: S308 - a constant tag
+            '<span style="white-space:nowrap">{} {}</span>',
+            ((label, date_format(localtime(value), "DATETIME_FORMAT")) for label, value in rows if value),
+        )
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: Job) -> str:
@@ -479,17 +489,7 @@ def _hyphenated_prefix(hex_prefix: str) -> str:
 class CronScheduleAdmin(OperatorAdmin):
     """Schedules: enable/disable, trigger now, and the next five fire times (``scheduler.schedules``)."""
 
-    list_display = (
-        "name",
-        "owner",
-        "timing",
-        "timezone",
-        "enabled",
-        "job_type",
-        "job_queue",
-        "next_fire_at",
-        "last_fired_at",
-    )
+    list_display = ("name", "owner", "timing", "timezone", "enabled", "job_template", "fires")
     list_filter = ("enabled", "job_type", "misfire_policy", "overlap_policy")
     search_fields = ("name",)
     list_select_related = ("owner",)
@@ -529,6 +529,21 @@ class CronScheduleAdmin(OperatorAdmin):
         ),
         ("Record", {"fields": ("created_at", "updated_at")}),
     )
+
+    @admin.display(description="job")
+    def job_template(self, schedule: CronSchedule) -> str:
+        """The job it fires: type on queue."""
+        return f"{schedule.job_type} on {schedule.job_queue}"
+
+    @admin.display(description="fires (UTC)", ordering="next_fire_at")
+    def fires(self, schedule: CronSchedule) -> SafeString:
+        """Next and last fire, stacked in one column."""
+        rows = [("next", schedule.next_fire_at), ("last", schedule.last_fired_at)]
+        return format_html_join(
+            mark_safe("<br>"),  # noqa: S308 - a constant tag
+            '<span style="white-space:nowrap">{} {}</span>',
+            ((label, date_format(localtime(value), "DATETIME_FORMAT") if value else "-") for label, value in rows),
+        )
 
     @admin.display(description="change")
     def edit_link(self, schedule: CronSchedule) -> SafeString:
@@ -609,9 +624,10 @@ class CronScheduleAdmin(OperatorAdmin):
         return TemplateResponse(request, "admin/scheduler/cronschedule/edit.html", context, status=status)
 
     @admin.display(description="when")
-    def timing(self, schedule: CronSchedule) -> str:
-        """The cron expression, or "every N s"."""
-        return schedule.cron if schedule.cron is not None else f"every {schedule.interval_seconds} s"
+    def timing(self, schedule: CronSchedule) -> SafeString:
+        """The cron expression (kept on one line), or "every N s"."""
+        text = schedule.cron if schedule.cron is not None else f"every {schedule.interval_seconds} s"
+        return format_html('<code style="white-space:nowrap">{}</code>', text)
 
     @admin.display(description="next five fire times (UTC)")
     def next_fire_times(self, schedule: CronSchedule) -> SafeString:
@@ -702,20 +718,17 @@ def _worker_alive_expression() -> Any:
 class WorkerNodeAdmin(OperatorAdmin):
     """Workers: alive or gone (by heartbeat, database clock), running jobs, busy slots, last heartbeat."""
 
+    # Stacked cells (process, pool, heartbeats): thirteen columns did not fit at 1400 px.
     list_display = (
         "id",
         "liveness",
-        "hostname",
-        "pid",
-        "supervisor_pid",
-        "pool",
-        "isolation",
+        "process",
+        "pool_kind",
         "slots",
         "running_count",
+        "jobs_done",
         "queue_list",
-        "last_heartbeat_at",
-        "started_at",
-        "stopped_at",
+        "heartbeats",
     )
     list_filter = (AliveFilter, "pool", "hostname")
     search_fields = ("id", "hostname")
@@ -730,6 +743,7 @@ class WorkerNodeAdmin(OperatorAdmin):
         "pool",
         "isolation",
         "slots",
+        "jobs_done",
         "queues",
         "started_at",
         "last_heartbeat_at",
@@ -767,6 +781,27 @@ class WorkerNodeAdmin(OperatorAdmin):
             label,
             colour,
             label,
+        )
+
+    @admin.display(description="process", ordering="hostname")
+    def process(self, worker: WorkerNode) -> SafeString:
+        """Host, pid and its supervisor's pid."""
+        supervisor = f" (supervisor {worker.supervisor_pid})" if worker.supervisor_pid else ""
+        return format_html("{}<br>pid {}{}", worker.hostname, worker.pid, supervisor)
+
+    @admin.display(description="pool", ordering="pool")
+    def pool_kind(self, worker: WorkerNode) -> str:
+        """threads or processes, and whether it is an isolation slot."""
+        return f"{worker.pool} (isolation slot)" if worker.isolation else worker.pool
+
+    @admin.display(description="times (UTC)", ordering="-last_heartbeat_at")
+    def heartbeats(self, worker: WorkerNode) -> SafeString:
+        """Last heartbeat, start and stop, stacked."""
+        rows = [("heartbeat", worker.last_heartbeat_at), ("started", worker.started_at), ("stopped", worker.stopped_at)]
+        return format_html_join(
+            mark_safe("<br>"),  # noqa: S308 - a constant tag
+            '<span style="white-space:nowrap">{} {}</span>',
+            ((label, date_format(localtime(value), "DATETIME_FORMAT")) for label, value in rows if value),
         )
 
     @admin.display(description="busy / slots")

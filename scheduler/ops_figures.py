@@ -21,6 +21,7 @@ finished_at); workers are a few rows. Each statement runs under ``STATEMENT_TIME
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +49,11 @@ _DEPTH_SQL = """
 _WINDOW_SQL = """
     WITH w AS (
         SELECT queue, status, finished_at,
-               greatest(0, extract(epoch FROM finished_at - started_at)) AS run_s,
-               greatest(0, extract(epoch FROM started_at - scheduled_at)) AS lag_s,
+               -- NULL (no start recorded) stays NULL: greatest() would turn it into 0
+               CASE WHEN started_at IS NOT NULL THEN greatest(0, extract(epoch FROM finished_at - started_at)) END
+                   AS run_s,
+               CASE WHEN started_at IS NOT NULL THEN greatest(0, extract(epoch FROM started_at - scheduled_at)) END
+                   AS lag_s,
                %(chart_queue)s::text IS NULL OR queue = %(chart_queue)s::text AS charted
         FROM stint_job
         WHERE status IN ('SUCCESS', 'FAILED', 'DEAD') AND finished_at > %(since)s AND finished_at <= %(now)s
@@ -235,7 +239,7 @@ def _worker(row: tuple[Any, ...], now: dt.datetime) -> WorkerFigures:
         supervisor_pid=sup,
         pool=pool,
         isolation=bool(iso),
-        queues=list(queues or []) if isinstance(queues, list) else [],
+        queues=_json_list(queues),
         slots_busy=int(busy),
         slots_total=int(conc),
         jobs_done=int(done),
@@ -244,6 +248,16 @@ def _worker(row: tuple[Any, ...], now: dt.datetime) -> WorkerFigures:
         last_heartbeat_age_seconds=round(max(0.0, (now - beat).total_seconds()), 1),
         alive=bool(alive),
     )
+
+
+def _json_list(value: Any) -> list[str]:
+    """A jsonb list from a raw cursor (Django's psycopg setup returns jsonb as text there)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _minutes(now: dt.datetime, rows: dict[dt.datetime, tuple[Any, ...]]) -> list[Minute]:

@@ -51,7 +51,9 @@ def seeded():
     JobFactory(queue="mail", running=True)
     JobFactory(queue="reports", scheduled=True)
     now = db_now()
+    JobFactory(queue="mail", failed=True)  # ended without a recorded start: no run time, no lag
     WorkerNode.objects.create(
+        queues=["mail", "reports"],
         id="host:1:a",
         hostname="host",
         pid=1,
@@ -83,7 +85,7 @@ def test_per_queue_depth_counts_and_percentiles_over_the_last_minute_and_hour(se
     mail = by_name["mail"]
     assert mail.depth == {"SCHEDULED": 0, "QUEUED": 3, "RUNNING": 1, "RETRYING": 0}
     assert (mail.completed_last_minute, mail.completed_last_hour) == (2, 3)
-    assert (mail.failed_last_minute, mail.failed_last_hour) == (1, 2)
+    assert (mail.failed_last_minute, mail.failed_last_hour) == (2, 3)
     # Run times 1, 3, 2, 5, 4 s; lags 0.1..0.5 s (PostgreSQL's percentile_cont interpolates).
     assert mail.run_p50_seconds == pytest.approx(3.0)
     assert mail.run_p95_seconds == pytest.approx(4.8)
@@ -95,9 +97,10 @@ def test_per_queue_depth_counts_and_percentiles_over_the_last_minute_and_hour(se
     assert [w.id for w in figures.workers] == ["host:1:a"]
     worker = figures.workers[0]
     assert (worker.slots_busy, worker.slots_total, worker.jobs_done, worker.alive) == (3, 4, 42, True)
+    assert worker.queues == ["mail", "reports"]
     assert 1 <= worker.last_heartbeat_age_seconds < 60
     assert len(figures.minutes) == 60
-    assert sum(m.completed for m in figures.minutes) == 3 and sum(m.failed for m in figures.minutes) == 2
+    assert sum(m.completed for m in figures.minutes) == 3 and sum(m.failed for m in figures.minutes) == 3
 
 
 def test_the_charts_can_cover_one_queue(seeded):
