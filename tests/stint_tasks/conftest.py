@@ -72,7 +72,7 @@ class Workers:
         def registered() -> bool:
             if popen.poll() is not None:
                 raise AssertionError(f"worker exited with {popen.returncode}:\n{log.read_text(errors='replace')}")
-            return WorkerNode.objects.filter(pid=popen.pid, stopped_at__isnull=True).exists()
+            return WorkerNode.objects.filter(supervisor_pid=popen.pid, stopped_at__isnull=True).exists()
 
         wait_until(registered, what="the worker registered", timeout=60.0)
         return popen.pid
