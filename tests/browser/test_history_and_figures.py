@@ -57,6 +57,8 @@ def test_a_dead_jobs_tracebacks_are_folded_on_its_page_which_says_who_can_recove
     wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.DEAD, what="the job to be dead-lettered")
 
     sign_in(wide, user.username)
+    expect(wide.locator(f'tr[data-job-row="{job.id}"]')).to_contain_text("nightly import")
+    nothing_cut(wide)  # the job list at 1400 px
     wide.goto(f"/jobs/{job.id}/")
 
     expect(wide.locator("#job-status")).to_contain_text("DEAD")
