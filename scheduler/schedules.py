@@ -445,7 +445,7 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
             fire_time=now,
         )
         created = lifecycle.create_jobs([new])
-        tracing.attach_current([i for i, _ in created])  # the requesting trace travels with the job
+        tracing.attach_current(created)  # the requesting trace travels with the job
         if not created:  # a fire at this very microsecond exists already: that one is the answer
             return Job.objects.get(schedule_id=schedule.id, fire_time=now)
         if created[0][1] == JobStatus.QUEUED:

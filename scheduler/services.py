@@ -290,7 +290,7 @@ def enqueue_request(
 def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
     _ensure_queues(j.queue for j in jobs)
     created = lifecycle.create_jobs(jobs)
-    tracing.attach_current([i for i, _ in created])  # the trace-context hook: a None check while off
+    tracing.attach_current(created)  # the trace-context hook: a None check while off
     metrics.jobs_created_on_commit(jobs, (i for i, _ in created))
     by_id = {j.id: j.queue for j in jobs}
     notify_queued(by_id[i] for i, status in created if status == JobStatus.QUEUED)

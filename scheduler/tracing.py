@@ -111,16 +111,18 @@ def current_context() -> dict[str, str] | None:
     return carrier if "traceparent" in carrier else None
 
 
-def attach_current(job_ids: Sequence[Any]) -> None:
-    """Store the current trace context in the jobs ``job_ids`` just created (in the caller's transaction).
+def attach_current(created: Sequence[tuple[Any, str]]) -> None:
+    """Store the current trace context in the jobs just created (``lifecycle.create_jobs``' (id, status) rows).
 
-    The enqueue hook: one ``UPDATE`` while tracing is on and a span is current; nothing otherwise.
+    The enqueue hook, in the caller's transaction: one ``UPDATE`` while tracing is on and a span
+    is current; off, a ``None`` check and nothing else.
     """
-    if _tracer is None or not job_ids:
+    if _tracer is None or not created:
         return
     context = current_context()
     if context is None:
         return
+    job_ids = [job_id for job_id, _ in created]
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE stint_job SET trace_context = %s WHERE id = ANY(%s::uuid[])", [Jsonb(context), list(job_ids)]

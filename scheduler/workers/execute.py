@@ -21,9 +21,10 @@ logger = logging.getLogger("scheduler.handler")
 def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     """Run the handler (``_run_handler``) inside the attempt's trace span when tracing is on; never raises.
 
-    The tracing hook (``scheduler.tracing``): off, ``attempt_span`` is a shared no-op and this
-    adds one ``None`` check per job.
+    The tracing hook (``scheduler.tracing``): off, it adds one ``None`` check per job.
     """
+    if not tracing.enabled():
+        return _run_handler(job, cancel_flag)
     with tracing.attempt_span(job) as span:
         report = _run_handler(job, cancel_flag)
         tracing.record_outcome(span, report)
