@@ -17,7 +17,7 @@ AUDIT_METRICS_PORT ?= 9103
 
 
 .PHONY: test-django6 tasks-conformance
-.PHONY: run serve test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz
+.PHONY: run serve test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz screenshots
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ test: $(VENV)/.dev prometheus-tools
 	@$(DEVSTACK) $(PY) -m pytest --create-db $(PYTEST_ARGS)
 	@if [ -n "$(PYTEST_ARGS)" ]; then echo "Django 6 run of tests/stint_tasks: not run (PYTEST_ARGS given; make test-django6 runs it)"; \
 	else $(MAKE) --no-print-directory test-django6; fi
+
+# The README's screenshots (docs/screenshots/*.png): the browser tests that take them, in Debian's Chromium.
+screenshots: $(VENV)/.dev
+	@STINT_DOCS_SCREENSHOTS=1 $(DEVSTACK) $(PY) -m pytest --create-db -q tests/browser/test_history_and_figures.py
 
 # The Django Tasks backend on Django 6 (django.tasks built in), beside the 5.2 LTS + django-tasks run
 # above. Django 6 needs Python >= 3.12: PYTHON312, python3.13/python3.12 on PATH, or a pyenv one. Without

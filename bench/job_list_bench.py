@@ -14,7 +14,9 @@ process (Django's test client, the real views and database):
 - ``GET /api/admin/jobs``: the first page and the page its ``next`` link names;
 - ``GET /api/jobs`` for one owner (about 1% of the jobs);
 - one statement of the retention pruner (500 SUCCESS jobs past 7 days, with their attempts,
-  outbox events and audit rows), rolled back after each timed run.
+  outbox events and audit rows), rolled back after each timed run;
+- the console's live queues-and-workers page and its ``data.json`` (``scheduler.ops_figures``),
+  and ``GET /api/jobs?search=`` for one owner.
 
 Each figure is the median of ``--repeat`` timed runs after one warm-up, in milliseconds. The
 machine is shared: compare figures from the same run, not across machines.
@@ -204,6 +206,9 @@ def main() -> None:
         "api_admin_jobs_next_page_ms": _median_ms(_get(admin_api, next_url), args.repeat),
         "api_jobs_one_owner_first_page_ms": _median_ms(_get(owner_api, "/api/jobs"), args.repeat),
         "pruner_batch_of_500_ms": _median_ms(prune_batch, args.repeat),
+        "console_queues_page_ms": _median_ms(_get(console, "/admin/stint/queues/"), args.repeat),
+        "console_queues_data_json_ms": _median_ms(_get(console, "/admin/stint/queues/data.json"), args.repeat),
+        "api_jobs_search_one_owner_ms": _median_ms(_get(owner_api, "/api/jobs?search=bench%2012"), args.repeat),
     }
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM stint_job")

@@ -29,9 +29,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "stint_bench"
 CHAOS_INTERVAL = 2.0  # seconds between SIGKILLs in --chaos
-# --pg-terminate spares the connections of this process (the producer): libpq's application_name.
-SELF_APPLICATION_NAME = "stint-loadtest"
-CLUSTER_APPLICATION_NAME = "stint-loadtest-cluster"
+# --pg-terminate spares the connections of this process (the producer), named stint-loadtest; the
+# cluster's processes name theirs stint-<role> (config.db_role).
+SELF_ROLE = "loadtest"
+SELF_APPLICATION_NAME = f"stint-{SELF_ROLE}"
 TERMINAL = ("SUCCESS", "DEAD", "FAILED", "CANCELLED")
 
 
@@ -161,8 +162,9 @@ def _terminate_cluster_connections(connection) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name = %s",
-            [CLUSTER_APPLICATION_NAME],
+            " WHERE datname = current_database() AND application_name LIKE 'stint-%%'"
+            " AND application_name <> %s AND pid <> pg_backend_pid()",
+            [SELF_APPLICATION_NAME],
         )
         return cursor.fetchone()[0]
 
@@ -196,12 +198,11 @@ def main() -> int:
         # A topic and consumer group of this run's own, so the audit trail holds only its events.
         "KAFKA_TOPIC": f"loadtest-{os.getpid()}-{int(time.time())}",
         "KAFKA_AUDIT_GROUP": f"loadtest-{os.getpid()}-{int(time.time())}",
-        "PGAPPNAME": CLUSTER_APPLICATION_NAME,
     }
     if args.chaos:
         env.update({"STINT_LEASE_SECONDS": "4", "STINT_HEARTBEAT_SECONDS": "1"})
     os.environ.update(env)
-    os.environ["PGAPPNAME"] = SELF_APPLICATION_NAME
+    os.environ["STINT_DB_ROLE"] = SELF_ROLE  # config.db_role; the cluster's processes name their own
     if args.pg_terminate and not args.rate:
         print("--pg-terminate needs --rate", file=sys.stderr)
         return 2

@@ -79,8 +79,32 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         if isinstance(detail, dict):
             extra = {k: v for k, v in detail.items() if k not in ("detail", "code")}
             details = extra or None
+        if response.status_code == status.HTTP_401_UNAUTHORIZED and _says_expired(detail):
+            message = _expired_message(context)
     response.data = error_body(code=code, message=message, details=details)
     return response
+
+
+def _says_expired(detail: Any) -> bool:
+    """True when simplejwt's 401 detail (its ``detail`` or any of its per-token ``messages``) says expired."""
+    texts: list[str] = []
+    if isinstance(detail, dict):
+        texts.append(str(detail.get("detail", "")))
+        for item in detail.get("messages") or []:
+            if isinstance(item, dict):
+                texts.append(str(item.get("message", "")))
+    return any("expired" in text.lower() for text in texts)
+
+
+def _expired_message(context: dict[str, Any]) -> str:
+    """The 401 message for an expired token: what expired and what to do (refresh, or sign in again)."""
+    request = context.get("request")
+    if request is not None and request.path.rstrip("/").endswith("/auth/refresh"):
+        return "Token expired: this refresh token is past its lifetime; sign in again (POST /api/auth/login)."
+    return (
+        "Token expired: the access token is past its lifetime; get a new one from POST /api/auth/refresh "
+        "with your refresh token (or sign in again)."
+    )
 
 
 def _json_or_html(request: HttpRequest, status_code: int, message: str, default: Any) -> HttpResponse:

@@ -1,7 +1,8 @@
 """``/metrics`` of the web process: django-prometheus's exposition, closed to the public when restricted.
 
-The page holds django-prometheus's ``django_http_*`` families and every metric of
-``scheduler.metrics`` that this process touched (one registry: prometheus_client's default).
+The page holds django-prometheus's ``django_http_*`` families and the Stint metrics the web
+process measures (``scheduler.metrics.SERVED_BY["web"]``: jobs created, rate limits); the
+workers' and scheduler's families are served by those processes, never here as zeros.
 
 ``METRICS_RESTRICTED`` (on by default in production) admits a scrape only from a socket peer
 in ``METRICS_ALLOWED_IPS`` (addresses or CIDR networks) or with ``Authorization: Bearer
@@ -19,9 +20,10 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
-from django_prometheus.exports import ExportToDjangoView
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from config.errors import error_body
+from scheduler.metrics import served_registry
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -60,4 +62,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if not scrape_allowed(request):
         message = "Metrics are restricted: scrape from an allowed address or with the bearer token."
         return JsonResponse(error_body(code="forbidden", message=message), status=403)
-    return ExportToDjangoView(request)
+    registry = served_registry("web")
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

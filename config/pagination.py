@@ -32,6 +32,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
+from config.query_params import check_known
+
 MAX_PAGE_SIZE = 200
 MAX_CURSOR_CHARS = 512  # a cursor holds a few keys; anything longer is not one of ours
 
@@ -74,7 +76,12 @@ class KeysetPagination(BasePagination):
     # -- paging -------------------------------------------------------------------------------
 
     def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> list[Any]:
-        """Return the page of ``queryset`` the request's cursor names (the first page without one)."""
+        """Return the page of ``queryset`` the request's cursor names (the first page without one).
+
+        A query parameter that neither this paginator nor the view's filters know is a 400
+        naming it (``config.query_params``), never silently ignored.
+        """
+        check_known(request, view, paging=(self.cursor_query_param, self.page_size_query_param))
         self.request = request
         self.page_size = self._page_size(request)
         cursor = self._decode(request, queryset)

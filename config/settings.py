@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from datetime import timedelta
 from ipaddress import ip_network as _ip_network
 from pathlib import Path
@@ -9,6 +11,8 @@ from pathlib import Path
 import django
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from config import db_role as _db_role
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -66,6 +70,7 @@ INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
     "config.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
+    "config.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
     "config.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
@@ -103,6 +108,11 @@ DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("TEST", {})["NAME"] = env.str("TEST_DATABASE_NAME", default="test_stint")
+# Every connection names its process and role in pg_stat_activity (config.db_role): stint-web,
+# stint-scheduler, stint-worker... from STINT_DB_ROLE, else from the command line.
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+    "application_name", _db_role.default_application_name(sys.argv, os.environ)
+)
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)  # seconds
@@ -159,6 +169,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Every printed datetime has seconds (config/formats/en/formats.py): "2026-11-30 14:28:33".
+FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
@@ -242,6 +254,8 @@ SCHEDULER = {
     "RETENTION_CANCELLED_DAYS": env.int("STINT_RETENTION_CANCELLED_DAYS", default=7),
     "RETENTION_FAILED_DAYS": env.int("STINT_RETENTION_FAILED_DAYS", default=30),
     "RETENTION_DEAD_DAYS": env.int("STINT_RETENTION_DEAD_DAYS", default=30),
+    # Let owners retry their own dead-lettered jobs (the recover transition); off: only ADMINs recover.
+    "OWNERS_MAY_RETRY_DEAD": env.bool("STINT_OWNERS_MAY_RETRY_DEAD", default=False),
 }
 
 for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", *(k for k in SCHEDULER if k.startswith("RETENTION_"))):
@@ -305,6 +319,14 @@ for _entry in METRICS_ALLOWED_IPS:
         raise ImproperlyConfigured(f"METRICS_ALLOWED_IPS: {_entry!r} is not an address or network") from None
 if METRICS_BEARER_TOKEN and len(METRICS_BEARER_TOKEN.encode()) < MIN_KEY_BYTES:
     raise ImproperlyConfigured(f"METRICS_BEARER_TOKEN must be at least {MIN_KEY_BYTES} bytes")
+
+# Traces (scheduler.tracing): off by default; on with STINT_OTEL_ENABLED or an OTLP endpoint. The
+# OTLP/HTTP exporter reads the standard OTEL_EXPORTER_OTLP_* variables itself.
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str(
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default=env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+)
+STINT_TRACING_ENABLED = env.bool("STINT_OTEL_ENABLED", default=bool(OTEL_EXPORTER_OTLP_ENDPOINT))
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="stint")
 
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="stint@localhost")

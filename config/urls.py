@@ -30,6 +30,7 @@ urlpatterns = [
     path(
         "api/schedules/<int:schedule_id>/trigger", schedule_api.ScheduleTriggerView.as_view(), name="schedule-trigger"
     ),
+    path("api/schedules/<int:schedule_id>/runs", schedule_api.ScheduleRunListView.as_view(), name="schedule-runs"),
     path("api/jobs/<uuid:job_id>/events", JobEventListView.as_view(), name="job-events"),
     path("api/", include("scheduler.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -36,6 +36,7 @@ from scheduler.timeline import job_timeline
 logger = logging.getLogger(__name__)
 
 JOBS_PER_PAGE = 20
+RUNS_PER_PAGE = 20  # a schedule's runs listed per page of its history
 STATUS_POLL_MAX_IDS = 100  # ids one status poll may ask about
 PREVIEW_COUNT = 5  # fire times a schedule preview shows
 USER_SCOPE = "user"
@@ -177,7 +178,8 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "timeline": job_timeline(job_id=job.id),
         "finished": job.status in FINISHED,
         "can_cancel": job.status in CANCELLABLE or (job.status == JobStatus.RUNNING and not job.cancel_requested),
-        "can_retry": job.status == JobStatus.FAILED,
+        "can_retry": job.status == JobStatus.FAILED or (job.status == JobStatus.DEAD and services.dead_retry_allowed()),
+        "dead_needs_admin": job.status == JobStatus.DEAD and not services.dead_retry_allowed(),
     }
 
 
@@ -235,7 +237,7 @@ def job_cancel(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
 @limit_posts(USER_SCOPE)
 @require_POST
 def job_retry(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
-    """Retry a FAILED job (``services.job_retry``); any other state's 409 is shown on its page."""
+    """Retry a FAILED job (a DEAD one too when owners may: ``services.job_retry``); a 409 is shown on its page."""
     return _job_action(request, job_id, "retry")
 
 
@@ -259,7 +261,7 @@ def schedule_list(request: HttpRequest) -> HttpResponse:
     """My schedules with their next fire times."""
     rows = [
         {"schedule": s, "next_fire_times": schedules.schedule_next_fire_times(s, count=PREVIEW_COUNT)}
-        for s in _my_schedules(request)
+        for s in schedules.with_last_run(_my_schedules(request))
     ]
     return render(request, "pages/schedule_list.html", {"rows": rows})
 
@@ -329,11 +331,16 @@ def schedule_edit(request: HttpRequest, schedule_id: int) -> HttpResponse:
                 else:
                     messages.success(request, f"Schedule “{schedule.name}” saved.")
                     return redirect("pages:schedule-edit", schedule_id=schedule.id)
+    runs_page = Paginator(schedules.schedule_runs(schedule_id=schedule.id, actor=request.user), RUNS_PER_PAGE).get_page(
+        request.GET.get("runs_page")
+    )
     context = {
         "form": form,
         "preview": preview,
         "schedule": schedule,
         "next_fire_times": schedules.schedule_next_fire_times(schedule, count=PREVIEW_COUNT),
+        "runs_page": runs_page,
+        **schedules.schedule_history_context(schedule=schedule, runs=runs_page.object_list),
     }
     return render(request, "pages/schedule_form.html", context, status=status)
 

@@ -36,10 +36,13 @@ from django.db.models import (
 from django.db.models import DateTimeField as DateTimeOutput
 from django.db.models.functions import Cast, Coalesce, Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import localtime
 
 from accounts.models import User
 from scheduler import queues, schedules
@@ -52,6 +55,7 @@ from scheduler.states import JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
 from scheduler.timeline import job_timeline
 
+ADMIN_RUNS_SHOWN = 50  # a schedule's latest runs listed on its console page
 BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every matching job"
 OWNER_CHOICES = 100  # owners offered by the job list's owner filter
 # Distinct owners of jobs by a loose index scan of job_owner_recent: one probe per owner.
@@ -127,12 +131,31 @@ class ReadOnlyInline(admin.TabularInline):
 
 
 class JobAttemptInline(ReadOnlyInline):
-    """A job's attempts, first first."""
+    """A job's attempts, first first, each with its traceback folded under the error."""
 
     model = JobAttempt
-    fields = ("attempt_number", "status", "worker", "started_at", "finished_at", "error")
+    fields = ("attempt_number", "status", "worker", "started_at", "finished_at", "error_and_traceback")
     readonly_fields = fields
     ordering = ("attempt_number",)
+
+    @admin.display(description="error")
+    def error_and_traceback(self, attempt: JobAttempt) -> SafeString:
+        """The error line, and the handler's traceback in a collapsed ``<details>`` when there is one."""
+        return attempt_error_html(attempt)
+
+
+def attempt_error_html(attempt: JobAttempt) -> SafeString:
+    """Render an attempt's error and, folded, its traceback (escaped): the console's and pages' one rule."""
+    error = format_html("<code>{}</code>", attempt.error) if attempt.error else format_html("{}", "-")
+    if not attempt.traceback:
+        return error
+    return format_html(
+        '{}<details class="stint-traceback"><summary>Traceback of attempt {}</summary>'
+        '<pre style="white-space:pre-wrap;overflow-wrap:anywhere;overflow-y:auto;max-height:28em">{}</pre></details>',
+        error,
+        attempt.attempt_number,
+        attempt.traceback,
+    )
 
 
 class JobResultInline(ReadOnlyInline):
@@ -228,9 +251,7 @@ class JobAdmin(OperatorAdmin):
         "queue",
         "owner",
         "attempts",
-        "created_at",
-        "scheduled_at",
-        "finished_at",
+        "times",
     )
     list_display_links = ("short_id",)
     list_filter = (
@@ -278,6 +299,16 @@ class JobAdmin(OperatorAdmin):
         ("Origin", {"fields": ("idempotency_key", "schedule", "fire_time")}),
         ("Timeline", {"fields": ("timeline",)}),
     )
+
+    @admin.display(description="times (UTC)", ordering="created_at")
+    def times(self, job: Job) -> SafeString:
+        """Created, due and finished, stacked in one column (three date columns did not fit at 1400 px)."""
+        rows = [("created", job.created_at), ("due", job.scheduled_at), ("finished", job.finished_at)]
+        return format_html_join(
+            mark_safe("<br>"),  # noqa: S308 - a constant tag
+            '<span style="white-space:nowrap">{} {}</span>',
+            ((label, date_format(localtime(value), "DATETIME_FORMAT")) for label, value in rows if value),
+        )
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: Job) -> str:
@@ -458,26 +489,31 @@ def _hyphenated_prefix(hex_prefix: str) -> str:
 class CronScheduleAdmin(OperatorAdmin):
     """Schedules: enable/disable, trigger now, and the next five fire times (``scheduler.schedules``)."""
 
-    list_display = (
-        "name",
-        "owner",
-        "timing",
-        "timezone",
-        "enabled",
-        "job_type",
-        "job_queue",
-        "next_fire_at",
-        "last_fired_at",
-    )
+    list_display = ("name", "owner", "timing", "timezone", "enabled", "job_template", "fires")
     list_filter = ("enabled", "job_type", "misfire_policy", "overlap_policy")
     search_fields = ("name",)
     list_select_related = ("owner",)
     ordering = ("id",)
     actions = ("enable_schedules", "disable_schedules", "trigger_schedules")
-    readonly_fields = ("timing", "next_fire_times")
+    readonly_fields = ("edit_link", "timing", "next_fire_times", "runs")
     fieldsets = (
-        (None, {"fields": ("name", "owner", "timing", "timezone", "enabled", "misfire_policy", "overlap_policy")}),
+        (
+            None,
+            {
+                "fields": (
+                    "edit_link",
+                    "name",
+                    "owner",
+                    "timing",
+                    "timezone",
+                    "enabled",
+                    "misfire_policy",
+                    "overlap_policy",
+                )
+            },
+        ),
         ("Fires", {"fields": ("next_fire_at", "next_fire_times", "last_fired_at")}),
+        ("Runs", {"fields": ("runs",)}),
         (
             "Job template",
             {
@@ -494,10 +530,104 @@ class CronScheduleAdmin(OperatorAdmin):
         ("Record", {"fields": ("created_at", "updated_at")}),
     )
 
+    @admin.display(description="job")
+    def job_template(self, schedule: CronSchedule) -> str:
+        """The job it fires: type on queue."""
+        return f"{schedule.job_type} on {schedule.job_queue}"
+
+    @admin.display(description="fires (UTC)", ordering="next_fire_at")
+    def fires(self, schedule: CronSchedule) -> SafeString:
+        """Next and last fire, stacked in one column."""
+        rows = [("next", schedule.next_fire_at), ("last", schedule.last_fired_at)]
+        return format_html_join(
+            mark_safe("<br>"),  # noqa: S308 - a constant tag
+            '<span style="white-space:nowrap">{} {}</span>',
+            ((label, date_format(localtime(value), "DATETIME_FORMAT") if value else "-") for label, value in rows),
+        )
+
+    @admin.display(description="change")
+    def edit_link(self, schedule: CronSchedule) -> SafeString:
+        """A link to the edit form (``schedules.schedule_update``, the API's rules)."""
+        url = reverse("admin:scheduler_cronschedule_edit", args=[schedule.id])
+        return format_html('<a class="button" href="{}" id="schedule-edit-link">Edit this schedule</a>', url)
+
+    @admin.display(description="runs (newest fire first)")
+    def runs(self, schedule: CronSchedule) -> SafeString:
+        """Run counts by status, the last run, and the latest ``ADMIN_RUNS_SHOWN`` fires with their jobs."""
+        context = schedules.schedule_history_context(
+            schedule=schedule,
+            runs=schedules.schedule_runs(schedule_id=schedule.id)[:ADMIN_RUNS_SHOWN],
+        )
+        all_runs = f"{reverse('admin:scheduler_job_changelist')}?schedule__id__exact={schedule.id}"
+        return format_html(
+            '{}<p><a href="{}" id="schedule-all-runs">All {} runs in the job list</a></p>',
+            render_to_string("stint/_schedule_runs.html", {**context, "admin_links": True}),
+            all_runs,
+            context["run_total"],
+        )
+
+    def get_urls(self) -> list[Any]:
+        """Add ``<id>/edit/``: the schedule's edit form, through the same service as the API."""
+        edit = path(
+            "<int:schedule_id>/edit/",
+            self.admin_site.admin_view(self.edit_view),
+            name="scheduler_cronschedule_edit",
+        )
+        return [edit, *super().get_urls()]
+
+    def edit_view(self, request: HttpRequest, schedule_id: int) -> HttpResponse:
+        """GET: the form with the schedule's values; POST: ``schedules.schedule_update`` with the same rules as the API.
+
+        The rules are the service's (cron, zone, interval, template, the minimum interval of a
+        USER owner's schedule, ...): an error lands on its field with a 400, never a 500.
+        The Preview button shows the next fire times of the form's timing without saving.
+        """
+        from pages.forms import ScheduleForm, errors_onto_form
+
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        try:
+            schedule = schedules.schedule_get(schedule_id=schedule_id, actor=request.user)
+        except StintError:
+            raise Http404("No such schedule.") from None
+        form = ScheduleForm(request.POST or None, initial=ScheduleForm.initial_from(schedule))
+        preview = None
+        status = 200
+        if request.method == "POST":
+            status = 400
+            if form.is_valid() and "preview" in request.POST:
+                try:
+                    preview = schedules.schedule_preview(**form.timing(), count=schedules.NEXT_FIRE_TIMES)
+                    status = 200
+                except StintError as exc:
+                    errors_onto_form(form, exc)
+            elif form.is_valid():
+                try:
+                    schedules.schedule_update(
+                        schedule_id=schedule.id, actor=request.user, changes=form.service_fields()
+                    )
+                except StintError as exc:
+                    errors_onto_form(form, exc, prefix_map={"job": "job_"})
+                    status = exc.http_status
+                else:
+                    self.message_user(request, f"Schedule “{form.cleaned_data['name']}” saved.", messages.SUCCESS)
+                    return HttpResponseRedirect(reverse("admin:scheduler_cronschedule_change", args=[schedule.id]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Edit schedule “{schedule.name}”",
+            "opts": self.opts,
+            "schedule": schedule,
+            "form": form,
+            "preview": preview,
+            "original": schedule,
+        }
+        return TemplateResponse(request, "admin/scheduler/cronschedule/edit.html", context, status=status)
+
     @admin.display(description="when")
-    def timing(self, schedule: CronSchedule) -> str:
-        """The cron expression, or "every N s"."""
-        return schedule.cron if schedule.cron is not None else f"every {schedule.interval_seconds} s"
+    def timing(self, schedule: CronSchedule) -> SafeString:
+        """The cron expression (kept on one line), or "every N s"."""
+        text = schedule.cron if schedule.cron is not None else f"every {schedule.interval_seconds} s"
+        return format_html('<code style="white-space:nowrap">{}</code>', text)
 
     @admin.display(description="next five fire times (UTC)")
     def next_fire_times(self, schedule: CronSchedule) -> SafeString:
@@ -588,20 +718,17 @@ def _worker_alive_expression() -> Any:
 class WorkerNodeAdmin(OperatorAdmin):
     """Workers: alive or gone (by heartbeat, database clock), running jobs, busy slots, last heartbeat."""
 
+    # Stacked cells (process, pool, heartbeats): thirteen columns did not fit at 1400 px.
     list_display = (
         "id",
         "liveness",
-        "hostname",
-        "pid",
-        "supervisor_pid",
-        "pool",
-        "isolation",
+        "process",
+        "pool_kind",
         "slots",
         "running_count",
+        "jobs_done",
         "queue_list",
-        "last_heartbeat_at",
-        "started_at",
-        "stopped_at",
+        "heartbeats",
     )
     list_filter = (AliveFilter, "pool", "hostname")
     search_fields = ("id", "hostname")
@@ -616,6 +743,7 @@ class WorkerNodeAdmin(OperatorAdmin):
         "pool",
         "isolation",
         "slots",
+        "jobs_done",
         "queues",
         "started_at",
         "last_heartbeat_at",
@@ -653,6 +781,27 @@ class WorkerNodeAdmin(OperatorAdmin):
             label,
             colour,
             label,
+        )
+
+    @admin.display(description="process", ordering="hostname")
+    def process(self, worker: WorkerNode) -> SafeString:
+        """Host, pid and its supervisor's pid."""
+        supervisor = f" (supervisor {worker.supervisor_pid})" if worker.supervisor_pid else ""
+        return format_html("{}<br>pid {}{}", worker.hostname, worker.pid, supervisor)
+
+    @admin.display(description="pool", ordering="pool")
+    def pool_kind(self, worker: WorkerNode) -> str:
+        """threads or processes, and whether it is an isolation slot."""
+        return f"{worker.pool} (isolation slot)" if worker.isolation else worker.pool
+
+    @admin.display(description="times (UTC)", ordering="-last_heartbeat_at")
+    def heartbeats(self, worker: WorkerNode) -> SafeString:
+        """Last heartbeat, start and stop, stacked."""
+        rows = [("heartbeat", worker.last_heartbeat_at), ("started", worker.started_at), ("stopped", worker.stopped_at)]
+        return format_html_join(
+            mark_safe("<br>"),  # noqa: S308 - a constant tag
+            '<span style="white-space:nowrap">{} {}</span>',
+            ((label, date_format(localtime(value), "DATETIME_FORMAT")) for label, value in rows if value),
         )
 
     @admin.display(description="busy / slots")

@@ -61,12 +61,20 @@ class Chart:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Leader:
-    """The newest cron leader the database accepted: who, with which fencing token, last seen when."""
+    """The cron leader: the newest term the database accepted (who, since when, its fencing token).
+
+    ``since`` is when that term began (the fence row is written once per term, so its age is
+    how long this scheduler has led, not how stale anything is). ``lock`` says what holds the
+    leadership right now, from the health probes: "redis" (the Redis lock holds this holder and
+    token), "postgres" (the advisory-lock fallback is held) or None (nobody holds it now: no
+    scheduler leads, or the probes do not know yet).
+    """
 
     holder: str
     token: int
-    updated_at: dt.datetime
-    age_seconds: float
+    since: dt.datetime
+    term_seconds: float
+    lock: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +180,19 @@ def _throughput(now: dt.datetime) -> dict[dt.datetime, tuple[int, int]]:
     return {row["minute"]: (row["ok"], row["bad"]) for row in rows}
 
 
+def _leader_lock(fence: LeaderFence) -> str | None:
+    """What holds this fence's term now ("redis", "postgres" or None), from the web's health probes."""
+    from config.health import health_report, monitor
+
+    try:
+        leader = health_report(monitor.readings())["cron_leader"]
+    except Exception:  # the console must render whatever the probes do
+        return None
+    if leader is None or leader.get("token") != fence.token:
+        return None
+    return leader.get("lock")
+
+
 def trail_health(*, now: dt.datetime) -> Trail:
     """Read the reconciler's record and count the quarantine (two small queries; ages against ``now``)."""
     state = OutboxReconcile.objects.filter(name=STATE_NAME).first()
@@ -231,8 +252,9 @@ def dashboard_data() -> Dashboard:
             Leader(
                 holder=fence.holder,
                 token=fence.token,
-                updated_at=fence.updated_at,
-                age_seconds=_age(now, fence.updated_at) or 0.0,
+                since=fence.updated_at,
+                term_seconds=_age(now, fence.updated_at) or 0.0,
+                lock=_leader_lock(fence),
             )
             if fence is not None
             else None

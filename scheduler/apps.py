@@ -12,7 +12,9 @@ class SchedulerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the handlers of every installed app's ``jobs.py``."""
+        """Register the handlers of every installed app's ``jobs.py``; turn tracing on if configured."""
+        from scheduler import tracing
         from scheduler.registry import autodiscover
 
         autodiscover()
+        tracing.configure_from_settings()

@@ -28,6 +28,8 @@ class SchedulerConf:
     retention_cancelled_days: int = 0
     retention_failed_days: int = 0
     retention_dead_days: int = 0
+    # Owners may retry their own DEAD jobs (DEAD -> QUEUED, the recover transition); off: ADMINs only.
+    owners_may_retry_dead: bool = False
 
 
 _cache: tuple[object, SchedulerConf] | None = None

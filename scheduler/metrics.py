@@ -10,6 +10,8 @@ Who exports what (docs/observability.md has the full list):
   events), the web process (rate limits, HTTP via
   django-prometheus) and every process that enqueues (``jobs_created_total``). Sum them across
   instances in PromQL.
+- Each process serves only the families it measures (``SERVED_BY``, ``ServedCollector``): the
+  web's ``/metrics`` has no worker or scheduler gauge stuck at 0.
 - ``jobs_queue_depth``, ``workers_active``, ``workers_heartbeat_overdue`` and ``outbox_backlog``
   describe the whole cluster and are read from PostgreSQL at scrape time by
   ``ClusterStateCollector``, registered only in the scheduler processes (``serve(...,
@@ -96,6 +98,89 @@ rate_limit_rejections_total = Counter("rate_limit_rejections_total", "Requests r
 rate_limit_backend_errors_total = Counter(
     "rate_limit_backend_errors_total", "Rate-limit checks that failed open because Redis was unreachable."
 )
+
+# -- which process serves which family --------------------------------------------------------
+
+# The cluster-wide gauges ``ClusterStateCollector`` reads from PostgreSQL at scrape time.
+CLUSTER_FAMILIES = frozenset({"jobs_queue_depth", "workers_active", "workers_heartbeat_overdue", "outbox_backlog"})
+_JOB_OUTCOMES = (jobs_failed_total, jobs_retried_total, jobs_dead_total, jobs_cancelled_total)
+# Every metric object of this module is declared in exactly one process's set below, or in
+# several when several processes really count it (jobs_created_total: whoever enqueues).
+SERVED_BY: dict[str, tuple[Any, ...]] = {
+    "web": (jobs_created_total, rate_limit_rejections_total, rate_limit_backend_errors_total),
+    "scheduler": (
+        jobs_created_total,  # cron fires
+        leases_rescued_total,
+        *_JOB_OUTCOMES,  # of rescued leases
+        cron_fires_total,
+        scheduler_is_leader,
+        outbox_publish_lag_seconds,
+        jobs_pruned_total,
+        audit_events_repaired_total,
+    ),
+    "workers": (
+        jobs_created_total,  # handlers that enqueue jobs
+        jobs_completed_total,
+        *_JOB_OUTCOMES,
+        jobs_timed_out_total,
+        jobs_execution_duration_seconds,
+        jobs_schedule_lag_seconds,
+        worker_slots_busy,
+        worker_slots_total,
+        worker_stuck_threads,
+        worker_threads_lost_total,
+        worker_processes_died_total,
+        worker_outcomes_unrecorded_total,
+        leases_rescued_total,  # the supervisor's rescue of a dead process's jobs
+    ),
+    "audit": (audit_events_stored_total, audit_messages_quarantined_total, audit_offset_gaps_total),
+}
+
+
+def _family(metric: Any) -> str:
+    # prometheus_client's family name: a counter's without its "_total".
+    return metric._name
+
+
+STINT_FAMILIES = frozenset(_family(m) for metrics in SERVED_BY.values() for m in metrics) | CLUSTER_FAMILIES
+
+
+def served_families(role: str) -> frozenset[str]:
+    """Return the family names of Stint's metrics that process ``role`` serves (web, scheduler, workers, audit).
+
+    The scheduler also serves ``CLUSTER_FAMILIES``. Raises KeyError for an unknown role.
+    """
+    own = frozenset(_family(m) for m in SERVED_BY[role])
+    return own | CLUSTER_FAMILIES if role == "scheduler" else own
+
+
+class ServedCollector(Collector):
+    """The families of ``source`` that process ``role`` really measures: Stint's others are left out.
+
+    Every Stint metric is declared in this module and so registered in every process, where
+    prometheus-client exports an untouched unlabelled one as 0: the web's ``/metrics`` said
+    ``worker_slots_busy 0`` and ``scheduler_is_leader 0`` although no worker or scheduler runs
+    there. Families that are not Stint's (django-prometheus's, ``process_*``, ``python_*``)
+    pass through unchanged.
+    """
+
+    def __init__(self, source: Collector | CollectorRegistry, *, role: str) -> None:
+        self.source = source
+        self.dropped = STINT_FAMILIES - served_families(role)
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield ``source``'s families except the Stint ones this role does not serve."""
+        for family in self.source.collect():
+            if family.name not in self.dropped:
+                yield family
+
+
+def served_registry(role: str, source: Collector | CollectorRegistry = REGISTRY) -> CollectorRegistry:
+    """Return a registry exposing ``source`` as ``ServedCollector(role)`` does (for an exporter or a view)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ServedCollector(source, role=role))
+    return registry
+
 
 # -- jobs created ---------------------------------------------------------------------------
 
@@ -308,9 +393,11 @@ class SummedCollector(Collector):
             yield family
 
 
-def serve(port: int, *, cluster_state: bool = False, multiprocess_dir: str | None = None) -> None:
+def serve(port: int, *, role: str, cluster_state: bool = False, multiprocess_dir: str | None = None) -> None:
     """Serve this process's metrics at ``http://METRICS_BIND_ADDRESS:port/metrics`` from a daemon thread.
 
+    ``role`` (scheduler, workers, audit) picks the Stint families served (``served_families``):
+    only those the process measures, never another process's left at 0.
     ``cluster_state`` also registers the scrape-time database gauges (scheduler processes
     only). ``multiprocess_dir`` (the ``run_workers`` supervisor) serves instead the metrics its
     worker processes write there (prometheus-client's multiprocess mode: counters and
@@ -326,13 +413,13 @@ def serve(port: int, *, cluster_state: bool = False, multiprocess_dir: str | Non
 
     if cluster_state:
         register_cluster_state()
-    registry = REGISTRY
+    source: Collector | CollectorRegistry = REGISTRY
     if multiprocess_dir is not None:
         from prometheus_client import multiprocess
 
-        registry = CollectorRegistry()
         workers = multiprocess.MultiProcessCollector(None, path=multiprocess_dir)
-        registry.register(SummedCollector([workers, *SUPERVISOR_METRICS]))
+        source = SummedCollector([workers, *SUPERVISOR_METRICS])
+    registry = served_registry(role, source)
     address = getattr(settings, "METRICS_BIND_ADDRESS", "127.0.0.1")
     try:
         start_http_server(port, addr=address, registry=registry)

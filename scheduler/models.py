@@ -59,6 +59,9 @@ class Job(models.Model):
     # ends without killing its process (README, Operations / crashes). A database default too:
     # create_jobs inserts with SQL that does not name it.
     isolated = models.BooleanField(default=False, db_default=False)
+    # The W3C trace context (``traceparent``, ``tracestate``) of the request or cron fire that
+    # created the job, while tracing is on (``scheduler.tracing``); each attempt's span links to it.
+    trace_context = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "stint_job"
@@ -321,6 +324,8 @@ class WorkerNode(models.Model):
     concurrency = models.PositiveIntegerField()
     pool = models.CharField(max_length=10)
     busy_slots = models.PositiveIntegerField(default=0)
+    # Jobs whose outcome this process recorded since it started (written with each heartbeat).
+    jobs_done = models.PositiveBigIntegerField(default=0, db_default=0)
     started_at = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from config.parsers import has_lone_surrogate
-from scheduler import lifecycle
+from scheduler import lifecycle, tracing
 from scheduler.conf import conf
 from scheduler.cron import (
     MISFIRE_POLICIES,
@@ -96,6 +96,69 @@ def schedule_next_fire_times(schedule: CronSchedule, *, count: int = NEXT_FIRE_T
     except InvalidSchedule:
         return []
     return [schedule.next_fire_at, *fire_times(spec, start=schedule.next_fire_at, count=count - 1)]
+
+
+def schedule_runs(*, schedule_id: int, actor: Any = None) -> QuerySet[Job]:
+    """Return every job schedule ``schedule_id`` fired (its runs), newest fire first.
+
+    Visible to whoever may see the schedule (``schedule_get``; raises ``ScheduleNotFound``).
+    Runs are the jobs whose ``schedule`` is this one, timetabled fires and manual triggers
+    alike; the partial unique index on (schedule, fire_time) serves the order, so a page costs
+    the same however many runs the schedule has (the retention pruner bounds them anyway).
+    """
+    schedule_get(schedule_id=schedule_id, actor=actor)
+    return Job.objects.filter(schedule_id=schedule_id).order_by("-fire_time", "-id")
+
+
+def with_last_run(schedules: QuerySet[CronSchedule]) -> QuerySet[CronSchedule]:
+    """Annotate each schedule with its last run: ``last_run_id``, ``last_run_status``, ``last_run_fire_time``.
+
+    One correlated probe of the (schedule, fire_time) index per schedule; None where it never fired.
+    """
+    latest = Job.objects.filter(schedule_id=OuterRef("pk")).order_by("-fire_time", "-id")
+    return schedules.annotate(
+        last_run_id=Subquery(latest.values("id")[:1]),
+        last_run_status=Subquery(latest.values("status")[:1]),
+        last_run_fire_time=Subquery(latest.values("fire_time")[:1]),
+    )
+
+
+def schedule_run_counts(*, schedule_id: int) -> dict[str, int]:
+    """Return {status: number of runs} of schedule ``schedule_id`` over its kept jobs, zeros left out.
+
+    No visibility check: callers have passed ``schedule_get`` (or ``schedule_runs``) already.
+    """
+    rows = Job.objects.filter(schedule_id=schedule_id).order_by().values_list("status").annotate(n=Count("id"))
+    return {status: n for status, n in rows}
+
+
+def run_duration_seconds(job: Job) -> float | None:
+    """Seconds from the start of ``job``'s last attempt to its finish (None until it finished)."""
+    if job.started_at is None or job.finished_at is None:
+        return None
+    return round(max(0.0, (job.finished_at - job.started_at).total_seconds()), 3)
+
+
+def schedule_history_context(*, schedule: CronSchedule, runs: Any) -> dict[str, Any]:
+    """Return what a schedule's history shows (``templates/stint/_schedule_runs.html``).
+
+    ``runs`` is the page of runs to list (jobs, newest fire first, e.g. a slice of
+    ``schedule_runs``); each gets ``duration_seconds``. Adds the counts by status over every
+    kept run and the last run. One grouped query besides ``runs``.
+    """
+    listed = list(runs)
+    for job in listed:
+        job.duration_seconds = run_duration_seconds(job)
+    counts = schedule_run_counts(schedule_id=schedule.id)
+    last = Job.objects.filter(schedule_id=schedule.id).order_by("-fire_time", "-id").first()
+    if last is not None:
+        last.duration_seconds = run_duration_seconds(last)
+    return {
+        "runs": listed,
+        "run_counts": sorted(counts.items()),
+        "run_total": sum(counts.values()),
+        "last_run": last,
+    }
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -382,6 +445,7 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
             fire_time=now,
         )
         created = lifecycle.create_jobs([new])
+        tracing.attach_current(created)  # the requesting trace travels with the job
         if not created:  # a fire at this very microsecond exists already: that one is the answer
             return Job.objects.get(schedule_id=schedule.id, fire_time=now)
         if created[0][1] == JobStatus.QUEUED:

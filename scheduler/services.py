@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from config.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth
-from scheduler import lifecycle, metrics, selectors
+from scheduler import lifecycle, metrics, selectors, tracing
 from scheduler.conf import conf
 from scheduler.exceptions import (
     IdempotencyConflict,
@@ -290,6 +290,7 @@ def enqueue_request(
 def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
     _ensure_queues(j.queue for j in jobs)
     created = lifecycle.create_jobs(jobs)
+    tracing.attach_current(created)  # the trace-context hook: a None check while off
     metrics.jobs_created_on_commit(jobs, (i for i, _ in created))
     by_id = {j.id: j.queue for j in jobs}
     notify_queued(by_id[i] for i, status in created if status == JobStatus.QUEUED)
@@ -400,30 +401,52 @@ def job_cancel(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     return Job.objects.get(id=job_id)
 
 
+# A fresh run: due now, the attempt budget counted from here, no stale cancel request.
+_FRESH_RUN = {
+    "scheduled_at": NOW,
+    "attempts_base": lifecycle.Sql("j.attempts"),
+    "finished_at": NULL,
+    "cancel_requested": False,
+}
+DEAD_RECOVERY_MESSAGE = (
+    "This job is DEAD: it used every attempt of its budget (dead-lettered). Only an ADMIN can recover it "
+    "(POST /api/jobs/{id}/recover, or the operator console); ask one."
+)
+
+
+def dead_retry_allowed() -> bool:
+    """True when owners may retry their own DEAD jobs (``STINT_OWNERS_MAY_RETRY_DEAD``; default off)."""
+    return conf().owners_may_retry_dead
+
+
 @transaction.atomic
 def job_retry(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     """Retry a FAILED job now with a fresh attempt budget (FAILED -> RETRYING, due immediately).
 
     ``actor`` (a User, or None for a trusted caller) must own the job or be an ADMIN. A stale
     ``cancel_requested`` from the failed run is cleared so the new run is not cancelled at once.
-    Raises JobNotFound, or IllegalTransition (409) from any other state.
+    A DEAD job is recovery, an ADMIN's action (DESIGN.md); when an ADMIN has set
+    ``STINT_OWNERS_MAY_RETRY_DEAD``, its owner's retry makes the same move as ``job_recover``
+    (DEAD -> QUEUED with a fresh budget, JOB_RECOVERED with reason ``owner_retry``). Raises
+    JobNotFound, or IllegalTransition (409) from any other state, whose message says who may
+    recover a DEAD job.
     """
     _authorize(job_id=job_id, actor=actor)
     moved = lifecycle.transition_one(
         job_id=job_id,
         to=JobStatus.RETRYING,
         expected=JobStatus.FAILED,
-        assign={
-            "scheduled_at": NOW,
-            "attempts_base": lifecycle.Sql("j.attempts"),
-            "finished_at": NULL,
-            "cancel_requested": False,
-        },
+        assign=_FRESH_RUN,
         event_payload={"reason": "manual_retry"},
     )
+    if moved is None and dead_retry_allowed():
+        return _recover(job_id=job_id, reason="owner_retry")
     if moved is None:
         status = _current_status(job_id)
-        raise IllegalTransition(f"Only a FAILED job can be retried; this one is {status}.", details={"status": status})
+        message = f"Only a FAILED job can be retried; this one is {status}."
+        if status == JobStatus.DEAD:
+            message = f"{message} {DEAD_RECOVERY_MESSAGE}"
+        raise IllegalTransition(message, details={"status": status})
     return Job.objects.get(id=job_id)
 
 
@@ -436,21 +459,27 @@ def job_recover(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     IllegalTransition (409) from any state but DEAD.
     """
     _authorize(job_id=job_id, actor=actor, admin_only=True)
+    return _recover(job_id=job_id, reason=None)
+
+
+def _recover(*, job_id: uuid.UUID, reason: str | None) -> Job:
+    """DEAD -> QUEUED (the table's recover transition) with a fresh budget; raise IllegalTransition otherwise."""
     moved = lifecycle.transition_one(
         job_id=job_id,
         to=JobStatus.QUEUED,
         expected=JobStatus.DEAD,
         event=EventType.JOB_RECOVERED,
-        assign={
-            "scheduled_at": NOW,
-            "attempts_base": lifecycle.Sql("j.attempts"),
-            "finished_at": NULL,
-            "cancel_requested": False,
-        },
+        assign=_FRESH_RUN,
+        event_payload={"reason": reason} if reason else None,
     )
     if moved is None:
         status = _current_status(job_id)
-        raise IllegalTransition(f"Only a DEAD job can be recovered; this one is {status}.", details={"status": status})
+        raise IllegalTransition(
+            f"Only a FAILED or DEAD job can be retried; this one is {status}."
+            if reason
+            else f"Only a DEAD job can be recovered; this one is {status}.",
+            details={"status": status},
+        )
     job = Job.objects.get(id=job_id)
     notify_queued([job.queue])
     return job

@@ -6,6 +6,7 @@ import datetime as dt
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db.models import Q, QuerySet
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -53,13 +54,26 @@ class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
     field_class = UtcIsoDateTimeField
 
 
+SEARCH_MAX = 200  # characters of a ``search`` term
+
+
 class JobFilter(filters.FilterSet):
-    """Filters of GET /api/jobs. ``created_after``/``created_before`` form a half-open range [after, before)."""
+    """Filters of GET /api/jobs. ``created_after``/``created_before`` form a half-open range [after, before).
+
+    ``search`` matches part of the name or of the type, case-insensitively; ``schedule`` the jobs
+    one schedule fired (its id). Any other query parameter is a 400 (``config.query_params``).
+    """
 
     status = filters.MultipleChoiceFilter(choices=JobStatus.choices, help_text="Repeat to match any of several.")
     type = filters.CharFilter(field_name="type")
     priority = PriorityNameFilter(field_name="priority")
     queue = filters.CharFilter(field_name="queue")
+    schedule = IntegerFilter(field_name="schedule_id", help_text="Only the jobs this schedule fired (its id).")
+    search = filters.CharFilter(
+        method="filter_search",
+        max_length=SEARCH_MAX,
+        help_text="Part of the job's name or type, any case (at most 200 characters).",
+    )
     created_after = UtcIsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="Created at or after this ISO 8601 time."
     )
@@ -69,7 +83,14 @@ class JobFilter(filters.FilterSet):
 
     class Meta:
         model = Job
-        fields = ["status", "type", "priority", "queue", "created_after", "created_before"]
+        fields = ["status", "type", "priority", "queue", "schedule", "search", "created_after", "created_before"]
+
+    def filter_search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        """Jobs whose name or type contains ``value`` (case-insensitive; ``LIKE`` wildcards are literal)."""
+        term = value.strip()
+        if not term:
+            return queryset
+        return queryset.filter(Q(name__icontains=term) | Q(type__icontains=term))
 
 
 class AdminJobFilter(JobFilter):

@@ -19,9 +19,15 @@ from rest_framework.views import APIView
 from accounts.serializers import StrictSerializer
 from config.pagination import KeysetPagination
 from scheduler import schedules
-from scheduler.api.serializers import AwareDateTimeField, JobSerializer, PriorityLabelField, PriorityNameField
+from scheduler.api.serializers import (
+    AwareDateTimeField,
+    JobSerializer,
+    JobStatusField,
+    PriorityLabelField,
+    PriorityNameField,
+)
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
-from scheduler.models import DEFAULT_QUEUE, CronSchedule, MisfirePolicy, OverlapPolicy
+from scheduler.models import DEFAULT_QUEUE, CronSchedule, Job, MisfirePolicy, OverlapPolicy
 from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
 from scheduler.states import Priority
 
@@ -128,6 +134,36 @@ class ScheduleSerializer(serializers.ModelSerializer):
         """The next five fire times, ISO 8601 UTC."""
         field = serializers.DateTimeField()
         return [field.to_representation(t) for t in schedules.schedule_next_fire_times(schedule)]
+
+
+class ScheduleRunSerializer(serializers.ModelSerializer):
+    """One fire of a schedule: the job it created, its status and how long its last run took."""
+
+    job = serializers.UUIDField(source="id", read_only=True)
+    status = JobStatusField()
+    duration_seconds = serializers.SerializerMethodField(
+        help_text="Seconds from the start of the job's last attempt to its finish; null until it finished."
+    )
+
+    class Meta:
+        model = Job
+        fields = [
+            "job",
+            "fire_time",
+            "status",
+            "attempts",
+            "scheduled_at",
+            "started_at",
+            "finished_at",
+            "duration_seconds",
+            "last_error",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_duration_seconds(self, job: Job) -> float | None:
+        """finished_at - started_at in seconds (None while unfinished or never started)."""
+        return schedules.run_duration_seconds(job)
 
 
 class SchedulePreviewResultSerializer(serializers.Serializer):
@@ -249,6 +285,67 @@ class ScheduleDetailView(APIView):
             changes["job"] = {key: changes["job"].get(key) for key in schedules.JOB_KEYS}
         schedule = schedules.schedule_update(schedule_id=schedule_id, actor=request.user, changes=changes)
         return Response(ScheduleSerializer(schedule).data)
+
+
+class ScheduleRunPagination(KeysetPagination):
+    """A schedule's runs, newest fire first, paged by key; the page also carries ``by_status``."""
+
+    ordering = ("-fire_time", "-id")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_status: dict[str, int] = {}
+
+    def get_paginated_response(self, data: Any) -> Response:
+        """``{"count", "next", "previous", "results", "by_status"}``: runs counted by status over all pages."""
+        response = super().get_paginated_response(data)
+        response.data["by_status"] = self.by_status
+        return response
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The page shape plus ``by_status``."""
+        shape = super().get_paginated_response_schema(schema)
+        shape["required"] = [*shape["required"], "by_status"]
+        shape["properties"]["by_status"] = {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "Every kept run of the schedule counted by job status (statuses without runs left out).",
+        }
+        return shape
+
+
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="schedules_runs_list",
+        summary="List a schedule's runs, newest fire first",
+        description=(
+            "Every job the schedule fired (timetabled fires and manual triggers) with its fire time, "
+            "status and duration; `by_status` counts them all. Runs are kept as long as their jobs "
+            "(the retention rules)."
+        ),
+        tags=["schedules"],
+        parameters=[SCHEDULE_ID],
+        responses=ScheduleRunSerializer(many=True),
+    ),
+)
+class ScheduleRunListView(generics.ListAPIView):
+    """GET /api/schedules/{id}/runs: the jobs the schedule fired, for its owner or an ADMIN."""
+
+    serializer_class = ScheduleRunSerializer
+    pagination_class = ScheduleRunPagination
+    filter_backends: list = []
+
+    def get_queryset(self) -> QuerySet[Job]:
+        """The schedule's runs; 404 when it is missing or someone else's."""
+        if getattr(self, "swagger_fake_view", False):
+            return Job.objects.none()
+        return schedules.schedule_runs(schedule_id=self.kwargs["schedule_id"], actor=self.request.user)
+
+    def paginate_queryset(self, queryset: QuerySet[Job]) -> list[Job] | None:
+        """Page the runs and count them by status (one grouped query on the schedule's index)."""
+        page = super().paginate_queryset(queryset)
+        self.paginator.by_status = schedules.schedule_run_counts(schedule_id=self.kwargs["schedule_id"])
+        return page
 
 
 class ScheduleTriggerView(APIView):

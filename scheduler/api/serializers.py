@@ -151,13 +151,13 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 class JobAttemptSerializer(serializers.ModelSerializer):
-    """One execution of a job."""
+    """One execution of a job; ``traceback`` is the handler's Python traceback ("" when it raised none)."""
 
     status = AttemptStatusField()
 
     class Meta:
         model = JobAttempt
-        fields = ["attempt_number", "status", "worker", "started_at", "finished_at", "error"]
+        fields = ["attempt_number", "status", "worker", "started_at", "finished_at", "error", "traceback"]
         read_only_fields = fields
 
 

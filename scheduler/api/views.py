@@ -210,7 +210,12 @@ class JobRetryView(APIView):
     @extend_schema(
         operation_id="jobs_retry",
         summary="Retry a FAILED job",
-        description="FAILED -> RETRYING, due now, with a fresh attempt budget. 409 from any other state.",
+        description=(
+            "FAILED -> RETRYING, due now, with a fresh attempt budget. A DEAD job is recovered by an ADMIN "
+            "(`/recover`): its owner's retry is a 409 saying so, unless the server sets "
+            "`STINT_OWNERS_MAY_RETRY_DEAD`, when it moves DEAD -> QUEUED with a fresh budget (JOB_RECOVERED). "
+            "409 from any other state."
+        ),
         tags=["jobs"],
         parameters=[JOB_ID],
         request=None,

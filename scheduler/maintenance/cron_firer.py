@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 
-from scheduler import lifecycle, metrics
+from scheduler import lifecycle, metrics, tracing
 from scheduler.cron import FirePlan, plan_fires, spec_of
 from scheduler.exceptions import InvalidSchedule
 from scheduler.leadership import fence_check
@@ -224,6 +224,7 @@ class CronFirer:
             if fires:
                 last_fired[row.id] = fires[-1]
         inserted = lifecycle.create_jobs(jobs)
+        tracing.record_cron_fires(jobs, inserted)  # a span per fire, linked from its job's attempts
         queued_ids = {job_id for job_id, status in inserted if status == JobStatus.QUEUED}
         notify_queued(job.queue for job in jobs if job.id in queued_ids)
         slots: dict[tuple[dt.datetime | None, dt.datetime | None], int] = {}

@@ -86,6 +86,21 @@ def duration(seconds: float | dt.timedelta | None) -> str:
     return f"{secs} s"
 
 
+@register.filter
+def precise_duration(seconds: float | None) -> str:
+    """Render seconds for latencies and run times: "4 ms", "1.25 s", "42.0 s", then as ``duration``; None as "-"."""
+    if seconds is None:
+        return "-"
+    seconds = float(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return duration(seconds)
+
+
 @register.inclusion_tag("admin/stint/dashboard.html", takes_context=True)
 def stint_dashboard(context: dict[str, Any]) -> dict[str, Any]:
     """Render the operator dashboard (``scheduler.admin_dashboard``) on the admin index."""

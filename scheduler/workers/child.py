@@ -49,6 +49,9 @@ def worker_process_main(control: Connection, options: dict[str, Any], token: str
     import django
 
     django.setup()
+    from config.db_role import set_process_role
+
+    set_process_role("worker-isolation" if options.get("isolation") else "worker")
     logging.getLogger().setLevel(log_level)
     from scheduler.workers.runner import Worker, WorkerOptions
 

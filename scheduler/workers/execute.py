@@ -9,6 +9,7 @@ import traceback
 from django.db import close_old_connections
 
 from config.log_context import log_context
+from scheduler import tracing
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
@@ -18,6 +19,19 @@ logger = logging.getLogger("scheduler.handler")
 
 
 def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
+    """Run the handler (``_run_handler``) inside the attempt's trace span when tracing is on; never raises.
+
+    The tracing hook (``scheduler.tracing``): off, it adds one ``None`` check per job.
+    """
+    if not tracing.enabled():
+        return _run_handler(job, cancel_flag)
+    with tracing.attempt_span(job) as span:
+        report = _run_handler(job, cancel_flag)
+        tracing.record_outcome(span, report)
+    return report
+
+
+def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     """Call the handler for ``job.type`` (``registry.resolve``) with (payload, context); never raises.
 
     Returns SUCCEEDED with the (JSON-checked) result; CANCELLED when the handler raised

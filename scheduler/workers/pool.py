@@ -207,19 +207,27 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
     os.environ.pop(PROMETHEUS_DIR_VARIABLE, None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
+    from config.db_role import set_process_role
     from scheduler.workers.execute import run_handler
+
+    set_process_role("worker-child")
 
     conn.send("ready")
     flag = threading.Event()
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        report = run_handler(job, flag)
-        conn.send((report.outcome.value, report.result, report.error, report.traceback))
+    try:
+        while True:
+            try:
+                job = conn.recv()
+            except EOFError:
+                return
+            if job is None:
+                return
+            report = run_handler(job, flag)
+            conn.send((report.outcome.value, report.result, report.error, report.traceback))
+    finally:
+        from scheduler import tracing
+
+        tracing.shutdown()  # export this child's last spans: multiprocessing skips atexit handlers
 
 
 @dataclass(slots=True, eq=False)

@@ -28,6 +28,7 @@ import psycopg
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 from django.db.models.functions import Now
 
+from config.db_role import application_name_for
 from scheduler import leasing, metrics
 from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
@@ -89,6 +90,7 @@ class Worker:
         self._running: dict[uuid.UUID, Running] = {}
         self._paused: list[str] = []
         self._stuck = 0
+        self._jobs_done = 0  # outcomes recorded (flusher thread writes, heartbeat reads): WorkerNode.jobs_done
         self._last_claim = 0.0
         self._last_busy = time.monotonic()
         pool_cls = ProcessPool if options.pool == "processes" else ThreadPool
@@ -322,6 +324,7 @@ class Worker:
             "port": params.get("PORT") or None,
             # libpq options such as sslmode; Django's own keys are not connection parameters.
             **{k: v for k, v in (params.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY_OPTIONS},
+            "application_name": application_name_for("listen"),  # config.db_role: stint-worker-listen
         }
         wanted = set(self.options.queues or [])
         while not self._done.is_set():
@@ -387,6 +390,7 @@ class Worker:
             if job.id not in done.accepted:
                 self._log_discarded(report, "lease no longer held")
                 continue
+            self._jobs_done += 1
             to = done.final.get(job.id)
             if report.outcome not in (Outcome.SUCCEEDED, Outcome.CANCELLED, Outcome.HANDED_BACK):
                 metrics.jobs_failed_total.labels(*labels).inc()
@@ -445,7 +449,9 @@ class Worker:
             self._cancel(job_id)
         busy = self.pool.busy()
         metrics.worker_slots_busy.set(busy)
-        WorkerNode.objects.filter(id=self.id).update(last_heartbeat_at=Now(), busy_slots=busy, stopped_at=None)
+        WorkerNode.objects.filter(id=self.id).update(
+            last_heartbeat_at=Now(), busy_slots=busy, stopped_at=None, jobs_done=self._jobs_done
+        )
 
     # -- registration ----------------------------------------------------------------------
 
@@ -465,6 +471,6 @@ class Worker:
 
     def _unregister(self) -> None:
         try:
-            WorkerNode.objects.filter(id=self.id).update(stopped_at=Now(), busy_slots=0)
+            WorkerNode.objects.filter(id=self.id).update(stopped_at=Now(), busy_slots=0, jobs_done=self._jobs_done)
         except _DB_ERRORS:
             logger.warning("worker %s: could not mark itself stopped", self.id)

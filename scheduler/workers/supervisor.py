@@ -395,4 +395,4 @@ class Supervisor:
         self._metrics_dir = tempfile.mkdtemp(prefix="stint-worker-metrics-")
         # Read by prometheus-client in each worker process when it is first imported.
         os.environ[PROMETHEUS_DIR_VARIABLE] = self._metrics_dir
-        metrics.serve(self.options.metrics_port, multiprocess_dir=self._metrics_dir)
+        metrics.serve(self.options.metrics_port, role="workers", multiprocess_dir=self._metrics_dir)

@@ -13,7 +13,7 @@ import jwt
 import pytest
 from django.conf import settings
 from django.core.management import call_command
-from rest_framework_simplejwt.tokens import AccessToken
+from rest_framework_simplejwt.tokens import AccessToken, RefreshToken
 
 from accounts.models import Role, User
 from tests.factories import PASSWORD
@@ -165,11 +165,32 @@ def test_refresh_token_is_not_accepted_as_access(api, user):
     assert api.get("/api/auth/me").status_code == 401
 
 
-def test_expired_access_token_lifetime_is_enforced(api, user):
+def test_an_expired_access_token_is_a_401_whose_message_says_token_expired(api, user):
     token = AccessToken.for_user(user)
     token.set_exp(lifetime=-timedelta(seconds=1))
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert api.get("/api/auth/me").status_code == 401
+
+    resp = api.get("/api/auth/me")
+
+    assert resp.status_code == 401
+    error = resp.json()["error"]
+    assert error["code"] == "token_not_valid"  # the code and shape are unchanged
+    assert error["message"].startswith("Token expired:") and "POST /api/auth/refresh" in error["message"]
+    assert error["details"]["messages"][0]["message"] == "Token is expired"
+    # A token that is merely bad does not claim to have expired.
+    api.credentials(HTTP_AUTHORIZATION="Bearer not.a.jwt")
+    assert "expired" not in api.get("/api/auth/me").json()["error"]["message"].lower()
+
+
+def test_an_expired_refresh_token_says_token_expired_and_to_sign_in_again(api, user):
+    refresh = RefreshToken.for_user(user)
+    refresh.set_exp(lifetime=-timedelta(seconds=1))
+
+    resp = _refresh(api, str(refresh))
+
+    assert resp.status_code == 401
+    assert resp.json()["error"]["message"].startswith("Token expired:")
+    assert "sign in again" in resp.json()["error"]["message"]
 
 
 NEW_PASSWORD = "a-brand-new-Passphrase-7"

@@ -172,3 +172,73 @@ def test_fuzzed_forms_never_get_a_500(signed_in, payload, name):
     for path, form in ((JOB_PAGE, job), (SCHEDULE_PAGE, {**SCHEDULE_FORM, "job_payload": payload, "name": name})):
         response = signed_in.post(path, form)
         assert response.status_code < 500, (path, form)
+
+
+# -- the query strings of the lists, the runs endpoint and the console's new pages -----------------
+
+
+@pytest.fixture
+def console(client, admin_user):
+    """A test client signed in to the operator console."""
+    client.force_login(admin_user)
+    return client
+
+
+# A URL cannot carry a lone surrogate as text (no client can encode one); its bytes come as invalid
+# UTF-8 percent-escapes instead, tried in ``test_invalid_utf8_in_a_query_string_is_answered``.
+QUERY_TEXT = st.one_of(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300),
+    st.sampled_from(["\x00", "%", "_", "\\", "'; --", HUGE_INT, "-1", "9" * 30, "\u202e", "NaN"]),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(["search", "schedule", "cursor", "page_size", "status", "created_after", "nope", "\x00"]),
+    value=QUERY_TEXT,
+)
+def test_any_query_string_on_the_new_endpoints_is_answered_without_a_500(console, admin_user, admin_api, name, value):
+    schedule = CronSchedule.objects.first() or CronSchedule.objects.create(
+        owner=admin_user, name="fuzz", interval_seconds=3600, job_type="DEMO_TASK"
+    )
+    for path in ("/api/jobs", "/api/admin/jobs", f"/api/schedules/{schedule.id}/runs"):
+        assert admin_api.get(path, {name: value}).status_code in (200, 400), (path, name, value)
+    for path in ("/admin/stint/queues/", "/admin/stint/queues/live/", "/admin/stint/queues/data.json"):
+        assert console.get(path, {"queue": value, name: value}).status_code == 200, (path, value)
+
+
+@pytest.mark.parametrize("raw", ["%ED%A0%80", "%FF%FE", "%00", "search=%ED%A0%80", "%C0%AF=1"])
+def test_invalid_utf8_in_a_query_string_is_answered(console, admin_api, raw):
+    query = raw if "=" in raw else f"search={raw}&queue={raw}"
+    for path in ("/api/jobs", "/api/admin/jobs"):
+        assert admin_api.get(f"{path}?{query}").status_code in (200, 400), (path, raw)
+    for path in ("/admin/stint/queues/", "/admin/stint/queues/data.json"):
+        assert console.get(f"{path}?{query}").status_code == 200, (path, raw)
+
+
+@pytest.mark.parametrize("schedule_id", ["0", "2147483648", "9223372036854775808", HUGE_INT[:40]])
+def test_an_out_of_range_schedule_id_is_a_404(user_api, console, schedule_id):
+    assert user_api.get(f"/api/schedules/{schedule_id}/runs").status_code == 404
+    assert console.get(f"/admin/scheduler/cronschedule/{schedule_id}/edit/").status_code == 404
+
+
+def test_the_console_schedule_form_takes_hostile_text_as_field_errors(console, user):
+    from scheduler import schedules
+
+    schedule = schedules.schedule_create(owner=user, name="s", cron="0 * * * *", job={"type": "DEMO_TASK"})
+    url = f"/admin/scheduler/cronschedule/{schedule.id}/edit/"
+    for field, value in [
+        ("name", "a\x00b"),
+        ("job_payload", '{"s": "\\ud800"}'),  # a lone surrogate as a JSON escape: what a browser can send
+        ("timezone", "\x00"),
+        ("job_payload", "[" * 50000),
+        ("job_payload", HUGE_INT),
+        ("interval_seconds", HUGE_INT),
+        ("job_queue", "bad queue!"),
+    ]:
+        body = {**SCHEDULE_FORM, field: value}
+        if field == "interval_seconds":
+            body["kind"] = "interval"
+        response = console.post(url, body)
+        assert response.status_code == 400, (field, value, response.status_code)
+    assert CronSchedule.objects.get(id=schedule.id).name == "s"

@@ -47,6 +47,29 @@ def test_metrics_are_open_in_development_and_hold_http_and_job_metrics(client, s
 
 
 @pytest.mark.django_db
+def test_the_web_exports_no_worker_or_scheduler_family_it_does_not_measure(client, settings) -> None:
+    settings.METRICS_RESTRICTED = False
+
+    text = client.get("/metrics").content.decode()
+
+    families = {line.split()[2].removesuffix("_total") for line in text.splitlines() if line.startswith("# TYPE ")}
+    for foreign in (
+        "worker_slots_busy",
+        "worker_slots_total",
+        "worker_stuck_threads",
+        "scheduler_is_leader",
+        "leases_rescued",
+        "cron_fires",
+        "jobs_queue_depth",
+        "workers_active",
+        "outbox_backlog",
+        "audit_events_stored",
+    ):
+        assert foreign not in families, foreign
+    assert {"jobs_created", "rate_limit_rejections", "rate_limit_backend_errors"} <= families
+
+
+@pytest.mark.django_db
 def test_restricted_metrics_refuse_everyone_without_an_allowed_address_or_the_token(client, settings) -> None:
     settings.METRICS_RESTRICTED = True
     settings.METRICS_ALLOWED_IPS = []

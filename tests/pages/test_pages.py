@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from accounts.models import Role, User
 from scheduler import schedules
-from scheduler.models import CronSchedule, Job
+from scheduler.models import CronSchedule, Job, JobAttempt
 from scheduler.services import enqueue
-from scheduler.states import JobStatus, Priority
+from scheduler.states import AttemptStatus, JobStatus, Priority
 from tests.factories import PASSWORD, JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -249,6 +249,45 @@ class TestJobDetail:
         assert response.status_code == 409
         assert "Only a FAILED job can be retried; this one is QUEUED." in _html(response)
 
+    def test_each_attempts_traceback_is_folded_under_its_error_and_escaped(self, signed_in, user):
+        job = JobFactory(owner=user, failed=True, attempts=2)
+        for n in (1, 2):
+            JobAttempt.objects.create(
+                job=job,
+                attempt_number=n,
+                status=AttemptStatus.FAILED,
+                started_at=timezone.now(),
+                error=f"ValueError: bad <input> {n}",
+                traceback=f"Traceback (most recent call last):\n  File jobs.py, line {n}\nValueError: bad <input> {n}",
+            )
+        JobAttempt.objects.create(
+            job=job, attempt_number=3, status=AttemptStatus.LOST, started_at=timezone.now(), error="worker died"
+        )
+
+        html = _html(signed_in.get(f"/jobs/{job.id}/"))
+
+        folded = re.findall(
+            r'<details class="traceback"><summary>Traceback of attempt (\d)</summary><pre>(.*?)</pre>', html, re.S
+        )
+        assert [n for n, _ in folded] == ["1", "2"]  # attempt 3 raised nothing: no empty box
+        assert folded[1][1].endswith("ValueError: bad &lt;input&gt; 2")
+        assert '<details class="traceback" open' not in html  # collapsed until asked
+
+    def test_a_dead_job_says_an_admin_recovers_it_or_offers_retry_when_owners_may(self, signed_in, user, settings):
+        dead = JobFactory(owner=user, dead=True)
+
+        html = _html(signed_in.get(f"/jobs/{dead.id}/"))
+        assert "Only an ADMIN can recover it" in html and "Retry job" not in html
+        response = signed_in.post(f"/jobs/{dead.id}/retry/")
+        assert response.status_code == 409
+        assert "Only an ADMIN can recover it" in _html(response)
+
+        settings.SCHEDULER = {**settings.SCHEDULER, "OWNERS_MAY_RETRY_DEAD": True}
+        html = _html(signed_in.get(f"/jobs/{dead.id}/"))
+        assert "Only an ADMIN can recover it" not in html and "Retry job" in html
+        signed_in.post(f"/jobs/{dead.id}/retry/")
+        assert Job.objects.get(id=dead.id).status == JobStatus.QUEUED
+
     def test_live_fragment_marks_finished_jobs(self, signed_in, user):
         job = JobFactory(owner=user, succeeded=True)
 
@@ -291,6 +330,35 @@ class TestSchedules:
         schedule = CronSchedule.objects.get(owner=user)
         assert schedule.cron == "*/5 * * * *" and schedule.enabled
         assert len(_times(_html(response))) == 5
+
+    def test_the_schedule_pages_show_every_run_its_counts_and_the_last_run(self, signed_in, user):
+        schedule = schedules.schedule_create(owner=user, name="hourly", cron="0 * * * *", job={"type": "DEMO_TASK"})
+        never = schedules.schedule_create(owner=user, name="never yet", cron="0 3 * * *", job={"type": "DEMO_TASK"})
+        jobs = [schedules.schedule_trigger(schedule_id=schedule.id, actor=user) for _ in range(22)]
+        done = jobs[-1]
+        Job.objects.filter(id=done.id).update(
+            status=JobStatus.SUCCESS,
+            started_at=done.fire_time,
+            finished_at=done.fire_time + dt.timedelta(seconds=2.5),
+        )
+        Job.objects.filter(id=jobs[0].id).update(status=JobStatus.DEAD)
+
+        html = _html(signed_in.get(f"/schedules/{schedule.id}/edit/"))
+
+        assert "22 runs kept" in html
+        counts = dict(re.findall(r'data-runs-status="(\w+)">.*?</span> (\d+)</span>', html))
+        assert counts == {"DEAD": "1", "QUEUED": "20", "SUCCESS": "1"}
+        assert "Last run: fired" in html and "in 2.50 s" in html
+        rows = re.findall(r'<tr data-run="([0-9a-f-]+)">', html)
+        assert rows == [str(j.id) for j in reversed(jobs)][:20]  # newest fire first, 20 a page
+        older = _html(signed_in.get(f"/schedules/{schedule.id}/edit/?runs_page=2"))
+        assert re.findall(r'<tr data-run="([0-9a-f-]+)">', older) == [str(jobs[1].id), str(jobs[0].id)]
+        assert signed_in.get(f"/schedules/{schedule.id}/edit/?runs_page=x").status_code == 200
+
+        listing = _html(signed_in.get("/schedules/"))
+        assert f'<a href="/jobs/{done.id}/">' in listing  # the last run, linked
+        row = listing[listing.index(f'data-schedule="{never.id}"') :]
+        assert "never" in row[: row.index("</tr>")]
 
     def test_interval_schedule(self, signed_in, user):
         body = {**SCHEDULE, "kind": "interval", "cron": "", "interval_seconds": "90", "save": "1"}

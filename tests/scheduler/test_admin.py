@@ -95,6 +95,16 @@ class TestJobList:
             assert param in html
         assert "created_at__gte" in html  # date filters
 
+    def test_times_show_seconds(self, operator, user):
+        job = JobFactory(owner=user, succeeded=True)
+        Job.objects.filter(id=job.id).update(created_at=dt.datetime(2026, 11, 30, 14, 28, 33, tzinfo=dt.UTC))
+
+        html = operator.get(CHANGELIST).content.decode()
+        detail = operator.get(f"{CHANGELIST}{job.id}/change/").content.decode()
+
+        assert "2026-11-30 14:28:33" in html and "2026-11-30 14:28:33" in detail
+        assert "p.m." not in html
+
     def test_filters_narrow_the_list(self, operator, user):
         dead = JobFactory(owner=user, dead=True, type="FAILING")
         JobFactory(owner=user, dead=True, type="DEMO_TASK")
@@ -129,9 +139,18 @@ class TestJobList:
     def test_detail_shows_attempts_result_and_the_timeline(self, operator, user):
         job = enqueue("DEMO_TASK", {"result": 1}, owner=user)
         JobAttempt.objects.create(
-            job=job, attempt_number=1, status=AttemptStatus.SUCCEEDED, worker="w-1", started_at=timezone.now()
+            job=job,
+            attempt_number=1,
+            status=AttemptStatus.FAILED,
+            worker="w-0",
+            started_at=timezone.now(),
+            error="KeyError: 'x'",
+            traceback="Traceback (most recent call last):\n  File \"<handler>\", line 3\nKeyError: 'x' <b>",
         )
-        JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.SUCCEEDED, result={"echo": 1})
+        JobAttempt.objects.create(
+            job=job, attempt_number=2, status=AttemptStatus.SUCCEEDED, worker="w-1", started_at=timezone.now()
+        )
+        JobResult.objects.create(job=job, attempt=2, status=AttemptStatus.SUCCEEDED, result={"echo": 1})
         first = OutboxEvent.objects.get(job_id=job.id, sequence=1)
         AuditEvent.objects.create(
             event_id=first.event_id,
@@ -145,6 +164,9 @@ class TestJobList:
         html = operator.get(f"{CHANGELIST}{job.id}/change/").content.decode()
 
         assert "w-1" in html and "SUCCEEDED" in html  # the attempts inline
+        assert "<summary>Traceback of attempt 1</summary>" in html  # folded under its error
+        assert "KeyError: &#x27;x&#x27; &lt;b&gt;</pre></details>" in html  # escaped
+        assert "Traceback of attempt 2" not in html
         assert "echo" in html  # the result inline
         assert html.index("JOB_CREATED") < html.index("JOB_QUEUED")  # timeline in sequence order
         assert "2 events" in html  # the audit row and its outbox twin count once
@@ -281,6 +303,59 @@ class TestSchedules:
         parsed = [dt.datetime.fromisoformat(t) for t in times]
         assert parsed == sorted(parsed) and all(t.minute == 0 for t in parsed)
 
+    def test_detail_lists_the_runs_with_counts_and_a_link_to_all(self, operator, schedule, user):
+        jobs = [schedules.schedule_trigger(schedule_id=schedule.id, actor=user) for _ in range(3)]
+        Job.objects.filter(id=jobs[1].id).update(status=JobStatus.FAILED)
+
+        html = operator.get(f"/admin/scheduler/cronschedule/{schedule.id}/change/").content.decode()
+
+        assert "3 runs kept" in html
+        assert re.findall(r'<tr data-run="([0-9a-f-]+)">', html) == [str(j.id) for j in reversed(jobs)]
+        assert f"/admin/scheduler/job/{jobs[0].id}/change/" in html
+        all_runs = re.search(r'href="([^"]+)" id="schedule-all-runs"', html).group(1).replace("&amp;", "&")
+        listed = operator.get(all_runs)
+        assert sorted(str(j.id) for j in listed.context["cl"].result_list) == sorted(str(j.id) for j in jobs)
+
+    def test_an_operator_edits_a_schedule_through_the_service_with_its_rules(self, operator, schedule):
+        url = f"/admin/scheduler/cronschedule/{schedule.id}/edit/"
+        form = {
+            "name": "every two hours",
+            "kind": "cron",
+            "cron": "0 */2 * * *",
+            "timezone": "Europe/London",
+            "enabled": "on",
+            "misfire_policy": "skip",
+            "overlap_policy": "skip",
+            "job_type": "DEMO_TASK",
+            "job_payload": '{"result": 1}',
+            "job_priority": "HIGH",
+            "job_queue": "reports",
+        }
+        page = operator.get(url)
+        assert page.status_code == 200 and 'value="hourly"' in page.content.decode()
+
+        saved = operator.post(url, {**form, "save": "1"})
+
+        assert saved.status_code == 302
+        schedule.refresh_from_db()
+        assert (schedule.name, schedule.cron, schedule.timezone, schedule.overlap_policy) == (
+            "every two hours",
+            "0 */2 * * *",
+            "Europe/London",
+            "skip",
+        )
+        assert (schedule.job_payload, schedule.job_priority, schedule.job_queue) == ({"result": 1}, 50, "reports")
+        # The owner is a USER: the minimum interval applies as in the API, on its field, with a 400.
+        too_often = operator.post(url, {**form, "kind": "interval", "cron": "", "interval_seconds": "30", "save": "1"})
+        assert too_often.status_code == 400
+        assert "at most once every 60 seconds" in too_often.content.decode()
+        assert CronSchedule.objects.get(id=schedule.id).cron == "0 */2 * * *"
+        for bad in ({"cron": "nope"}, {"timezone": "Mars/Base"}, {"job_payload": "{"}, {"job_type": "X"}):
+            assert operator.post(url, {**form, **bad, "save": "1"}).status_code == 400, bad
+        preview = operator.post(url, {**form, "preview": "1"})
+        assert preview.status_code == 200 and "Preview: the next 5 fire times" in preview.content.decode()
+        assert operator.get("/admin/scheduler/cronschedule/999999/edit/").status_code == 404
+
     def test_disable_enable_and_trigger(self, operator, schedule):
         url = "/admin/scheduler/cronschedule/"
 
@@ -389,3 +464,40 @@ class TestEventsAndDashboard:
         assert "1 live" in html and "3 of 4 slots busy" in html
         assert re.search(r'id="stint-outbox".*?<p class="stint-figure">2</p>', html, re.S)
         assert re.search(r'id="stint-oldest-queued".*?<p class="stint-figure">5 min', html, re.S)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_leader_card_headlines_who_leads_and_since_when_with_the_token_in_the_detail(client, admin_user):
+    from django_redis import get_redis_connection
+
+    from config import health
+    from scheduler.leadership import DEFAULT_ROLE, lock_key
+
+    LeaderFence.objects.create(role=DEFAULT_ROLE, token=42, holder="sched-1:4242:cafe")
+    LeaderFence.objects.filter(role=DEFAULT_ROLE).update(updated_at=timezone.now() - dt.timedelta(hours=3))
+    redis = get_redis_connection("default")
+    client.force_login(admin_user)
+    try:
+        redis.set(lock_key(DEFAULT_ROLE), "sched-1:4242:cafe:42", ex=60)
+        health.monitor.reset()
+        card = _leader_card(client)
+        assert re.search(r'class="stint-figure stint-leader-holder"[^>]*>sched-1:4242:cafe</p>', card)
+        assert "leads since" in card and "(3 h 0 min)" in card  # the term's length, not a staleness
+        assert re.search(r"leads since <time[^>]*>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</time>", card)  # with seconds
+        assert "fenced write" not in card
+        detail = card[card.index("<details>") :]
+        assert "fencing token 42" in detail and "token 42" not in card[: card.index("<details>")]
+
+        redis.delete(lock_key(DEFAULT_ROLE))  # the leader is gone: nobody holds the lock now
+        health.monitor.reset()
+        card = _leader_card(client)
+        assert "nobody now" in card and "The last leader was sched-1:4242:cafe" in card
+    finally:
+        redis.delete(lock_key(DEFAULT_ROLE))
+        health.monitor.reset()
+
+
+def _leader_card(client) -> str:
+    html = client.get(reverse("admin:index")).content.decode()
+    start = html.index('id="stint-leader"')
+    return html[start : html.index('class="stint-card"', start)]

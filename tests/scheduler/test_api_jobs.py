@@ -385,6 +385,76 @@ def test_list_filters(user_api, user):
     assert ids(f"created_after={day_ago.replace('+', '%2B')}") == {str(b.id), str(c.id)}
 
 
+def test_search_matches_part_of_the_name_or_the_type_in_any_case(user_api, user, other_user):
+    nightly = services.enqueue("DEMO_TASK", owner=user, name="Nightly Invoices")
+    report = services.enqueue("REPORT", owner=user, name="weekly")
+    services.enqueue("DEMO_TASK", owner=user, name="other")
+    services.enqueue("REPORT", owner=other_user, name="nightly too")  # not mine
+
+    def names(term: str) -> set[str]:
+        resp = user_api.get(JOBS, {"search": term})
+        assert resp.status_code == 200, resp.content
+        return {r["name"] for r in resp.json()["results"]}
+
+    assert names("nightly") == {nightly.name}
+    assert names("INVOICE") == {nightly.name}
+    assert names("repo") == {report.name}
+    assert names("%") == set()  # a LIKE wildcard is a literal character
+    assert names("  ") == {"Nightly Invoices", "weekly", "other"}
+    assert user_api.get(JOBS, {"search": "x" * 201}).status_code == 400
+    assert user_api.get(JOBS, {"search": "a\x00b"}).status_code == 400
+
+
+def test_the_schedule_filter_lists_the_jobs_one_schedule_fired(user_api, user):
+    schedule = user_api.post(
+        "/api/schedules",
+        {"name": "s", "interval_seconds": 3600, "job": {"type": "DEMO_TASK"}},
+        format="json",
+    ).json()
+    fired = user_api.post(f"/api/schedules/{schedule['id']}/trigger").json()
+    services.enqueue("DEMO_TASK", owner=user)
+
+    resp = user_api.get(JOBS, {"schedule": schedule["id"]})
+
+    assert [r["id"] for r in resp.json()["results"]] == [fired["id"]]
+    assert user_api.get(JOBS, {"schedule": 10**30}).json()["results"] == []
+    assert user_api.get(JOBS, {"schedule": "x"}).status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "named"),
+    [
+        (JOBS, "statuss=DEAD", "statuss"),
+        (JOBS, "owner=1", "owner"),  # an ADMIN-only filter is unknown on a USER's own list
+        (JOBS, "status=QUEUED&sort=name&page=2", "page"),
+        ("/api/admin/jobs", "search=x&nope=1", "nope"),
+        ("/api/schedules", "enabled=true", "enabled"),
+        ("/api/jobs/{job}/attempts", "status=FAILED", "status"),
+        ("/api/jobs/{job}/events", "event_type=JOB_CREATED", "event_type"),
+        ("/api/schedules/{schedule}/runs", "schedule=1", "schedule"),
+    ],
+)
+def test_an_unknown_query_parameter_is_a_400_naming_it(user_api, admin_api, user, path, query, named):
+    job = services.enqueue("DEMO_TASK", owner=user)
+    schedule = user_api.post(
+        "/api/schedules", {"name": "s", "interval_seconds": 3600, "job": {"type": "DEMO_TASK"}}, format="json"
+    ).json()
+    client = admin_api if path.startswith("/api/admin") else user_api
+    url = path.format(job=job.id, schedule=schedule["id"])
+
+    resp = client.get(f"{url}?{query}")
+
+    assert resp.status_code == 400, resp.content
+    error = _error(resp)
+    assert error["code"] == "validation_error"
+    assert error["message"].startswith(f"{named}: Unknown query parameter.")
+    assert "cursor" in error["message"] and "page_size" in error["message"]  # says what it does take
+    assert named in error["details"]
+    # The same list without the unknown parameter answers.
+    known = "&".join(p for p in query.split("&") if p.split("=")[0] not in error["details"])
+    assert client.get(f"{url}?{known}").status_code == 200
+
+
 @pytest.mark.parametrize("query", ["status=BOGUS", "priority=URGENT", "priority=0", "created_after=yesterday"])
 def test_a_bad_filter_value_is_400_not_ignored(user_api, user, query):
     services.enqueue("DEMO_TASK", owner=user)
@@ -459,6 +529,40 @@ def test_retry_a_failed_job(user_api, user):
     assert Job.objects.get(id=job.id).attempts_left == 4
 
 
+def test_a_users_retry_of_their_dead_job_is_a_409_that_says_an_admin_recovers_it(user_api, user):
+    dead = JobFactory(owner=user, dead=True)
+
+    resp = user_api.post(f"{JOBS}/{dead.id}/retry")
+
+    assert resp.status_code == 409
+    error = _error(resp)
+    assert error["code"] == "invalid_state"
+    assert "this one is DEAD" in error["message"] and "Only an ADMIN can recover it" in error["message"]
+    assert Job.objects.get(id=dead.id).status == JobStatus.DEAD
+
+
+def test_with_the_setting_an_owner_retries_their_dead_job_through_the_recover_transition(
+    user_api, other_api, user, settings
+):
+    settings.SCHEDULER = {**settings.SCHEDULER, "OWNERS_MAY_RETRY_DEAD": True}
+    dead = JobFactory(owner=user, dead=True, attempts=4, max_retries=3)
+    queued = JobFactory(owner=user)
+
+    assert other_api.post(f"{JOBS}/{dead.id}/retry").status_code == 404  # still only the owner's
+    resp = user_api.post(f"{JOBS}/{dead.id}/retry")
+
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["status"] == "QUEUED"
+    job = Job.objects.get(id=dead.id)
+    assert (job.status, job.attempts_base, job.attempts_left) == (JobStatus.QUEUED, 4, 4)
+    event = OutboxEvent.objects.filter(job_id=dead.id).get()
+    assert (event.event_type, event.from_status, event.to_status) == ("JOB_RECOVERED", "DEAD", "QUEUED")
+    assert event.payload["reason"] == "owner_retry"
+    # Other states still answer 409; recover itself stays an ADMIN's.
+    assert user_api.post(f"{JOBS}/{queued.id}/retry").status_code == 409
+    assert user_api.post(f"{JOBS}/{dead.id}/recover").status_code in (403, 409)
+
+
 def test_recover_is_for_admins_only(admin_api, user_api, user, other_user):
     mine = JobFactory(owner=user, dead=True)
     theirs = JobFactory(owner=other_user, dead=True)
@@ -477,20 +581,38 @@ def test_recover_is_for_admins_only(admin_api, user_api, user, other_user):
     assert (job.attempts_base, job.attempts_left) == (4, 4)
 
 
-def test_attempts_are_paginated_in_order(user_api, user):
+def test_attempts_are_paginated_in_order_with_their_tracebacks(user_api, admin_api, user):
     job = JobFactory(owner=user, failed=True, attempts=3)
     now = timezone.now()
     for n in (3, 1, 2):
         JobAttempt.objects.create(
-            job=job, attempt_number=n, status=AttemptStatus.FAILED, worker="w1", started_at=now, error=f"e{n}"
+            job=job,
+            attempt_number=n,
+            status=AttemptStatus.FAILED,
+            worker="w1",
+            started_at=now,
+            error=f"ValueError: e{n}",
+            traceback=f'Traceback (most recent call last):\n  File "jobs.py", line {n}\nValueError: e{n}\n',
         )
 
     page = user_api.get(f"{JOBS}/{job.id}/attempts?page_size=2").json()
 
     assert page["count"] == 3
     assert [a["attempt_number"] for a in page["results"]] == [1, 2]
-    assert set(page["results"][0]) == {"attempt_number", "status", "worker", "started_at", "finished_at", "error"}
-    assert page["results"][0]["error"] == "e1"
+    assert set(page["results"][0]) == {
+        "attempt_number",
+        "status",
+        "worker",
+        "started_at",
+        "finished_at",
+        "error",
+        "traceback",
+    }
+    assert page["results"][0]["error"] == "ValueError: e1"
+    assert page["results"][0]["traceback"].endswith("ValueError: e1\n")
+    # An ADMIN reads the same tracebacks of someone else's job.
+    as_admin = admin_api.get(f"{JOBS}/{job.id}/attempts").json()["results"]
+    assert [a["traceback"].splitlines()[-1] for a in as_admin] == ["ValueError: e1", "ValueError: e2", "ValueError: e3"]
     assert [a["attempt_number"] for a in user_api.get(page["next"]).json()["results"]] == [3]
 
 
@@ -581,7 +703,8 @@ def test_a_user_cannot_see_jobs_of_others_in_lists(other_api, user):
     for _ in range(3):
         services.enqueue("DEMO_TASK", owner=user)
     assert other_api.get(JOBS).json()["count"] == 0
-    assert other_api.get(f"{JOBS}?owner={user.pk}").json()["count"] == 0
+    # ``owner`` is an ADMIN filter: on a USER's own list it is refused, never a way in.
+    assert other_api.get(f"{JOBS}?owner={user.pk}").status_code == 400
 
 
 # --- schema -----------------------------------------------------------------------------------

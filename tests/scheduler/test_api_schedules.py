@@ -250,6 +250,49 @@ def test_trigger_fires_now_and_leaves_the_timetable(user_api, user):
     assert user_api.post(f"/api/schedules/{body['id']}/trigger").json()["id"] != job["id"]
 
 
+def test_runs_list_every_fire_newest_first_with_status_duration_and_counts(user_api, other_api, admin_api, user):
+    body = create(user_api)
+    other = create(user_api, {**NIGHTLY, "name": "other"})
+    fired = [user_api.post(f"/api/schedules/{body['id']}/trigger").json() for _ in range(3)]
+    user_api.post(f"/api/schedules/{other['id']}/trigger")
+    done = Job.objects.get(id=fired[0]["id"])
+    Job.objects.filter(id=done.id).update(
+        status=JobStatus.SUCCESS,
+        attempts=1,
+        started_at=done.fire_time + dt.timedelta(seconds=1),
+        finished_at=done.fire_time + dt.timedelta(seconds=3.5),
+    )
+    Job.objects.filter(id=fired[1]["id"]).update(status=JobStatus.DEAD, last_error="boom")
+
+    first = user_api.get(f"/api/schedules/{body['id']}/runs?page_size=2")
+
+    assert first.status_code == 200, first.content
+    page = first.json()
+    assert page["count"] == 3
+    assert page["by_status"] == {"SUCCESS": 1, "DEAD": 1, "QUEUED": 1}
+    assert [r["job"] for r in page["results"]] == [fired[2]["id"], fired[1]["id"]]  # newest fire first
+    assert set(page["results"][0]) == {
+        "job",
+        "fire_time",
+        "status",
+        "attempts",
+        "scheduled_at",
+        "started_at",
+        "finished_at",
+        "duration_seconds",
+        "last_error",
+    }
+    assert page["results"][1]["last_error"] == "boom"
+    rest = user_api.get(page["next"]).json()["results"]
+    assert [(r["job"], r["status"], r["duration_seconds"]) for r in rest] == [(fired[0]["id"], "SUCCESS", 2.5)]
+    assert page["results"][0]["duration_seconds"] is None  # not finished
+    # Another user's schedule is a 404; an ADMIN sees anyone's.
+    assert other_api.get(f"/api/schedules/{body['id']}/runs").status_code == 404
+    assert admin_api.get(f"/api/schedules/{body['id']}/runs").json()["count"] == 3
+    assert user_api.get("/api/schedules/999999999/runs").status_code == 404
+    assert user_api.get(f"/api/schedules/{body['id']}/runs?cursor=bad").status_code == 400
+
+
 def test_preview_lists_fire_times_after_start_in_utc(user_api):
     resp = user_api.post(
         "/api/schedules/preview",
@@ -293,7 +336,12 @@ def test_the_schema_documents_the_schedule_endpoints(api):
     assert resp.status_code == 200
     schema = resp.json() if resp["Content-Type"].endswith("json") else None
     paths = schema["paths"] if schema else resp.content.decode()
-    for path in ("/api/schedules", "/api/schedules/{schedule_id}", "/api/schedules/{schedule_id}/trigger"):
+    for path in (
+        "/api/schedules",
+        "/api/schedules/{schedule_id}",
+        "/api/schedules/{schedule_id}/trigger",
+        "/api/schedules/{schedule_id}/runs",
+    ):
         assert path in paths
     assert "/api/schedules/preview" in paths
 

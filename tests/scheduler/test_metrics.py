@@ -112,6 +112,27 @@ def test_every_metric_of_the_issue_is_declared_in_the_one_registry() -> None:
         assert family in declared, name
 
 
+def test_every_stint_metric_is_served_by_a_process_and_each_process_serves_only_its_own() -> None:
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from scheduler import metrics
+
+    declared = {m._name for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)}
+    assert declared <= metrics.STINT_FAMILIES  # none is left out of SERVED_BY (it would be served nowhere)
+    registry = CollectorRegistry()
+    register_cluster_state(registry)
+    everything = {f.name for f in REGISTRY.collect()} | {f.name for f in registry.collect()}
+    for role in ("web", "scheduler", "workers", "audit"):
+        source = CollectorRegistry(auto_describe=False)
+        source.register(metrics.SummedCollector([REGISTRY, registry]))
+        served = {f.name for f in metrics.served_registry(role, source).collect()}
+        assert served & metrics.STINT_FAMILIES == metrics.served_families(role), role
+        assert everything - metrics.STINT_FAMILIES <= served  # python_*, process_*, django_*: untouched
+    assert "worker_slots_busy" not in metrics.served_families("web")
+    assert "scheduler_is_leader" not in metrics.served_families("workers")
+    assert "jobs_queue_depth" in metrics.served_families("scheduler")
+
+
 def test_registering_the_cluster_collector_twice_registers_it_once() -> None:
     registry = CollectorRegistry()
 

@@ -410,7 +410,9 @@ def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, p
     assert status(job) == JobStatus.SUCCESS
     assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)]
     assert (status(waiting), attempts(waiting)) == (JobStatus.QUEUED, [])
-    assert WorkerNode.objects.get(supervisor_pid=worker.pid).stopped_at is not None
+    node = WorkerNode.objects.get(supervisor_pid=worker.pid)
+    assert node.stopped_at is not None
+    assert node.jobs_done == 1  # the console's "jobs done": the one outcome it recorded
 
 
 def test_sigterm_hands_back_a_job_longer_than_the_grace_period(procs: Processes) -> None:

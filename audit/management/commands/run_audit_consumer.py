@@ -68,7 +68,7 @@ class Command(BaseCommand):
         if options["metrics_port"]:
             from scheduler.metrics import serve
 
-            serve(options["metrics_port"])
+            serve(options["metrics_port"], role="audit")
         install_stop_handlers(stop, name="run_audit_consumer")
         logger.info("audit consumer: group %s, topics %s", consumer.group_id, ", ".join(consumer.topics))
         consumer.run()

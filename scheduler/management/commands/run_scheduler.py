@@ -34,7 +34,9 @@ class Command(BaseCommand):
         if options["metrics_port"]:
             from scheduler.metrics import serve
 
-            serve(options["metrics_port"], cluster_state=True)  # the scheduler also reports cluster gauges
+            serve(
+                options["metrics_port"], role="scheduler", cluster_state=True
+            )  # the scheduler also reports cluster gauges
         install_stop_handlers(loop.stop, name="run_scheduler")
         loop.run()
 
