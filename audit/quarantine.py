@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connection
 
 from audit.models import QuarantineReason
+from scheduler.kafka import event_stream_conf
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,6 @@ MAX_KEY_BYTES = 1024  # bytes of a message key kept
 MAX_ERROR_CHARS = 2000  # characters of the error kept
 MAX_TOPIC_CHARS = 255  # the column's length
 
-RETENTION_DAYS = 30  # default of AUDIT_QUARANTINE_RETENTION_DAYS; 0 keeps entries forever
 PRUNE_BATCH = 5_000  # rows deleted per statement
 PRUNE_MAX_BATCHES = 10  # statements per run
 PRUNE_INTERVAL_SECONDS = 300.0
@@ -102,7 +101,7 @@ class QuarantinePruner:
     leader_only = False
 
     def __init__(self, *, retention: dt.timedelta | None = None, batch_size: int = PRUNE_BATCH) -> None:
-        days = getattr(settings, "AUDIT_QUARANTINE_RETENTION_DAYS", RETENTION_DAYS)
+        days = event_stream_conf().audit_quarantine_retention_days
         self.retention = retention if retention is not None else dt.timedelta(days=days)
         self.batch_size = batch_size
 

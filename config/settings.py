@@ -136,9 +136,10 @@ KAFKA_TOPIC = env.str("KAFKA_TOPIC", default="job-lifecycle-events")
 KAFKA_TOPIC_PARTITIONS = env.int("KAFKA_TOPIC_PARTITIONS", default=6)
 KAFKA_SESSION_TIMEOUT_MS = env.int("KAFKA_SESSION_TIMEOUT_MS", default=6000)
 KAFKA_AUDIT_GROUP = env.str("KAFKA_AUDIT_GROUP", default="stint-audit")
-# Outbox relay and pruner (scheduler.outbox): every delivery report arrives within the timeout.
+# Outbox relay and pruner (scheduler.maintenance.relay, .outbox_pruner; typed in scheduler.kafka.EventStreamConf):
+# every delivery report arrives within the timeout.
 KAFKA_DELIVERY_TIMEOUT_MS = env.int("KAFKA_DELIVERY_TIMEOUT_MS", default=5000)
-OUTBOX_BATCH_SIZE = env.int("STINT_OUTBOX_BATCH_SIZE", default=500)
+OUTBOX_BATCH_SIZE = env.int("STINT_OUTBOX_BATCH_SIZE", default=5000)
 OUTBOX_RELAY_INTERVAL_SECONDS = env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS", default=0.1)
 OUTBOX_RETENTION_DAYS = env.int("STINT_OUTBOX_RETENTION_DAYS", default=7)
 # The audit consumer's quarantine (audit.quarantine): entries older than this are pruned (0: kept).

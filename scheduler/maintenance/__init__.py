@@ -30,11 +30,12 @@ class Service(Protocol):
 def default_services() -> list[Service]:
     """Return the services ``run_scheduler`` runs, in tick order."""
     from audit.quarantine import QuarantinePruner
+    from scheduler.maintenance.outbox_pruner import OutboxPruner
     from scheduler.maintenance.promoter import DuePromoter
     from scheduler.maintenance.pruner import Pruner
     from scheduler.maintenance.reconciler import AuditReconciler
+    from scheduler.maintenance.relay import OutboxRelay
     from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper
-    from scheduler.outbox import OutboxPruner, OutboxRelay
 
     services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
     # The cron firer needs leadership: see leader_services().
