@@ -53,7 +53,6 @@ from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, OutboxEve
 from scheduler.registry import registered_types
 from scheduler.states import JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
-from scheduler.timeline import job_timeline
 
 ADMIN_RUNS_SHOWN = 50  # a schedule's latest runs listed on its console page
 BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every matching job"
@@ -271,7 +270,7 @@ class JobAdmin(OperatorAdmin):
     list_per_page = 50
     actions = ("cancel_jobs", "retry_jobs", "recover_jobs")
     inlines = (JobAttemptInline, JobResultInline)
-    readonly_fields = ("status_badge", "priority_label", "timeline")
+    readonly_fields = ("status_badge", "priority_label")
     fieldsets = (
         (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner")}),
         ("Payload", {"fields": ("payload",)}),
@@ -297,7 +296,6 @@ class JobAdmin(OperatorAdmin):
             },
         ),
         ("Origin", {"fields": ("idempotency_key", "schedule", "fire_time")}),
-        ("Timeline", {"fields": ("timeline",)}),
     )
 
     @admin.display(description="times (UTC)", ordering="created_at")
@@ -324,35 +322,6 @@ class JobAdmin(OperatorAdmin):
     def priority_label(self, job: Job) -> str:
         """HIGH, MEDIUM or LOW at a named point, else the integer (``states.priority_label``)."""
         return priority_label(job.priority)
-
-    @admin.display(description="event timeline")
-    def timeline(self, job: Job) -> SafeString:
-        """The job's lifecycle events in sequence order (audit trail, completed from the outbox)."""
-        events = job_timeline(job_id=job.id)
-        if not events:
-            return format_html("<p>{}</p>", "No events yet.")
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    e.sequence,
-                    e.event_type,
-                    e.from_status or "-",
-                    e.to_status,
-                    e.attempt,
-                    e.occurred_at.isoformat(timespec="milliseconds"),
-                )
-                for e in events
-            ),
-        )
-        return format_html(
-            '<table class="stint-timeline"><caption>{}</caption><thead><tr><th scope="col">#</th>'
-            '<th scope="col">event</th><th scope="col">from</th><th scope="col">to</th>'
-            '<th scope="col">attempt</th><th scope="col">occurred at (UTC)</th></tr></thead><tbody>{}</tbody></table>',
-            f"{len(events)} events",
-            rows,
-        )
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[Any, bool]:
         """Search by full id, id prefix (8+ hex digits), name (contains) or idempotency key (exact)."""

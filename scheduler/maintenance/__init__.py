@@ -3,12 +3,15 @@
 A service is any object with ``name`` (str), ``interval_seconds`` (float), ``leader_only``
 (bool: run only while this process holds cron leadership) and ``run_once(now=None) -> int``
 (rows changed; ``now`` is an aware UTC datetime for tests, None for the database clock).
-``default_services()`` is the list ``run_scheduler`` runs.
+``default_services()`` is the list ``run_scheduler`` runs: the scheduler's own, then those other
+apps add with ``register_service`` from their ``AppConfig.ready()`` (the audit app's quarantine
+pruner), so the scheduler imports no app built on it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -27,9 +30,17 @@ class Service(Protocol):
         ...
 
 
+_registered: list[Callable[[], Service]] = []
+
+
+def register_service(factory: Callable[[], Service]) -> None:
+    """Add a service built by ``factory()`` to ``default_services()`` (once per factory; from ``AppConfig.ready``)."""
+    if factory not in _registered:
+        _registered.append(factory)
+
+
 def default_services() -> list[Service]:
-    """Return the services ``run_scheduler`` runs, in tick order."""
-    from audit.quarantine import QuarantinePruner
+    """Return the services ``run_scheduler`` runs, in tick order: the scheduler's own, then registered ones."""
     from scheduler.maintenance.outbox_pruner import OutboxPruner
     from scheduler.maintenance.promoter import DuePromoter
     from scheduler.maintenance.pruner import Pruner
@@ -39,8 +50,8 @@ def default_services() -> list[Service]:
 
     services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
     # The cron firer needs leadership: see leader_services().
-    services += [OutboxRelay(), OutboxPruner(), AuditReconciler(), QuarantinePruner()]
-    return services
+    services += [OutboxRelay(), OutboxPruner(), AuditReconciler()]
+    return services + [factory() for factory in _registered]
 
 
 def leader_services(leadership: Leadership) -> list[Service]:
