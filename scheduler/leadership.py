@@ -26,7 +26,7 @@ import psycopg
 from django.db import DatabaseError, connection, connections, transaction
 from redis.exceptions import RedisError
 
-from config.db_role import application_name_for
+from core.db_role import application_name_for
 
 logger = logging.getLogger(__name__)
 
@@ -324,7 +324,7 @@ class Leadership:
         for key in ("cursor_factory", "context", "prepare_threshold"):
             params.pop(key, None)
         params.setdefault("connect_timeout", PG_CONNECT_TIMEOUT)
-        params["application_name"] = application_name_for("leader-lock")  # config.db_role
+        params["application_name"] = application_name_for("leader-lock")  # core.db_role
         self._pg = psycopg.connect(**params, autocommit=True)
         with self._pg.cursor() as cursor:
             for name, value in PG_KEEPALIVES.items():

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
-from config.parsers import has_lone_surrogate
+from core.parsers import has_lone_surrogate
 from scheduler import lifecycle, tracing
 from scheduler.conf import conf
 from scheduler.cron import (
