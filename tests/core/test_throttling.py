@@ -19,7 +19,7 @@ from django.test import RequestFactory
 from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
-from config import throttling
+from core import throttling
 from core.throttling import Rate, client_address, rate_parse
 from tests.conftest import bearer
 from tests.factories import UserFactory
