@@ -6,9 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from core.command_line import configure_verbosity, port, positive_float
+from core.stop_signals import install_stop_handlers
 from scheduler.maintenance import default_services, leader_services
 from scheduler.maintenance.loop import SchedulerLoop
-from scheduler.management.commands._signals import configure_verbosity, install_stop_handlers, port, positive_float
 
 
 class Command(BaseCommand):
