@@ -11,7 +11,6 @@ model permissions.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import uuid
 from typing import Any
 
@@ -24,7 +23,6 @@ from django.db.models import (
     Case,
     CharField,
     Count,
-    ExpressionWrapper,
     IntegerField,
     OuterRef,
     Q,
@@ -33,8 +31,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models import DateTimeField as DateTimeOutput
-from django.db.models.functions import Cast, Coalesce, Now
+from django.db.models.functions import Cast, Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -47,10 +44,10 @@ from django.utils.timezone import localtime
 from accounts.models import User
 from scheduler import queues, schedules
 from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, job_bulk_apply_filtered
-from scheduler.conf import conf
 from scheduler.exceptions import StintError
 from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
+from scheduler.selectors import worker_alive_q
 from scheduler.states import JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
 
@@ -673,14 +670,7 @@ class AliveFilter(admin.SimpleListFilter):
 
 
 def _worker_alive_expression() -> Any:
-    cutoff = ExpressionWrapper(
-        Now() - Value(dt.timedelta(seconds=conf().worker_dead_after_seconds)), output_field=DateTimeOutput()
-    )
-    return Case(
-        When(Q(stopped_at__isnull=True) & Q(last_heartbeat_at__gte=cutoff), then=Value(True)),
-        default=Value(False),
-        output_field=BooleanField(),
-    )
+    return Case(When(worker_alive_q(), then=Value(True)), default=Value(False), output_field=BooleanField())
 
 
 @admin.register(WorkerNode)

@@ -15,9 +15,9 @@ from django.db import connection
 from django.db.models import Count, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 
-from scheduler.conf import conf
 from scheduler.leadership import DEFAULT_ROLE
 from scheduler.models import Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
+from scheduler.selectors import worker_alive_q
 from scheduler.states import AttemptStatus, JobStatus
 
 WINDOW_MINUTES = 60  # the chart covers the last hour, one bar per minute
@@ -190,8 +190,7 @@ def dashboard_data() -> Dashboard:
         .values_list("id", "scheduled_at")
         .first()
     )
-    dead_after = dt.timedelta(seconds=conf().worker_dead_after_seconds)
-    alive = Q(stopped_at__isnull=True, last_heartbeat_at__gte=now - dead_after)
+    alive = worker_alive_q(now=now)
     workers = WorkerNode.objects.aggregate(
         alive=Count("id", filter=alive),
         gone=Count("id", filter=~alive),

@@ -1,4 +1,4 @@
-"""Reads of jobs, their attempts and results, scoped to what the asking user may see.
+"""Reads of jobs, their attempts and results, scoped to what the asking user may see; and the worker-liveness rule.
 
 Visibility rule (DESIGN.md, REST API): a USER sees their own jobs, an ADMIN sees every job.
 A job the actor may not see is reported as missing (``JobNotFound``, 404), never as forbidden,
@@ -7,11 +7,14 @@ so that ids of other users' jobs cannot be probed.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import DateTimeField, ExpressionWrapper, Q, QuerySet, Value
+from django.db.models.functions import Now
 
+from scheduler.conf import conf
 from scheduler.exceptions import JobNotFound, NoResult
 from scheduler.models import Job, JobAttempt, JobResult
 
@@ -63,3 +66,34 @@ def job_result_get(*, job_id: uuid.UUID, actor: Any) -> JobResult:
     if result is None:
         raise NoResult()
     return result
+
+
+# -- worker liveness ----------------------------------------------------------------------------
+# One rule for the rescuer's reaper, the admin, the dashboard, the health check and the metrics: a
+# worker process is alive while it is not stopped and heartbeated within WORKER_DEAD_AFTER_SECONDS
+# (SCHEDULER setting, default 60 s), measured on the database clock.
+
+# SQL over stint_worker_node's columns; ``{now}`` is an SQL timestamp (``now()`` or a parameter),
+# and the query passes ``%(dead_after)s`` = ``worker_dead_after_seconds()``.
+WORKER_ALIVE_SQL = "(stopped_at IS NULL AND last_heartbeat_at >= {now} - make_interval(secs => %(dead_after)s))"
+
+
+def worker_dead_after_seconds() -> int:
+    """Return the seconds without a heartbeat after which a worker process counts as gone."""
+    return conf().worker_dead_after_seconds
+
+
+def worker_alive_sql(*, now: str = "now()") -> str:
+    """Return ``WORKER_ALIVE_SQL`` measured against ``now`` (an SQL expression); needs ``%(dead_after)s``."""
+    return WORKER_ALIVE_SQL.format(now=now)
+
+
+def worker_alive_q(*, now: dt.datetime | None = None) -> Q:
+    """Return the ORM filter of alive ``WorkerNode`` rows, against ``now`` (aware) or the database's ``now()``."""
+    dead_after = dt.timedelta(seconds=worker_dead_after_seconds())
+    cutoff: Any = (
+        now - dead_after
+        if now is not None
+        else ExpressionWrapper(Now() - Value(dead_after), output_field=DateTimeField())
+    )
+    return Q(stopped_at__isnull=True, last_heartbeat_at__gte=cutoff)
