@@ -239,7 +239,7 @@ def test_cluster_state_collector_counts_depth_workers_and_outbox_backlog() -> No
     WorkerNode.objects.create(
         id="reaped",
         pid=4,
-        last_heartbeat_at=now - dt.timedelta(minutes=3),
+        last_heartbeat_at=now - dt.timedelta(minutes=4),  # reaped after 2 min of silence (> WORKER_DEAD_AFTER_SECONDS)
         stopped_at=now - dt.timedelta(minutes=2),
         **node,
     )
