@@ -25,6 +25,7 @@ from prometheus_client import REGISTRY
 from audit.consumer import AuditRow, Delivered, MalformedEvent, audit_batch_store, audit_events_store, parse_event
 from audit.models import AuditEvent, QuarantinedMessage, QuarantineReason
 from audit.quarantine import MAX_VALUE_BYTES, quarantine_store
+from core.pg_connect import pg_connect
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
 from scheduler.services import enqueue_many
@@ -328,17 +329,10 @@ DROP FUNCTION IF EXISTS stint_test_commit_gate();
 """
 
 
-def _conninfo() -> str:
-    db = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None, host=db["HOST"], port=db["PORT"] or None
-    )
-
-
 @contextmanager
 def side_session() -> Iterator[psycopg.Connection]:
     """A PostgreSQL session of the test's own, apart from Django's."""
-    with psycopg.connect(_conninfo(), autocommit=True) as session:
+    with pg_connect() as session:
         yield session
 
 

@@ -18,6 +18,7 @@ import pytest
 from django.db import connection
 from django.db.models import F
 
+from core.pg_connect import pg_connect
 from scheduler import leasing
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
@@ -156,15 +157,7 @@ def test_promoter_works_through_every_batch() -> None:
 @pytest.fixture
 def listener() -> Iterator[psycopg.Connection]:
     """A separate autocommit connection listening on the workers' channel."""
-    params = connection.settings_dict
-    conninfo = {
-        "dbname": params["NAME"],
-        "user": params.get("USER") or None,
-        "password": params.get("PASSWORD") or None,
-        "host": params.get("HOST") or None,
-        "port": params.get("PORT") or None,
-    }
-    with psycopg.connect(autocommit=True, **{k: v for k, v in conninfo.items() if v}) as conn:
+    with pg_connect() as conn:
         conn.execute(f"LISTEN {CHANNEL}")
         yield conn
 
