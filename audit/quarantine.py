@@ -18,6 +18,7 @@ from django.db import connection
 
 from audit.models import QuarantineReason
 from scheduler.kafka import event_stream_conf
+from scheduler.maintenance import delete_expired
 
 logger = logging.getLogger(__name__)
 
@@ -113,25 +114,15 @@ class QuarantinePruner:
         """
         if self.retention <= dt.timedelta(0):
             return 0
-        total = 0
-        for _ in range(PRUNE_MAX_BATCHES):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    """
-                    DELETE FROM stint_audit_quarantine WHERE id IN (
-                        SELECT id FROM stint_audit_quarantine
-                        WHERE received_at < coalesce(%s, now()) - %s
-                        ORDER BY received_at
-                        LIMIT %s
-                        FOR UPDATE SKIP LOCKED
-                    )
-                    """,
-                    [now, self.retention, self.batch_size],
-                )
-                deleted = cursor.rowcount
-            total += deleted
-            if deleted < self.batch_size:
-                break
+        total = delete_expired(
+            table="stint_audit_quarantine",
+            time_column="received_at",
+            where="true",
+            now=now,
+            age=self.retention,
+            batch=self.batch_size,
+            batches=PRUNE_MAX_BATCHES,
+        )
         if total:
             logger.info("audit quarantine pruner: deleted %d messages quarantined before %s ago", total, self.retention)
         return total

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
+from typing import Any
 
 STINT_LOGGERS = ("scheduler", "audit", "stint_tasks", "accounts", "core", "pages")  # the project's packages
 
@@ -30,34 +32,26 @@ def configure_verbosity(verbosity: int, *, loggers: tuple[str, ...] = STINT_LOGG
     return level
 
 
+def _number(text: str, parse: Callable[[str], Any], kind: str, ok: Callable[[Any], bool], rule: str) -> Any:
+    try:
+        value = parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(rule)
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
+    return _number(text, int, "an integer", lambda v: v >= 1, "must be >= 1")
 
 
 def positive_float(text: str) -> float:
     """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
+    return _number(text, float, "a number", lambda v: v > 0, "must be > 0")
 
 
 def port(text: str) -> int:
     """argparse type: a TCP port, 0 meaning off."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be 0-65535")
-    return value
+    return _number(text, int, "a port", lambda v: 0 <= v <= 65535, "must be 0-65535")

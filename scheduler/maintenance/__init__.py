@@ -30,6 +30,39 @@ class Service(Protocol):
         ...
 
 
+def delete_expired(
+    *, table: str, time_column: str, where: str, now: dt.datetime | None, age: dt.timedelta, batch: int, batches: int
+) -> int:
+    """Delete rows of ``table`` whose ``time_column`` is before ``now - age``, oldest first; return how many.
+
+    The retention rule of a growing table, in bounded statements: at most ``batches`` deletes of
+    ``batch`` rows (each its own transaction), stopping at the first short one. ``where`` is an
+    extra SQL condition (constant text, e.g. ``published_at IS NOT NULL``). ``now`` defaults to
+    the database clock. Several schedulers may run it at once: each deletes rows the others have
+    not locked (``SKIP LOCKED``). Raises only database errors.
+    """
+    from django.db import connection
+
+    sql = f"""
+        DELETE FROM {table} WHERE id IN (
+            SELECT id FROM {table}
+            WHERE {where} AND {time_column} < coalesce(%s, now()) - %s
+            ORDER BY {time_column}
+            LIMIT %s
+            FOR UPDATE SKIP LOCKED
+        )
+    """  # noqa: S608 - constant table and column names from the callers
+    total = 0
+    for _ in range(batches):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [now, age, batch])
+            deleted = cursor.rowcount
+        total += deleted
+        if deleted < batch:
+            break
+    return total
+
+
 _registered: list[Callable[[], Service]] = []
 
 

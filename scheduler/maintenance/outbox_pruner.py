@@ -5,9 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from django.db import connection
-
 from scheduler.kafka import event_stream_conf
+from scheduler.maintenance import delete_expired
 
 logger = logging.getLogger(__name__)
 
@@ -37,25 +36,15 @@ class OutboxPruner:
 
         ``now`` defaults to the database clock.
         """
-        total = 0
-        for _ in range(PRUNE_MAX_BATCHES):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    """
-                    DELETE FROM stint_outbox WHERE id IN (
-                        SELECT id FROM stint_outbox
-                        WHERE published_at IS NOT NULL AND published_at < coalesce(%s, now()) - %s
-                        ORDER BY published_at
-                        LIMIT %s
-                        FOR UPDATE SKIP LOCKED
-                    )
-                    """,
-                    [now, self.retention, self.batch_size],
-                )
-                deleted = cursor.rowcount
-            total += deleted
-            if deleted < self.batch_size:
-                break
+        total = delete_expired(
+            table="stint_outbox",
+            time_column="published_at",
+            where="published_at IS NOT NULL",
+            now=now,
+            age=self.retention,
+            batch=self.batch_size,
+            batches=PRUNE_MAX_BATCHES,
+        )
         if total:
             logger.info("outbox pruner: deleted %d published events older than %s", total, self.retention)
         return total
