@@ -54,7 +54,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "django_prometheus",  # /metrics: HTTP metrics middleware + exposition (core.metrics_view)
+    "django_prometheus",  # /metrics: HTTP metrics middleware + exposition (scheduler.metrics_view)
     "accounts",
     "scheduler",
     "stint_tasks",  # Django's Tasks framework on Stint (the TASKS backend below)
@@ -70,7 +70,7 @@ INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
     "core.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
-    "core.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
+    "scheduler.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
     "core.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
@@ -305,7 +305,7 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
-# Metrics (docs/observability.md). The web process serves /metrics (core.metrics_view); when
+# Metrics (docs/observability.md). The web process serves /metrics (scheduler.metrics_view); when
 # METRICS_RESTRICTED (the production default) only peers in METRICS_ALLOWED_IPS (addresses or
 # CIDR networks) or requests bearing METRICS_BEARER_TOKEN may read it. run_workers,
 # run_scheduler and run_audit_consumer serve theirs on --metrics-port at METRICS_BIND_ADDRESS.

@@ -8,10 +8,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit.api import JobEventListView
 from core.errors import api_not_found
-from core.health import HealthView
-from core.metrics_view import metrics_view
 from scheduler.api import queues as queue_api
 from scheduler.api import schedules as schedule_api
+from scheduler.health import HealthView
+from scheduler.metrics_view import metrics_view
 
 handler400 = "core.errors.handler400"
 handler404 = "core.errors.handler404"

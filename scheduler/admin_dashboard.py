@@ -168,7 +168,7 @@ def _throughput(now: dt.datetime) -> dict[dt.datetime, tuple[int, int]]:
 
 def _leader_lock(fence: LeaderFence) -> str | None:
     """What holds this fence's term now ("redis", "postgres" or None), from the web's health probes."""
-    from core.health import health_report, monitor
+    from scheduler.health import health_report, monitor
 
     try:
         leader = health_report(monitor.readings())["cron_leader"]
