@@ -2,7 +2,8 @@
 
 ``AuditConsumer`` is one member of the consumer group ``stint-audit`` (``KAFKA_AUDIT_GROUP``);
 run as many as the topic has partitions. Each round polls up to ``batch_size`` messages, stores
-them with one ``INSERT ... ON CONFLICT (event_id) DO NOTHING`` in one transaction, and only then
+them (one binary ``COPY`` into a staging table, one ``INSERT ... ON CONFLICT (event_id) DO
+NOTHING``) in one transaction, and only then
 commits the batch's offsets synchronously. A consumer killed anywhere in that sequence leaves
 either an uncommitted offset (the batch is delivered again and the insert skips what is already
 stored) or nothing at all: nothing is lost and nothing is stored twice (DESIGN.md, Events).
@@ -47,7 +48,7 @@ from scheduler.retry import backoff
 logger = logging.getLogger(__name__)
 KAFKA_LOGGER = "audit.consumer.kafka"  # librdkafka's own log lines
 
-BATCH_SIZE = 5000  # messages per poll, stored in one statement
+BATCH_SIZE = 5000  # messages per poll, stored by one COPY and one INSERT
 POLL_TIMEOUT_SECONDS = 1.0  # a poll waits at most this long; also bounds how long a stop takes
 FETCH_WAIT_MS = 50  # ms; librdkafka's default of 500 ms adds ~125 ms p50 delivery latency (measured)
 RETRY_BASE_SECONDS = 0.5  # database-error backoff
