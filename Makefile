@@ -122,9 +122,11 @@ PIP_AUDIT_FLAGS ?= --strict
 # Benchmark (not a test): Stint and its peers side by side on the benchmark's own PostgreSQL, Redis
 # and broker under .bench/ (peers in .bench/venvs/); ARGS="--quick", "--only stint,pgqueuer",
 # "--reps 5", "--scenarios drain,lag200". Results in .bench/results/; see docs/benchmarks.md.
-# Then (not with --quick) the job lists and the retention pruner at 1,000,000 jobs, on the dev stack.
+# Then (not with --quick), on the dev stack: Django @task jobs next to native ones (enqueue and
+# execution per job), and the job lists and the retention pruner at 1,000,000 jobs.
 bench: $(VENV)/.dev
 	@$(PY) bench/side_by_side.py $(ARGS)
+	@case "$(ARGS)" in *--quick*) ;; *) $(DEVSTACK) $(PY) bench/tasks_throughput.py --rounds 3 ;; esac
 	@case "$(ARGS)" in *--quick*) ;; *) $(DEVSTACK) $(PY) bench/job_list_bench.py ;; esac
 
 lint: $(VENV)/.dev

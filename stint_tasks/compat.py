@@ -7,7 +7,7 @@ try:  # Django >= 6.0
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued
+    from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
     TASKS_PACKAGE = "django.tasks"
@@ -17,7 +17,7 @@ except ImportError:  # Django 5.2 with django-tasks
     from django_tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskError  # type: ignore[no-redef]
     from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef]
     from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
-    from django_tasks.signals import task_enqueued  # type: ignore[no-redef]
+    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[no-redef]
     from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
     TASKS_PACKAGE = "django_tasks"
@@ -37,4 +37,6 @@ __all__ = [
     "normalize_json",
     "task_backends",
     "task_enqueued",
+    "task_finished",
+    "task_started",
 ]

@@ -6,21 +6,40 @@ schedule). What the task returns passes Django's ``normalize_json`` (a value it 
 attempt, as in Django's own backends) and becomes the job's result. An exception fails the attempt
 and is retried by Stint's rules; the attempt keeps its message and traceback, from which
 ``results`` reads back ``TaskError.exception_class_path``.
+
+As Django's own backends do, the worker sends ``task_started`` before the task runs (status
+RUNNING) and ``task_finished`` after it (SUCCESSFUL, or FAILED with the attempt's error added;
+sent inside the exception handler, so Django's logging receiver logs the traceback). Receivers
+are called with ``send_robust``: one that raises is logged and cannot change the attempt's outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
+import logging
+import traceback
 from collections.abc import Callable
 from typing import Any
 
+from django.utils import timezone
+
 from scheduler.exceptions import JobCancelled, PermanentError
 from scheduler.registry import CancelFlag, JobContext
-from stint_tasks.compat import TaskContext, normalize_json
+from stint_tasks.compat import (
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_finished,
+    task_started,
+)
 from stint_tasks.exceptions import TaskExited
 
 CANCEL_POLL_SECONDS = 0.05  # how often an async task's event loop checks the job's cancel flag
+logger = logging.getLogger(__name__)
 
 
 def class_path(cls: type) -> str:
@@ -74,24 +93,81 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
 
     def run(payload: Any, ctx: JobContext) -> Any:
         args, kwargs = _arguments(payload)
+        shown = _result(task, ctx, args, kwargs)
         if task.takes_context:
-            args = [_context(task, ctx), *args]
+            args = [TaskContext(task_result=shown), *args]
+        _send(task_started, task, shown)
         try:
             if is_async:
                 value = _run_coroutine(task.func, args, kwargs, ctx.cancel_flag)
             else:
                 value = task.func(*args, **kwargs)
-            return normalize_json(value)
-        except Exception:
+            value = normalize_json(value)
+        except Exception as exc:
+            _send(task_finished, task, _failed(shown, exc))
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit from task code
+            _send(task_finished, task, _failed(shown, exc))
             raise TaskExited(f"{class_path(type(exc))}: {exc}") from exc
+        _send(task_finished, task, _finished(shown, TaskResultStatus.SUCCESSFUL, value=value))
+        return value
 
     return run
 
 
-def _context(task: Any, ctx: JobContext) -> Any:
-    from stint_tasks.results import task_result
+def _result(task: Any, ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The running attempt's ``TaskResult``: read from the tables for a ``TaskContext`` (one query).
 
-    result = task_result(job_id=str(ctx.job_id), backend_alias=task.backend, task=task, attempt=ctx.attempt)
-    return TaskContext(task_result=result)
+    Otherwise built in memory for the signals, without a query: id, task, arguments, status
+    RUNNING, ``started_at``/``last_attempted_at`` now; ``enqueued_at``, earlier errors and worker
+    ids are left empty (``get_result`` reads them).
+    """
+    if task.takes_context:
+        from stint_tasks.results import task_result
+
+        return task_result(job_id=str(ctx.job_id), backend_alias=task.backend, task=task, attempt=ctx.attempt)
+    now = timezone.now()
+    return TaskResult(
+        task=task,
+        id=str(ctx.job_id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=now,
+        finished_at=None,
+        last_attempted_at=now,
+        args=args,
+        kwargs=kwargs,
+        backend=task.backend,
+        errors=[],
+        worker_ids=[],
+    )
+
+
+def _finished(shown: Any, status: Any, *, value: Any = None, error: Any = None) -> Any:
+    result = dataclasses.replace(
+        shown, status=status, finished_at=timezone.now(), errors=[*shown.errors, *([error] if error else [])]
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", value)
+    return result
+
+
+def _failed(shown: Any, exc: BaseException) -> Any:
+    error = TaskError(exception_class_path=class_path(type(exc)), traceback="".join(traceback.format_exception(exc)))
+    return _finished(shown, TaskResultStatus.FAILED, error=error)
+
+
+def _send(signal: Any, task: Any, result: Any) -> None:
+    """Send ``signal`` for ``result`` to every receiver; a receiver's exception is logged, never raised."""
+    if not signal.receivers:
+        return
+    from stint_tasks.compat import task_backends
+
+    try:
+        responses = signal.send_robust(sender=type(task_backends[task.backend]), task_result=result)
+    except Exception:  # e.g. the backend alias left TASKS since the job was enqueued
+        logger.exception("task %s: its %s signal could not be sent", result.id, signal)
+        return
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            logger.error("task %s: a signal receiver %r raised %r", result.id, receiver, response)

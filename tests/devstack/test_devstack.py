@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -32,7 +33,9 @@ STEP_CHILD = """
 import os, sys, time, redis
 from pathlib import Path
 base = Path(sys.argv[1])
-(base / (sys.argv[2] + ".ready")).write_text(os.environ["REDIS_URL"])
+# Write then rename: the test must never read a ready file that exists but is still empty.
+(base / (sys.argv[2] + ".tmp")).write_text(os.environ["REDIS_URL"])
+(base / (sys.argv[2] + ".tmp")).rename(base / (sys.argv[2] + ".ready"))
 while not (base / (sys.argv[2] + ".go")).exists():
     time.sleep(0.02)
 print("PING", redis.Redis.from_url(os.environ["REDIS_URL"]).ping(), flush=True)
@@ -166,16 +169,29 @@ def test_stale_record_is_replaced_without_touching_the_recorded_pid(stack_dir: P
     assert record(stack_dir, "redis") is None
 
 
+@contextlib.contextmanager
+def _killed_on_failure(*procs: subprocess.Popen[str]) -> Iterator[None]:
+    """Kill ``procs`` if the block raises, so Popen's exit (an unbounded wait) cannot hang the suite."""
+    try:
+        yield
+    except BaseException:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # the devstack run and the child it waits for
+        raise
+
+
 def test_racing_runs_share_one_server_until_the_last_leaves(stack_dir: Path) -> None:
     def start(name: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "devstack", "run", "--", sys.executable, "-c", STEP_CHILD,
              str(stack_dir.parent), name],
             cwd=ROOT, env=stack_env(stack_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
         )  # fmt: skip
 
     base = stack_dir.parent
-    with start("a") as first, start("b") as second:
+    with start("a") as first, start("b") as second, _killed_on_failure(first, second):
         wait_for(base / "a.ready")
         wait_for(base / "b.ready")
         assert (base / "a.ready").read_text() == (base / "b.ready").read_text()

@@ -26,7 +26,14 @@ from scheduler.services import enqueue
 from scheduler.states import JobStatus, Priority
 from scheduler.workers.execute import run_handler
 from stint_tasks.backend import StintBackend
-from stint_tasks.compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
+from stint_tasks.compat import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from stint_tasks.exceptions import TaskTimedOut
 from stint_tasks.periodic import task_schedule
 from tests.stint_tasks import tasks as t
@@ -359,3 +366,38 @@ def test_the_default_configuration_passes_the_check(settings) -> None:
     }
     assert [m for m in task_backends["default"].check() if isinstance(m, Error)] == []
     assert Priority.MEDIUM == 0  # Django's default priority is Stint's MEDIUM
+
+
+def test_the_worker_sends_djangos_started_and_finished_signals_and_a_raising_receiver_changes_nothing() -> None:
+    seen: list[tuple[str, str, str, object]] = []
+
+    def started(sender, task_result, **kwargs) -> None:
+        seen.append(("started", task_result.id, task_result.status, task_result.task.module_path))
+
+    def finished(sender, task_result, **kwargs) -> None:
+        detail = task_result.return_value if task_result.status == TaskResultStatus.SUCCESSFUL else None
+        if task_result.status == TaskResultStatus.FAILED:
+            detail = task_result.errors[-1].exception_class_path
+        seen.append(("finished", task_result.id, task_result.status, detail))
+
+    def hostile(sender, task_result, **kwargs) -> None:
+        raise RuntimeError("a receiver that raises")
+
+    receivers = [(task_started, started), (task_finished, finished), (task_started, hostile), (task_finished, hostile)]
+    for signal, receiver in receivers:
+        signal.connect(receiver)
+    try:
+        ok = t.add.enqueue(2, 3)
+        assert run_next().outcome == Outcome.SUCCEEDED
+        failing = t.fails.enqueue()
+        assert run_next().outcome == Outcome.RETRYABLE
+    finally:
+        for signal, receiver in receivers:
+            signal.disconnect(receiver)
+
+    assert seen == [
+        ("started", ok.id, TaskResultStatus.RUNNING, t.add.module_path),
+        ("finished", ok.id, TaskResultStatus.SUCCESSFUL, 5),
+        ("started", failing.id, TaskResultStatus.RUNNING, t.fails.module_path),
+        ("finished", failing.id, TaskResultStatus.FAILED, "builtins.ValueError"),
+    ]
