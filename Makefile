@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-DEVSTACK := $(PY) -m config.devstack run --
+DEVSTACK := $(PY) -m devstack run --
 PORT ?= 8000
 PYTEST_ARGS ?=
 ARGS ?=
@@ -42,7 +42,7 @@ serve:
 	$(PY) manage.py ensure_admin
 	$(PY) manage.py sync_periodic_tasks --owner admin
 	@# Ctrl-C ends honcho with 130: that is a clean stop, not an error.
-	@eval "$$($(PY) -m config.devstack metrics-ports --web-port $(PORT))" || exit 1; \
+	@eval "$$($(PY) -m devstack metrics-ports --web-port $(PORT))" || exit 1; \
 	echo "Stint: http://127.0.0.1:$(PORT)/  (API /api/, admin /admin/, docs /api/docs/)"; \
 	echo "Metrics: scheduler :$$STINT_SCHEDULER_METRICS_PORT, workers :$$STINT_WORKERS_METRICS_PORT, audit consumer :$$STINT_AUDIT_METRICS_PORT (make observe PORT=$(PORT) SCHEDULER_METRICS_PORT=$$STINT_SCHEDULER_METRICS_PORT WORKERS_METRICS_PORT=$$STINT_WORKERS_METRICS_PORT AUDIT_METRICS_PORT=$$STINT_AUDIT_METRICS_PORT)"; \
 	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 130 ] || exit $$rc
@@ -147,7 +147,7 @@ fmt: $(VENV)/.dev
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	-$(PY) -m config.devstack down
+	-$(PY) -m devstack down
 	rm -rf $(VENV) $(VENV6) .devstack .pytest_cache .hypothesis $(OBSERVE_DIR)
 
 # prometheus and promtool come from Debian's `prometheus` package: the tests run `promtool check`

@@ -7,14 +7,35 @@ import uuid
 from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
+from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from audit.models import AuditEvent, QuarantinedMessage
 from audit.quarantine import MAX_VALUE_BYTES, clean_text
-from scheduler.admin import EventSearchMixin, OperatorAdmin, job_link
+from audit.timeline import job_timeline
+from scheduler.admin import EventSearchMixin, JobAdmin, OperatorAdmin, job_link
+from scheduler.models import Job
 
 PREVIEW_CHARS = 80  # characters of an error or value shown in the list
+
+
+# The job page gains the audit trail here, in the app that owns it: the scheduler never imports audit.
+admin.site.unregister(Job)
+
+
+@admin.register(Job)
+class JobWithTrailAdmin(JobAdmin):
+    """``scheduler.admin.JobAdmin`` plus the job's event timeline (audit trail, completed from the outbox)."""
+
+    readonly_fields = (*JobAdmin.readonly_fields, "timeline")
+    fieldsets = (*JobAdmin.fieldsets, ("Timeline", {"fields": ("timeline",)}))
+
+    @admin.display(description="event timeline")
+    def timeline(self, job: Job) -> SafeString:
+        """The job's lifecycle events in sequence order (``audit.timeline.job_timeline``)."""
+        rows = [(e, e.occurred_at.isoformat(timespec="milliseconds")) for e in job_timeline(job_id=job.id)]
+        return SafeString(render_to_string("admin/scheduler/job/_timeline.html", {"rows": rows}))
 
 
 @admin.register(AuditEvent)

@@ -10,7 +10,7 @@ from rest_framework import generics, serializers
 
 from audit import selectors
 from audit.models import AuditEvent
-from config.pagination import KeysetPagination
+from core.pagination import KeysetPagination
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -31,7 +31,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
 
 class EventPagination(KeysetPagination):
-    """A job's events in sequence order, paged by key (``config.pagination``); ``page_size`` up to 200."""
+    """A job's events in sequence order, paged by key (``core.pagination``); ``page_size`` up to 200."""
 
     ordering = ("sequence", "id")
 

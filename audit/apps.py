@@ -10,3 +10,10 @@ class AuditConfig(AppConfig):
 
     name = "audit"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Have ``run_scheduler`` prune the quarantine (``audit.quarantine.QuarantinePruner``)."""
+        from audit.quarantine import QuarantinePruner
+        from scheduler.maintenance import register_service
+
+        register_service(QuarantinePruner)

@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connection
 
 from audit.models import QuarantineReason
+from scheduler.kafka import event_stream_conf
+from scheduler.maintenance import delete_expired
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +27,6 @@ MAX_KEY_BYTES = 1024  # bytes of a message key kept
 MAX_ERROR_CHARS = 2000  # characters of the error kept
 MAX_TOPIC_CHARS = 255  # the column's length
 
-RETENTION_DAYS = 30  # default of AUDIT_QUARANTINE_RETENTION_DAYS; 0 keeps entries forever
 PRUNE_BATCH = 5_000  # rows deleted per statement
 PRUNE_MAX_BATCHES = 10  # statements per run
 PRUNE_INTERVAL_SECONDS = 300.0
@@ -102,7 +102,7 @@ class QuarantinePruner:
     leader_only = False
 
     def __init__(self, *, retention: dt.timedelta | None = None, batch_size: int = PRUNE_BATCH) -> None:
-        days = getattr(settings, "AUDIT_QUARANTINE_RETENTION_DAYS", RETENTION_DAYS)
+        days = event_stream_conf().audit_quarantine_retention_days
         self.retention = retention if retention is not None else dt.timedelta(days=days)
         self.batch_size = batch_size
 
@@ -114,25 +114,15 @@ class QuarantinePruner:
         """
         if self.retention <= dt.timedelta(0):
             return 0
-        total = 0
-        for _ in range(PRUNE_MAX_BATCHES):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    """
-                    DELETE FROM stint_audit_quarantine WHERE id IN (
-                        SELECT id FROM stint_audit_quarantine
-                        WHERE received_at < coalesce(%s, now()) - %s
-                        ORDER BY received_at
-                        LIMIT %s
-                        FOR UPDATE SKIP LOCKED
-                    )
-                    """,
-                    [now, self.retention, self.batch_size],
-                )
-                deleted = cursor.rowcount
-            total += deleted
-            if deleted < self.batch_size:
-                break
+        total = delete_expired(
+            table="stint_audit_quarantine",
+            time_column="received_at",
+            where="true",
+            now=now,
+            age=self.retention,
+            batch=self.batch_size,
+            batches=PRUNE_MAX_BATCHES,
+        )
         if total:
             logger.info("audit quarantine pruner: deleted %d messages quarantined before %s ago", total, self.retention)
         return total

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 
-from audit.models import AuditEvent
+from audit.models import AuditEvent, QuarantinedMessage
+from scheduler.admin_dashboard import age_seconds
 from scheduler.exceptions import JobNotFound
-from scheduler.models import Job
+from scheduler.maintenance.reconciler import STATE_NAME
+from scheduler.models import Job, OutboxReconcile
 
 
 def job_event_list(*, job_id: uuid.UUID, actor: Any) -> QuerySet[AuditEvent]:
@@ -29,3 +33,35 @@ def job_event_list(*, job_id: uuid.UUID, actor: Any) -> QuerySet[AuditEvent]:
     if not getattr(actor, "is_admin", False) and (owners[0] is None or owners[0] != actor.pk):
         raise JobNotFound()
     return AuditEvent.objects.filter(job_id=job_id).order_by("sequence", "id")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trail:
+    """The event trail's health: the reconciler's last walk and repairs, and the audit consumer's quarantine."""
+
+    last_reconcile_age_seconds: float | None  # None: the reconciler never ran
+    checked_through_age_seconds: float | None  # how far behind now the reconciler has compared everything
+    repaired_total: int
+    last_repair_age_seconds: float | None
+    quarantined: int  # messages in the quarantine (kept AUDIT_QUARANTINE_RETENTION_DAYS)
+    quarantined_last_day: int
+    newest_quarantined_age_seconds: float | None
+
+
+def trail_health(*, now: dt.datetime) -> Trail:
+    """Read the reconciler's record and count the quarantine (two small queries; ages against ``now``)."""
+    state = OutboxReconcile.objects.filter(name=STATE_NAME).first()
+    quarantine = QuarantinedMessage.objects.aggregate(
+        n=Count("id"),
+        last_day=Count("id", filter=Q(received_at__gte=now - dt.timedelta(days=1))),
+        newest=Max("received_at"),
+    )
+    return Trail(
+        last_reconcile_age_seconds=age_seconds(now, state.last_run_at) if state else None,
+        checked_through_age_seconds=age_seconds(now, state.checked_published_at) if state else None,
+        repaired_total=state.repaired_total if state else 0,
+        last_repair_age_seconds=age_seconds(now, state.last_repair_at) if state else None,
+        quarantined=quarantine["n"] or 0,
+        quarantined_last_day=quarantine["last_day"] or 0,
+        newest_quarantined_age_seconds=age_seconds(now, quarantine["newest"]),
+    )

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "stint_bench"
 CHAOS_INTERVAL = 2.0  # seconds between SIGKILLs in --chaos
 # --pg-terminate spares the connections of this process (the producer), named stint-loadtest; the
-# cluster's processes name theirs stint-<role> (config.db_role).
+# cluster's processes name theirs stint-<role> (core.db_role).
 SELF_ROLE = "loadtest"
 SELF_APPLICATION_NAME = f"stint-{SELF_ROLE}"
 TERMINAL = ("SUCCESS", "DEAD", "FAILED", "CANCELLED")
@@ -202,7 +202,7 @@ def main() -> int:
     if args.chaos:
         env.update({"STINT_LEASE_SECONDS": "4", "STINT_HEARTBEAT_SECONDS": "1"})
     os.environ.update(env)
-    os.environ["STINT_DB_ROLE"] = SELF_ROLE  # config.db_role; the cluster's processes name their own
+    os.environ["STINT_DB_ROLE"] = SELF_ROLE  # core.db_role; the cluster's processes name their own
     if args.pg_terminate and not args.rate:
         print("--pg-terminate needs --rate", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """The servers of `make bench`: one dedicated PostgreSQL (with pg_stat_statements), one Redis, one broker.
 
-They are the dev stack's server classes (``config.devstack``) pointed at ``.bench/`` instead of
+They are the dev stack's server classes (``devstack``) pointed at ``.bench/`` instead of
 ``.devstack/``, so they never touch the machine's 5432/6379 servers nor a running `make run`.
 PostgreSQL comes from Debian's ``/usr/lib/postgresql/<v>/bin`` when one ships pg_stat_statements
 (the statements-per-job figure needs it), else from the ``pgserver`` wheel (that figure is then
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, ClassVar
 
-from config import devstack
+import devstack
 
 DEBIAN_PG = Path("/usr/lib/postgresql")
 PG_SETTINGS = {  # passed with -c; shown in the results

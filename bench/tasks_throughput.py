@@ -1,6 +1,6 @@
 """Per-job cost of Django ``@task`` jobs next to native Stint jobs: enqueue and execution, one JSON line.
 
-Usage (inside the dev stack, e.g. ``.venv/bin/python -m config.devstack run -- .venv/bin/python
+Usage (inside the dev stack, e.g. ``.venv/bin/python -m devstack run -- .venv/bin/python
 bench/tasks_throughput.py``)::
 
     python bench/tasks_throughput.py [--enqueues N] [--jobs N] [--rounds R] [--slots S]
@@ -54,9 +54,7 @@ def main() -> int:
     args = _args()
     base_url = os.environ.get("DATABASE_URL")
     if not base_url:
-        print(
-            "DATABASE_URL is not set: run inside the dev stack (python -m config.devstack run -- ...)", file=sys.stderr
-        )
+        print("DATABASE_URL is not set: run inside the dev stack (python -m devstack run -- ...)", file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT))
     from bench.event_stack import fresh_database

@@ -27,7 +27,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 HOOKS = {
-    "relay-after-produce": ("scheduler.outbox", "OutboxRelay", "_produce", "after"),
+    "relay-after-produce": ("scheduler.maintenance.relay", "OutboxRelay", "_produce", "after"),
     "audit-before-commit": ("audit.consumer", "AuditConsumer", "_commit", "before"),
     "audit-after-commit": ("audit.consumer", "AuditConsumer", "_commit", "after"),
 }

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from chaos.hosts import Hosts
-from config.devstack import PostgresServer, _package_dir
+from devstack import PostgresServer, _package_dir
 
 PG_PORT_ISOLATED = 5432  # inside the db namespace: nobody else listens there
 REDIS_PORT_ISOLATED = 6379

@@ -37,7 +37,7 @@ class StintAdminSite(AdminSite):
         """Django's admin sign-in, whose POSTs spend the client address's ``auth`` budget.
 
         The budget is the one the API's login and register and the pages' sign-in spend
-        (``config.throttling``): guessing the ``admin`` password here costs the same as anywhere.
+        (``core.throttling``): guessing the ``admin`` password here costs the same as anywhere.
         Spent: the readable 429 page with ``Retry-After``.
         """
         if request.method == "POST":

@@ -12,7 +12,7 @@ import django
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from config import db_role as _db_role
+from core import db_role as _db_role
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "django_prometheus",  # /metrics: HTTP metrics middleware + exposition (config.metrics_view)
+    "django_prometheus",  # /metrics: HTTP metrics middleware + exposition (scheduler.metrics_view)
     "accounts",
     "scheduler",
     "stint_tasks",  # Django's Tasks framework on Stint (the TASKS backend below)
@@ -69,9 +69,9 @@ INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
-    "config.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
-    "config.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
-    "config.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
+    "core.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
+    "scheduler.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
+    "core.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -80,7 +80,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "config.throttling.RateLimitHeadersMiddleware",
+    "core.throttling.RateLimitHeadersMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",  # last: sees the view and its response
 ]
 
@@ -108,7 +108,7 @@ DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("TEST", {})["NAME"] = env.str("TEST_DATABASE_NAME", default="test_stint")
-# Every connection names its process and role in pg_stat_activity (config.db_role): stint-web,
+# Every connection names its process and role in pg_stat_activity (core.db_role): stint-web,
 # stint-scheduler, stint-worker... from STINT_DB_ROLE, else from the command line.
 DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
     "application_name", _db_role.default_application_name(sys.argv, os.environ)
@@ -136,9 +136,10 @@ KAFKA_TOPIC = env.str("KAFKA_TOPIC", default="job-lifecycle-events")
 KAFKA_TOPIC_PARTITIONS = env.int("KAFKA_TOPIC_PARTITIONS", default=6)
 KAFKA_SESSION_TIMEOUT_MS = env.int("KAFKA_SESSION_TIMEOUT_MS", default=6000)
 KAFKA_AUDIT_GROUP = env.str("KAFKA_AUDIT_GROUP", default="stint-audit")
-# Outbox relay and pruner (scheduler.outbox): every delivery report arrives within the timeout.
+# Outbox relay and pruner (scheduler.maintenance.relay, .outbox_pruner; typed in scheduler.kafka.EventStreamConf):
+# every delivery report arrives within the timeout.
 KAFKA_DELIVERY_TIMEOUT_MS = env.int("KAFKA_DELIVERY_TIMEOUT_MS", default=5000)
-OUTBOX_BATCH_SIZE = env.int("STINT_OUTBOX_BATCH_SIZE", default=500)
+OUTBOX_BATCH_SIZE = env.int("STINT_OUTBOX_BATCH_SIZE", default=5000)
 OUTBOX_RELAY_INTERVAL_SECONDS = env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS", default=0.1)
 OUTBOX_RETENTION_DAYS = env.int("STINT_OUTBOX_RETENTION_DAYS", default=7)
 # The audit consumer's quarantine (audit.quarantine): entries older than this are pruned (0: kept).
@@ -184,17 +185,17 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework_simplejwt.authentication.JWTAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["config.parsers.SafeJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.SafeJSONParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": env.int("API_PAGE_SIZE", default=50),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_CLASSES": ["config.throttling.SlidingWindowThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["core.throttling.SlidingWindowThrottle"],
 }
 
-# API rate limits (config.throttling): "<count>/<s|min|hour|day>" per throttle scope; a view's
+# API rate limits (core.throttling): "<count>/<s|min|hour|day>" per throttle scope; a view's
 # throttle_scope picks one, "user" is the default and the fallback, None turns a scope off.
 # "auth" (login, register) counts per client address, the others per user.
 STINT_RATE_LIMITS: dict[str, str | None] = {
@@ -228,7 +229,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "config.openapi.document_error_responses",  # the error envelope and 429 on every operation
+        "core.openapi.document_error_responses",  # the error envelope and 429 on every operation
     ],
 }
 
@@ -288,10 +289,10 @@ if LOG_FORMAT not in ("json", "plain"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    # request_id, job_id, attempt, worker on every line where they apply (config.log_context).
-    "filters": {"context": {"()": "config.log_context.ContextFilter"}},
+    # request_id, job_id, attempt, worker on every line where they apply (core.log_context).
+    "filters": {"context": {"()": "core.log_context.ContextFilter"}},
     "formatters": {
-        "plain": {"()": "config.log_context.PlainFormatter", "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {"()": "core.log_context.PlainFormatter", "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "fmt": "%(levelname)s %(name)s %(message)s",
@@ -304,7 +305,7 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
-# Metrics (docs/observability.md). The web process serves /metrics (config.metrics_view); when
+# Metrics (docs/observability.md). The web process serves /metrics (scheduler.metrics_view); when
 # METRICS_RESTRICTED (the production default) only peers in METRICS_ALLOWED_IPS (addresses or
 # CIDR networks) or requests bearing METRICS_BEARER_TOKEN may read it. run_workers,
 # run_scheduler and run_audit_consumer serve theirs on --metrics-port at METRICS_BIND_ADDRESS.

@@ -7,15 +7,15 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit.api import JobEventListView
-from config.errors import api_not_found
-from config.health import HealthView
-from config.metrics_view import metrics_view
+from core.errors import api_not_found
 from scheduler.api import queues as queue_api
 from scheduler.api import schedules as schedule_api
+from scheduler.health import HealthView
+from scheduler.metrics_view import metrics_view
 
-handler400 = "config.errors.handler400"
-handler404 = "config.errors.handler404"
-handler500 = "config.errors.handler500"
+handler400 = "core.errors.handler400"
+handler404 = "core.errors.handler404"
+handler500 = "core.errors.handler500"
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -15,7 +15,7 @@ from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from accounts.models import User
-from config.parsers import json_text_load
+from core.parsers import json_text_load
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.exceptions import StintError
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, OverlapPolicy
@@ -50,7 +50,7 @@ class JSONTextField(forms.CharField):
         super().__init__(**kwargs)
 
     def clean(self, value: Any) -> Any:
-        """Parse the text as JSON (``config.parsers.json_text_load``); empty means ``{}``."""
+        """Parse the text as JSON (``core.parsers.json_text_load``); empty means ``{}``."""
         text = super().clean(value)
         if not text or not text.strip():
             return {}

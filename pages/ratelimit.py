@@ -1,4 +1,4 @@
-"""Rate limits for the pages' writes: the same Redis budgets as the API (``config.throttling``).
+"""Rate limits for the pages' writes: the same Redis budgets as the API (``core.throttling``).
 
 A signed-in user's page writes count against their ``user`` budget, shared with their API calls,
 so a second client cannot double anyone's allowance; sign-in and registration count against the
@@ -15,7 +15,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from config.throttling import (
+from core.throttling import (
     ADDRESS_SCOPES,
     REQUEST_ATTR,
     RateLimitDecision,

@@ -24,6 +24,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from accounts.services import user_register
+from audit.timeline import job_timeline
 from pages.forms import JobFilterForm, JobForm, RegisterForm, ScheduleForm, errors_onto_form
 from pages.ratelimit import AUTH_SCOPE, limit_posts
 from scheduler import schedules, selectors, services
@@ -31,7 +32,6 @@ from scheduler.exceptions import JobNotFound, ScheduleNotFound, StintError
 from scheduler.models import CronSchedule, Job, JobResult
 from scheduler.states import CANCELLABLE, FINISHED, JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
-from scheduler.timeline import job_timeline
 
 logger = logging.getLogger(__name__)
 

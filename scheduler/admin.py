@@ -11,63 +11,46 @@ model permissions.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import uuid
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.db import connection
 from django.db.models import (
-    BooleanField,
-    Case,
     CharField,
-    Count,
-    ExpressionWrapper,
-    IntegerField,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
-    Value,
-    When,
 )
-from django.db.models import DateTimeField as DateTimeOutput
-from django.db.models.functions import Cast, Coalesce, Now
+from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from accounts.models import User
 from scheduler import queues, schedules
 from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, job_bulk_apply_filtered
-from scheduler.conf import conf
 from scheduler.exceptions import StintError
 from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
-from scheduler.states import JobStatus, Priority, priority_label
+from scheduler.selectors import (
+    jobs_count_by_status,
+    owners_with_jobs,
+    queue_names,
+    queues_with_counts,
+    worker_running_jobs,
+    workers_with_liveness,
+)
+from scheduler.states import Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
-from scheduler.timeline import job_timeline
 
 ADMIN_RUNS_SHOWN = 50  # a schedule's latest runs listed on its console page
 BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every matching job"
 OWNER_CHOICES = 100  # owners offered by the job list's owner filter
-# Distinct owners of jobs by a loose index scan of job_owner_recent: one probe per owner.
-_OWNERS_WITH_JOBS = """
-    WITH RECURSIVE owners(id, n) AS (
-        (SELECT owner_id, 1 FROM stint_job WHERE owner_id IS NOT NULL ORDER BY owner_id LIMIT 1)
-        UNION ALL
-        SELECT (SELECT owner_id FROM stint_job WHERE owner_id > owners.id ORDER BY owner_id LIMIT 1), n + 1
-        FROM owners WHERE owners.id IS NOT NULL AND n < %s
-    )
-    SELECT id FROM owners WHERE id IS NOT NULL
-"""
 
 
 class OperatorAdmin(admin.ModelAdmin):
@@ -146,16 +129,30 @@ class JobAttemptInline(ReadOnlyInline):
 
 def attempt_error_html(attempt: JobAttempt) -> SafeString:
     """Render an attempt's error and, folded, its traceback (escaped): the console's and pages' one rule."""
-    error = format_html("<code>{}</code>", attempt.error) if attempt.error else format_html("{}", "-")
-    if not attempt.traceback:
-        return error
-    return format_html(
-        '{}<details class="stint-traceback"><summary>Traceback of attempt {}</summary>'
-        '<pre style="white-space:pre-wrap;overflow-wrap:anywhere;overflow-y:auto;max-height:28em">{}</pre></details>',
-        error,
-        attempt.attempt_number,
-        attempt.traceback,
-    )
+    return _render("admin/stint/_attempt_error.html", attempt=attempt)
+
+
+def _render(template: str, **context: Any) -> SafeString:
+    """Render an admin fragment from ``templates/`` (autoescaped) as safe HTML for a display method."""
+    return SafeString(render_to_string(template, context))
+
+
+def stacked_times(rows: list[tuple[str, Any]], *, blank: str | None = None) -> SafeString:
+    """Render labelled times stacked in one column, in the site's DATETIME_FORMAT (UTC).
+
+    A row whose time is None is left out, or shows ``blank`` when one is given.
+    """
+    shown = [
+        (label, date_format(localtime(value), "DATETIME_FORMAT") if value else blank)
+        for label, value in rows
+        if value or blank is not None
+    ]
+    return _render("admin/stint/_stacked_times.html", rows=shown)
+
+
+def badge(label: str, colour: str, *, data_name: str) -> SafeString:
+    """Render a coloured state label with ``data-<data_name>="<label>"`` for tests and scripts."""
+    return _render("admin/stint/_badge.html", label=label, colour=colour, data_name=data_name)
 
 
 class JobResultInline(ReadOnlyInline):
@@ -174,7 +171,7 @@ class QueueFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         """Every known queue name."""
-        return [(n, n) for n in Queue.objects.order_by("name").values_list("name", flat=True)]
+        return [(n, n) for n in queue_names()]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         """Jobs of the chosen queue."""
@@ -209,11 +206,7 @@ class OwnerFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         """Up to ``OWNER_CHOICES`` owners with jobs, by username."""
-        with connection.cursor() as cursor:
-            cursor.execute(_OWNERS_WITH_JOBS, [OWNER_CHOICES])
-            ids = [row[0] for row in cursor.fetchall()]
-        users = User.objects.filter(pk__in=ids).order_by("username").values_list("pk", "username")
-        return [(str(pk), username) for pk, username in users]
+        return [(str(pk), username) for pk, username in owners_with_jobs(limit=OWNER_CHOICES)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         """Jobs of the chosen owner; a value that is no user id is a bad filter (the admin's 400 page)."""
@@ -271,7 +264,7 @@ class JobAdmin(OperatorAdmin):
     list_per_page = 50
     actions = ("cancel_jobs", "retry_jobs", "recover_jobs")
     inlines = (JobAttemptInline, JobResultInline)
-    readonly_fields = ("status_badge", "priority_label", "timeline")
+    readonly_fields = ("status_badge", "priority_label")
     fieldsets = (
         (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner")}),
         ("Payload", {"fields": ("payload",)}),
@@ -297,18 +290,12 @@ class JobAdmin(OperatorAdmin):
             },
         ),
         ("Origin", {"fields": ("idempotency_key", "schedule", "fire_time")}),
-        ("Timeline", {"fields": ("timeline",)}),
     )
 
     @admin.display(description="times (UTC)", ordering="created_at")
     def times(self, job: Job) -> SafeString:
         """Created, due and finished, stacked in one column (three date columns did not fit at 1400 px)."""
-        rows = [("created", job.created_at), ("due", job.scheduled_at), ("finished", job.finished_at)]
-        return format_html_join(
-            mark_safe("<br>"),  # noqa: S308 - a constant tag
-            '<span style="white-space:nowrap">{} {}</span>',
-            ((label, date_format(localtime(value), "DATETIME_FORMAT")) for label, value in rows if value),
-        )
+        return stacked_times([("created", job.created_at), ("due", job.scheduled_at), ("finished", job.finished_at)])
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: Job) -> str:
@@ -324,35 +311,6 @@ class JobAdmin(OperatorAdmin):
     def priority_label(self, job: Job) -> str:
         """HIGH, MEDIUM or LOW at a named point, else the integer (``states.priority_label``)."""
         return priority_label(job.priority)
-
-    @admin.display(description="event timeline")
-    def timeline(self, job: Job) -> SafeString:
-        """The job's lifecycle events in sequence order (audit trail, completed from the outbox)."""
-        events = job_timeline(job_id=job.id)
-        if not events:
-            return format_html("<p>{}</p>", "No events yet.")
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    e.sequence,
-                    e.event_type,
-                    e.from_status or "-",
-                    e.to_status,
-                    e.attempt,
-                    e.occurred_at.isoformat(timespec="milliseconds"),
-                )
-                for e in events
-            ),
-        )
-        return format_html(
-            '<table class="stint-timeline"><caption>{}</caption><thead><tr><th scope="col">#</th>'
-            '<th scope="col">event</th><th scope="col">from</th><th scope="col">to</th>'
-            '<th scope="col">attempt</th><th scope="col">occurred at (UTC)</th></tr></thead><tbody>{}</tbody></table>',
-            f"{len(events)} events",
-            rows,
-        )
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[Any, bool]:
         """Search by full id, id prefix (8+ hex digits), name (contains) or idempotency key (exact)."""
@@ -450,7 +408,7 @@ class JobAdmin(OperatorAdmin):
             level = messages.SUCCESS if outcome.changed or outcome.requested else messages.WARNING
             self.message_user(request, outcome.message(), level)
             return HttpResponseRedirect(changelist_url)
-        by_status = dict(matching.order_by().values_list("status").annotate(n=Count("id")))
+        by_status = jobs_count_by_status(matching)
         eligible = sum(n for status, n in by_status.items() if status in ELIGIBLE[bulk_action])
         total = sum(by_status.values())
         context = {
@@ -538,12 +496,7 @@ class CronScheduleAdmin(OperatorAdmin):
     @admin.display(description="fires (UTC)", ordering="next_fire_at")
     def fires(self, schedule: CronSchedule) -> SafeString:
         """Next and last fire, stacked in one column."""
-        rows = [("next", schedule.next_fire_at), ("last", schedule.last_fired_at)]
-        return format_html_join(
-            mark_safe("<br>"),  # noqa: S308 - a constant tag
-            '<span style="white-space:nowrap">{} {}</span>',
-            ((label, date_format(localtime(value), "DATETIME_FORMAT") if value else "-") for label, value in rows),
-        )
+        return stacked_times([("next", schedule.next_fire_at), ("last", schedule.last_fired_at)], blank="-")
 
     @admin.display(description="change")
     def edit_link(self, schedule: CronSchedule) -> SafeString:
@@ -632,13 +585,8 @@ class CronScheduleAdmin(OperatorAdmin):
     @admin.display(description="next five fire times (UTC)")
     def next_fire_times(self, schedule: CronSchedule) -> SafeString:
         """The next five fire times, or why there are none."""
-        times = schedules.schedule_next_fire_times(schedule)
-        if not times:
-            return format_html("<p>{}</p>", "None: the schedule is disabled." if not schedule.enabled else "None.")
-        items = format_html_join(
-            "", '<li><time datetime="{}">{}</time></li>', ((t.isoformat(), t.isoformat()) for t in times)
-        )
-        return format_html('<ol class="stint-fire-times">{}</ol>', items)
+        times = [t.isoformat() for t in schedules.schedule_next_fire_times(schedule)]
+        return _render("admin/scheduler/cronschedule/_fire_times.html", times=times, enabled=schedule.enabled)
 
     def _each(self, request: HttpRequest, queryset: QuerySet[CronSchedule], verb: str, call: Any) -> None:
         done = failed = 0
@@ -703,17 +651,6 @@ class AliveFilter(admin.SimpleListFilter):
         return queryset
 
 
-def _worker_alive_expression() -> Any:
-    cutoff = ExpressionWrapper(
-        Now() - Value(dt.timedelta(seconds=conf().worker_dead_after_seconds)), output_field=DateTimeOutput()
-    )
-    return Case(
-        When(Q(stopped_at__isnull=True) & Q(last_heartbeat_at__gte=cutoff), then=Value(True)),
-        default=Value(False),
-        output_field=BooleanField(),
-    )
-
-
 @admin.register(WorkerNode)
 class WorkerNodeAdmin(OperatorAdmin):
     """Workers: alive or gone (by heartbeat, database clock), running jobs, busy slots, last heartbeat."""
@@ -753,35 +690,13 @@ class WorkerNodeAdmin(OperatorAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerNode]:
         """Annotate liveness and the number of RUNNING jobs each worker leases."""
-        running = (
-            Job.objects.filter(status=JobStatus.RUNNING, lease_owner=OuterRef("id"))
-            .order_by()
-            .values("lease_owner")
-            .annotate(n=Count("id"))
-            .values("n")
-        )
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                is_alive=_worker_alive_expression(),
-                running=Coalesce(Subquery(running, output_field=IntegerField()), 0),
-            )
-        )
+        return workers_with_liveness(super().get_queryset(request))
 
     @admin.display(description="state", boolean=False, ordering="is_alive")
     def liveness(self, worker: WorkerNode) -> SafeString:
         """The label "alive", or "gone" (stopped, or no heartbeat within the dead-after window)."""
         alive = getattr(worker, "is_alive", False)
-        label = "alive" if alive else "gone"
-        colour = "#116329" if alive else "#5a6370"
-        return format_html(
-            '<span class="badge" data-status="{}" style="display:inline-block;padding:0.1em 0.55em;'
-            'border-radius:0.8em;font-weight:600;color:#ffffff;background-color:{}">{}</span>',
-            label,
-            colour,
-            label,
-        )
+        return badge("alive" if alive else "gone", "#116329" if alive else "#5a6370", data_name="status")
 
     @admin.display(description="process", ordering="hostname")
     def process(self, worker: WorkerNode) -> SafeString:
@@ -797,11 +712,8 @@ class WorkerNodeAdmin(OperatorAdmin):
     @admin.display(description="times (UTC)", ordering="-last_heartbeat_at")
     def heartbeats(self, worker: WorkerNode) -> SafeString:
         """Last heartbeat, start and stop, stacked."""
-        rows = [("heartbeat", worker.last_heartbeat_at), ("started", worker.started_at), ("stopped", worker.stopped_at)]
-        return format_html_join(
-            mark_safe("<br>"),  # noqa: S308 - a constant tag
-            '<span style="white-space:nowrap">{} {}</span>',
-            ((label, date_format(localtime(value), "DATETIME_FORMAT")) for label, value in rows if value),
+        return stacked_times(
+            [("heartbeat", worker.last_heartbeat_at), ("started", worker.started_at), ("stopped", worker.stopped_at)]
         )
 
     @admin.display(description="busy / slots")
@@ -822,15 +734,8 @@ class WorkerNodeAdmin(OperatorAdmin):
     @admin.display(description="running jobs")
     def running_jobs(self, worker: WorkerNode) -> SafeString:
         """Links to the RUNNING jobs this worker holds."""
-        jobs = Job.objects.filter(status=JobStatus.RUNNING, lease_owner=worker.id).order_by("started_at")[:100]
-        if not jobs:
-            return format_html("<p>{}</p>", "None.")
-        items = format_html_join(
-            "",
-            '<li><a href="{}">{}</a> {} (since {})</li>',
-            ((reverse("admin:scheduler_job_change", args=[j.id]), str(j.id)[:8], j.type, j.started_at) for j in jobs),
-        )
-        return format_html("<ul>{}</ul>", items)
+        rows = [(j.id, j.type, str(j.started_at)) for j in worker_running_jobs(worker_id=worker.id)]
+        return _render("admin/scheduler/workernode/_running_jobs.html", rows=rows)
 
 
 # -- queues -----------------------------------------------------------------------------------------
@@ -851,33 +756,13 @@ class QueueAdmin(OperatorAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Queue]:
         """Annotate each queue's QUEUED and RUNNING job counts."""
 
-        def count(status: str) -> Any:
-            jobs = (
-                Job.objects.filter(queue=OuterRef("name"), status=status)
-                .order_by()
-                .values("queue")
-                .annotate(n=Count("id"))
-                .values("n")
-            )
-            return Coalesce(Subquery(jobs, output_field=IntegerField()), 0)
-
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(queued_count=count(JobStatus.QUEUED), running_count=count(JobStatus.RUNNING))
-        )
+        return queues_with_counts(super().get_queryset(request))
 
     @admin.display(description="state", ordering="paused")
     def state(self, queue: Queue) -> SafeString:
         """The label "paused" or "active"."""
         label, colour = ("paused", "#8a4600") if queue.paused else ("active", "#116329")
-        return format_html(
-            '<span class="badge" data-state="{}" style="display:inline-block;padding:0.1em 0.55em;'
-            'border-radius:0.8em;font-weight:600;color:#ffffff;background-color:{}">{}</span>',
-            label,
-            colour,
-            label,
-        )
+        return badge(label, colour, data_name="state")
 
     @admin.display(description="queued (waiting)", ordering="queued_count")
     def queued(self, queue: Queue) -> int:

@@ -2,7 +2,8 @@
 
 Everything is read in a handful of aggregate queries and measured against the database clock
 (DESIGN.md: never a process's clock). ``dashboard_data()`` is called by the admin index
-template tag (``scheduler.templatetags.stint_admin``); nothing here writes.
+template tag (``scheduler.templatetags.stint_ui``); nothing here writes. The event trail's card
+comes from the audit app (``audit.templatetags.audit_ui``).
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 
-from audit.models import QuarantinedMessage
-from scheduler.conf import conf
 from scheduler.leadership import DEFAULT_ROLE
-from scheduler.maintenance.reconciler import STATE_NAME
-from scheduler.models import Job, JobAttempt, LeaderFence, OutboxEvent, OutboxReconcile, Queue, WorkerNode
+from scheduler.models import Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
+from scheduler.selectors import worker_alive_q
 from scheduler.states import AttemptStatus, JobStatus
 
 WINDOW_MINUTES = 60  # the chart covers the last hour, one bar per minute
@@ -78,19 +77,6 @@ class Leader:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Trail:
-    """The event trail's health: the reconciler's last walk and repairs, and the audit consumer's quarantine."""
-
-    last_reconcile_age_seconds: float | None  # None: the reconciler never ran
-    checked_through_age_seconds: float | None  # how far behind now the reconciler has compared everything
-    repaired_total: int
-    last_repair_age_seconds: float | None
-    quarantined: int  # messages in the quarantine (kept AUDIT_QUARANTINE_RETENTION_DAYS)
-    quarantined_last_day: int
-    newest_quarantined_age_seconds: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Dashboard:
     """What the admin index shows."""
 
@@ -109,7 +95,6 @@ class Dashboard:
     leader: Leader | None
     outbox_backlog: int
     outbox_oldest_age_seconds: float | None
-    trail: Trail | None = None
     paused_queues: list[str] = field(default_factory=list)
 
 
@@ -120,7 +105,8 @@ def db_now() -> dt.datetime:
         return cursor.fetchone()[0]
 
 
-def _age(now: dt.datetime, then: dt.datetime | None) -> float | None:
+def age_seconds(now: dt.datetime, then: dt.datetime | None) -> float | None:
+    """Return the seconds from ``then`` to ``now`` (at least 0), or None when ``then`` is None."""
     return None if then is None else max(0.0, (now - then).total_seconds())
 
 
@@ -182,7 +168,7 @@ def _throughput(now: dt.datetime) -> dict[dt.datetime, tuple[int, int]]:
 
 def _leader_lock(fence: LeaderFence) -> str | None:
     """What holds this fence's term now ("redis", "postgres" or None), from the web's health probes."""
-    from config.health import health_report, monitor
+    from scheduler.health import health_report, monitor
 
     try:
         leader = health_report(monitor.readings())["cron_leader"]
@@ -191,25 +177,6 @@ def _leader_lock(fence: LeaderFence) -> str | None:
     if leader is None or leader.get("token") != fence.token:
         return None
     return leader.get("lock")
-
-
-def trail_health(*, now: dt.datetime) -> Trail:
-    """Read the reconciler's record and count the quarantine (two small queries; ages against ``now``)."""
-    state = OutboxReconcile.objects.filter(name=STATE_NAME).first()
-    quarantine = QuarantinedMessage.objects.aggregate(
-        n=Count("id"),
-        last_day=Count("id", filter=Q(received_at__gte=now - dt.timedelta(days=1))),
-        newest=Max("received_at"),
-    )
-    return Trail(
-        last_reconcile_age_seconds=_age(now, state.last_run_at) if state else None,
-        checked_through_age_seconds=_age(now, state.checked_published_at) if state else None,
-        repaired_total=state.repaired_total if state else 0,
-        last_repair_age_seconds=_age(now, state.last_repair_at) if state else None,
-        quarantined=quarantine["n"] or 0,
-        quarantined_last_day=quarantine["last_day"] or 0,
-        newest_quarantined_age_seconds=_age(now, quarantine["newest"]),
-    )
 
 
 def dashboard_data() -> Dashboard:
@@ -223,8 +190,7 @@ def dashboard_data() -> Dashboard:
         .values_list("id", "scheduled_at")
         .first()
     )
-    dead_after = dt.timedelta(seconds=conf().worker_dead_after_seconds)
-    alive = Q(stopped_at__isnull=True, last_heartbeat_at__gte=now - dead_after)
+    alive = worker_alive_q(now=now)
     workers = WorkerNode.objects.aggregate(
         alive=Count("id", filter=alive),
         gone=Count("id", filter=~alive),
@@ -238,7 +204,7 @@ def dashboard_data() -> Dashboard:
         by_status=by_status,
         total_jobs=sum(by_status_map.values()),
         chart=chart_build(now=now, counts=_throughput(now)),
-        oldest_queued_age_seconds=_age(now, oldest[1]) if oldest else None,
+        oldest_queued_age_seconds=age_seconds(now, oldest[1]) if oldest else None,
         oldest_queued_id=oldest[0] if oldest else None,
         dead_count=by_status_map.get(JobStatus.DEAD, 0),
         dead_recent=list(
@@ -253,14 +219,13 @@ def dashboard_data() -> Dashboard:
                 holder=fence.holder,
                 token=fence.token,
                 since=fence.updated_at,
-                term_seconds=_age(now, fence.updated_at) or 0.0,
+                term_seconds=age_seconds(now, fence.updated_at) or 0.0,
                 lock=_leader_lock(fence),
             )
             if fence is not None
             else None
         ),
         outbox_backlog=outbox["n"] or 0,
-        outbox_oldest_age_seconds=_age(now, outbox["oldest"]),
-        trail=trail_health(now=now),
+        outbox_oldest_age_seconds=age_seconds(now, outbox["oldest"]),
         paused_queues=list(Queue.objects.filter(paused=True).order_by("name").values_list("name", flat=True)),
     )

@@ -318,11 +318,6 @@ def smallest_gap(spec: FireSpec, *, start: dt.datetime, count: int) -> dt.timede
     return min((b - a for a, b in zip(times, times[1:], strict=False)), default=None)
 
 
-def first_fire_at_or_after(spec: FireSpec, t: dt.datetime) -> dt.datetime | None:
-    """Return the first fire time at or after ``t`` (fire times are whole seconds)."""
-    return spec.next_after(t - dt.timedelta(microseconds=1))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FirePlan:
     """What one tick materializes for one schedule.

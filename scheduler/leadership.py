@@ -23,10 +23,11 @@ import uuid
 from typing import Any
 
 import psycopg
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, connection, transaction
 from redis.exceptions import RedisError
 
-from config.db_role import application_name_for
+from core.db_role import application_name_for
+from core.pg_connect import pg_connection_params
 
 logger = logging.getLogger(__name__)
 
@@ -320,11 +321,8 @@ class Leadership:
     def _connect_pg(self) -> psycopg.Connection:
         if self._pg is not None and not self._pg.closed:
             return self._pg
-        params = connections["default"].get_connection_params()
-        for key in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(key, None)
+        params = pg_connection_params(application_name=application_name_for("leader-lock"))  # core.db_role
         params.setdefault("connect_timeout", PG_CONNECT_TIMEOUT)
-        params["application_name"] = application_name_for("leader-lock")  # config.db_role
         self._pg = psycopg.connect(**params, autocommit=True)
         with self._pg.cursor() as cursor:
             for name, value in PG_KEEPALIVES.items():

@@ -222,7 +222,6 @@ def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) 
 # Statuses a job waits or runs in; CREATED never outlives its transaction, the rest are final
 # or wait for a person (FAILED, DEAD).
 QUEUE_DEPTH_STATUSES = ("SCHEDULED", "QUEUED", "RUNNING", "RETRYING")
-HEARTBEATS_MISSED = 3  # a worker silent for this many heartbeat intervals is overdue, not active
 OVERDUE_REMEMBERED_SECONDS = 600  # a worker reaped as silent stays counted as overdue this long
 STATEMENT_TIMEOUT_MS = 2000  # a scrape never waits longer than this on the database
 
@@ -239,14 +238,13 @@ _CLUSTER_STATE_SQL = """
     UNION ALL
     SELECT 'queue', name, NULL, 0 FROM stint_queue
     UNION ALL
-    SELECT 'active', NULL, NULL, count(*) FROM stint_worker_node
-        WHERE stopped_at IS NULL AND last_heartbeat_at >= now() - make_interval(secs => %(silent)s)
+    SELECT 'active', NULL, NULL, count(*) FROM stint_worker_node WHERE {alive}
     UNION ALL
     SELECT 'overdue', NULL, NULL, count(*) FROM stint_worker_node
-        WHERE last_heartbeat_at < now() - make_interval(secs => %(silent)s)
+        WHERE last_heartbeat_at < now() - make_interval(secs => %(dead_after)s)
           AND (stopped_at IS NULL
                OR (stopped_at > now() - make_interval(secs => %(remembered)s)
-                   AND stopped_at - last_heartbeat_at > make_interval(secs => %(silent)s)))
+                   AND stopped_at - last_heartbeat_at > make_interval(secs => %(dead_after)s)))
     UNION ALL
     SELECT 'outbox', NULL, NULL, count(*) FROM stint_outbox WHERE published_at IS NULL
 """
@@ -256,8 +254,9 @@ class ClusterStateCollector(Collector):
     """Report queue depth, live workers and the outbox backlog from PostgreSQL at each scrape.
 
     Families: ``jobs_queue_depth{queue,status}`` (every known queue gets a sample for each
-    non-terminal status, zeros included), ``workers_active`` (not stopped, heartbeat within
-    ``HEARTBEATS_MISSED`` intervals), ``workers_heartbeat_overdue`` (silent longer than that and
+    non-terminal status, zeros included), ``workers_active`` (alive by the one liveness rule,
+    ``scheduler.selectors.WORKER_ALIVE_SQL``), ``workers_heartbeat_overdue`` (silent longer than
+    ``WORKER_DEAD_AFTER_SECONDS`` and
     either not stopped or reaped as silent within ``OVERDUE_REMEMBERED_SECONDS``) and
     ``outbox_backlog`` (unpublished events). A database error is logged and the scrape carries
     these families without samples, so Prometheus sees them go stale instead of a false zero.
@@ -320,13 +319,15 @@ class ClusterStateCollector(Collector):
     def _query(self) -> list[tuple[str, str | None, str | None, int]]:
         from django.db import connection, transaction
 
-        from scheduler.conf import conf
+        from scheduler.selectors import worker_alive_sql, worker_dead_after_seconds
 
-        silent = HEARTBEATS_MISSED * conf().heartbeat_seconds
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(STATEMENT_TIMEOUT_MS)])
-                cursor.execute(_CLUSTER_STATE_SQL, {"silent": silent, "remembered": OVERDUE_REMEMBERED_SECONDS})
+                cursor.execute(
+                    _CLUSTER_STATE_SQL.replace("{alive}", worker_alive_sql()),
+                    {"dead_after": worker_dead_after_seconds(), "remembered": OVERDUE_REMEMBERED_SECONDS},
+                )
                 return cursor.fetchall()
         finally:
             if self.close_connection:

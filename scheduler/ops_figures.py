@@ -27,8 +27,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from scheduler.conf import conf
 from scheduler.metrics import QUEUE_DEPTH_STATUSES
+from scheduler.selectors import worker_alive_sql, worker_dead_after_seconds
 
 WINDOW_MINUTES = 60  # the hour the figures and charts cover
 RECENT_WORKERS_SECONDS = 3600  # a worker is listed while its last heartbeat is this recent (stopped or not)
@@ -78,12 +78,12 @@ _WINDOW_SQL = """
 _WORKERS_SQL = """
     SELECT id, hostname, pid, supervisor_pid, pool, isolation, queues, concurrency, busy_slots, jobs_done,
            started_at, last_heartbeat_at, stopped_at,
-           stopped_at IS NULL AND last_heartbeat_at >= %(now)s - make_interval(secs => %(dead_after)s) AS alive
+           {alive} AS alive
     FROM stint_worker_node
     WHERE last_heartbeat_at >= %(now)s - make_interval(secs => %(recent)s)
     ORDER BY alive DESC, hostname, supervisor_pid NULLS LAST, id
     LIMIT 500
-"""
+""".replace("{alive}", worker_alive_sql(now="%(now)s"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,7 +202,7 @@ def ops_figures(*, queue: str | None = None) -> OpsFigures:
                 per_minute[row[2]] = row[11:]
         cursor.execute(
             _WORKERS_SQL,
-            {"now": now, "dead_after": conf().worker_dead_after_seconds, "recent": RECENT_WORKERS_SECONDS},
+            {"now": now, "dead_after": worker_dead_after_seconds(), "recent": RECENT_WORKERS_SECONDS},
         )
         workers = [_worker(row, now) for row in cursor.fetchall()]
     names = sorted(set(known) | set(depth) | set(per_queue))

@@ -8,30 +8,15 @@ call these.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-from dataclasses import dataclass
 
-from django.db.models import Count, Q
 from django.db.models.functions import Now
 
 from scheduler.exceptions import InvalidQueue
-from scheduler.models import Job, Queue
+from scheduler.models import Queue
 from scheduler.services import QUEUE_NAME
-from scheduler.states import JobStatus
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueueSummary:
-    """A queue with its flag and how many of its jobs wait (QUEUED) or run (RUNNING)."""
-
-    name: str
-    paused: bool
-    queued: int
-    running: int
-    updated_at: dt.datetime | None
 
 
 def _checked(name: str) -> str:
@@ -68,36 +53,3 @@ def queue_resume(*, name: str) -> Queue:
     Raises InvalidQueue (400) for a bad name.
     """
     return _set_paused(name=name, paused=False)
-
-
-def queue_list() -> list[QueueSummary]:
-    """Return every known queue, by name, with its QUEUED and RUNNING job counts.
-
-    A queue that jobs name but that has no row yet (written before queues were tracked) is listed
-    too, unpaused.
-    """
-    counts = {
-        row["queue"]: row
-        for row in Job.objects.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING])
-        .values("queue")
-        .annotate(
-            queued=Count("id", filter=Q(status=JobStatus.QUEUED)),
-            running=Count("id", filter=Q(status=JobStatus.RUNNING)),
-        )
-        .order_by()
-    }
-    rows = {q.name: q for q in Queue.objects.all()}
-    summaries = []
-    for name in sorted(set(rows) | set(counts)):
-        row = rows.get(name)
-        count = counts.get(name, {})
-        summaries.append(
-            QueueSummary(
-                name=name,
-                paused=bool(row and row.paused),
-                queued=count.get("queued", 0),
-                running=count.get("running", 0),
-                updated_at=row.updated_at if row else None,
-            )
-        )
-    return summaries

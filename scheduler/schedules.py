@@ -13,12 +13,12 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
-from config.parsers import has_lone_surrogate
+from core.parsers import has_lone_surrogate
 from scheduler import lifecycle, tracing
 from scheduler.conf import conf
 from scheduler.cron import (
@@ -418,6 +418,45 @@ def schedule_delete(*, schedule_id: int, actor: Any = None) -> None:
         schedule.delete()
 
 
+class ScheduleTemplate(Protocol):
+    """What a fire reads from its schedule: a ``CronSchedule``, or the cron firer's row of its columns."""
+
+    id: int
+    owner_id: int | None
+    name: str
+    job_type: str
+    job_priority: int
+    job_queue: str
+    job_max_retries: int
+    job_timeout_seconds: int
+
+
+def schedule_job(
+    schedule: ScheduleTemplate, *, payload: Any, fire_time: dt.datetime, scheduled_at: dt.datetime | None
+) -> NewJob:
+    """Return the job row one fire of ``schedule`` creates (for ``lifecycle.create_jobs``): the one builder.
+
+    The cron firer (``maintenance.cron_firer``, ``scheduled_at`` = the fire time) and
+    ``schedule_trigger`` (``scheduled_at`` None: due now) both build fires here. ``payload`` is
+    the decoded job payload (the firer decodes a text shared by many schedules once). The job
+    carries ``schedule`` and ``fire_time``: the unique (schedule, fire_time) makes a fire once.
+    """
+    return NewJob(
+        id=uuid.uuid4(),
+        owner_id=schedule.owner_id,
+        name=schedule.name,
+        type=schedule.job_type,
+        payload=payload,
+        priority=schedule.job_priority,
+        queue=schedule.job_queue,
+        scheduled_at=scheduled_at,
+        max_retries=schedule.job_max_retries,
+        timeout_seconds=schedule.job_timeout_seconds,
+        schedule_id=schedule.id,
+        fire_time=fire_time,
+    )
+
+
 def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
     """Fire the schedule now, once, outside its timetable; return the job.
 
@@ -430,20 +469,7 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
         if schedule is None:
             raise ScheduleNotFound()
         now = db_now()
-        new = NewJob(
-            id=uuid.uuid4(),
-            owner_id=schedule.owner_id,
-            name=schedule.name,
-            type=schedule.job_type,
-            payload=schedule.job_payload,
-            priority=schedule.job_priority,
-            queue=schedule.job_queue,
-            scheduled_at=None,
-            max_retries=schedule.job_max_retries,
-            timeout_seconds=schedule.job_timeout_seconds,
-            schedule_id=schedule.id,
-            fire_time=now,
-        )
+        new = schedule_job(schedule, payload=schedule.job_payload, fire_time=now, scheduled_at=None)
         created = lifecycle.create_jobs([new])
         tracing.attach_current(created)  # the requesting trace travels with the job
         if not created:  # a fire at this very microsecond exists already: that one is the answer

@@ -1,4 +1,4 @@
-"""Reads of jobs, their attempts and results, scoped to what the asking user may see.
+"""Reads of jobs, their attempts and results, scoped to what the asking user may see; and the worker-liveness rule.
 
 Visibility rule (DESIGN.md, REST API): a USER sees their own jobs, an ADMIN sees every job.
 A job the actor may not see is reported as missing (``JobNotFound``, 404), never as forbidden,
@@ -7,13 +7,32 @@ so that ids of other users' jobs cannot be probed.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any
 
-from django.db.models import QuerySet
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    DateTimeField,
+    ExpressionWrapper,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Now
 
+from scheduler.conf import conf
 from scheduler.exceptions import JobNotFound, NoResult
-from scheduler.models import Job, JobAttempt, JobResult
+from scheduler.models import Job, JobAttempt, JobResult, Queue, WorkerNode
+from scheduler.states import JobStatus
 
 # Stable order for paging: created_at ties (jobs inserted by one statement share now()) break on id.
 NEWEST_FIRST = ("-created_at", "-id")
@@ -63,3 +82,99 @@ def job_result_get(*, job_id: uuid.UUID, actor: Any) -> JobResult:
     if result is None:
         raise NoResult()
     return result
+
+
+# -- worker liveness ----------------------------------------------------------------------------
+# One rule for the rescuer's reaper, the admin, the dashboard, the health check and the metrics: a
+# worker process is alive while it is not stopped and heartbeated within WORKER_DEAD_AFTER_SECONDS
+# (SCHEDULER setting, default 60 s), measured on the database clock.
+
+# SQL over stint_worker_node's columns; ``{now}`` is an SQL timestamp (``now()`` or a parameter),
+# and the query passes ``%(dead_after)s`` = ``worker_dead_after_seconds()``.
+WORKER_ALIVE_SQL = "(stopped_at IS NULL AND last_heartbeat_at >= {now} - make_interval(secs => %(dead_after)s))"
+
+
+def worker_dead_after_seconds() -> int:
+    """Return the seconds without a heartbeat after which a worker process counts as gone."""
+    return conf().worker_dead_after_seconds
+
+
+def worker_alive_sql(*, now: str = "now()") -> str:
+    """Return ``WORKER_ALIVE_SQL`` measured against ``now`` (an SQL expression); needs ``%(dead_after)s``."""
+    return WORKER_ALIVE_SQL.format(now=now)
+
+
+def worker_alive_q(*, now: dt.datetime | None = None) -> Q:
+    """Return the ORM filter of alive ``WorkerNode`` rows, against ``now`` (aware) or the database's ``now()``."""
+    dead_after = dt.timedelta(seconds=worker_dead_after_seconds())
+    cutoff: Any = (
+        now - dead_after
+        if now is not None
+        else ExpressionWrapper(Now() - Value(dead_after), output_field=DateTimeField())
+    )
+    return Q(stopped_at__isnull=True, last_heartbeat_at__gte=cutoff)
+
+
+# -- the operator console's reads (scheduler.admin) ----------------------------------------------
+
+# Distinct owners of jobs by a loose index scan of job_owner_recent: one probe per owner.
+_OWNERS_WITH_JOBS = """
+    WITH RECURSIVE owners(id, n) AS (
+        (SELECT owner_id, 1 FROM stint_job WHERE owner_id IS NOT NULL ORDER BY owner_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT owner_id FROM stint_job WHERE owner_id > owners.id ORDER BY owner_id LIMIT 1), n + 1
+        FROM owners WHERE owners.id IS NOT NULL AND n < %s
+    )
+    SELECT id FROM owners WHERE id IS NOT NULL
+"""
+
+
+def owners_with_jobs(*, limit: int) -> list[tuple[int, str]]:
+    """Return up to ``limit`` owners that have jobs as (user id, username), by username.
+
+    Walks the ``job_owner_recent`` index one probe per owner (a loose index scan), so the cost
+    follows the number of owners, not of jobs (Django's ``DISTINCT owner_id`` reads every job).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_OWNERS_WITH_JOBS, [limit])
+        ids = [row[0] for row in cursor.fetchall()]
+    users = get_user_model().objects.filter(pk__in=ids).order_by("username").values_list("pk", "username")
+    return list(users)
+
+
+def jobs_count_by_status(jobs: QuerySet[Job]) -> dict[str, int]:
+    """Return ``{status: count}`` over ``jobs`` (one grouped query)."""
+    return dict(jobs.order_by().values_list("status").annotate(n=Count("id")))
+
+
+def _count_of(jobs: QuerySet[Job], group: str) -> Any:
+    counted = jobs.order_by().values(group).annotate(n=Count("id")).values("n")
+    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+def workers_with_liveness(workers: QuerySet[WorkerNode]) -> QuerySet[WorkerNode]:
+    """Annotate ``is_alive`` (``worker_alive_q``) and ``running`` (RUNNING jobs whose lease it holds)."""
+    running = Job.objects.filter(status=JobStatus.RUNNING, lease_owner=OuterRef("id"))
+    return workers.annotate(
+        is_alive=Case(When(worker_alive_q(), then=Value(True)), default=Value(False), output_field=BooleanField()),
+        running=_count_of(running, "lease_owner"),
+    )
+
+
+def worker_running_jobs(*, worker_id: str, limit: int = 100) -> QuerySet[Job]:
+    """Return up to ``limit`` RUNNING jobs whose lease worker ``worker_id`` holds, oldest start first."""
+    return Job.objects.filter(status=JobStatus.RUNNING, lease_owner=worker_id).order_by("started_at")[:limit]
+
+
+def queues_with_counts(queues: QuerySet[Queue]) -> QuerySet[Queue]:
+    """Annotate each queue's ``queued_count`` (QUEUED jobs) and ``running_count`` (RUNNING jobs)."""
+
+    def count(status: str) -> Any:
+        return _count_of(Job.objects.filter(queue=OuterRef("name"), status=status), "queue")
+
+    return queues.annotate(queued_count=count(JobStatus.QUEUED), running_count=count(JobStatus.RUNNING))
+
+
+def queue_names() -> list[str]:
+    """Return the name of every known queue (a ``stint_queue`` row), sorted."""
+    return list(Queue.objects.order_by("name").values_list("name", flat=True))

@@ -114,7 +114,6 @@ TRANSITIONS: dict[tuple[JobStatus, JobStatus], EventType] = {
     (S.DEAD, S.QUEUED): E.JOB_RECOVERED,
 }
 
-TERMINAL: frozenset[JobStatus] = frozenset({S.SUCCESS, S.CANCELLED})
 FINISHED: frozenset[JobStatus] = frozenset({S.SUCCESS, S.FAILED, S.DEAD, S.CANCELLED})
 CANCELLABLE: frozenset[JobStatus] = frozenset(f for (f, t) in TRANSITIONS if t == S.CANCELLED and f != S.RUNNING)
 
@@ -122,8 +121,3 @@ CANCELLABLE: frozenset[JobStatus] = frozenset(f for (f, t) in TRANSITIONS if t =
 def sources_of(to_status: JobStatus) -> frozenset[JobStatus]:
     """Return every status from which ``to_status`` may be reached."""
     return frozenset(f for (f, t) in TRANSITIONS if t == to_status)
-
-
-def is_allowed(from_status: JobStatus, to_status: JobStatus) -> bool:
-    """Return True when the table allows ``from_status`` -> ``to_status``."""
-    return (JobStatus(from_status), JobStatus(to_status)) in TRANSITIONS

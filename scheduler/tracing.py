@@ -10,7 +10,7 @@ What is traced (W3C trace context, the OpenTelemetry specification's messaging p
 consumer's span *links* to the producer's context rather than being its child, since a job may
 run long after the request ended, and more than once):
 
-- a web request is a SERVER span (``config.tracing_middleware``), continuing an incoming
+- a web request is a SERVER span (``scheduler.tracing_middleware``), continuing an incoming
   ``traceparent``;
 - an enqueue stores the current context (``traceparent``, ``tracestate``) in the job's
   ``trace_context`` (``attach_current``);

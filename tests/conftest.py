@@ -70,7 +70,7 @@ def _fresh_rate_limits() -> None:
     """
     from redis.exceptions import RedisError
 
-    from config.throttling import rate_limits_clear
+    from core.throttling import rate_limits_clear
 
     try:
         rate_limits_clear()

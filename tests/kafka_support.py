@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import connection
 
 from audit.consumer import AuditConsumer
-from scheduler.outbox import ensure_topic
+from scheduler.kafka import ensure_topic
 
 POOL_SIZE = 16  # topics consumed by the session consumer; raise it when tests need more
 WAIT_SECONDS = 60.0  # upper bound for anything asynchronous; a test that needs it has failed

@@ -61,7 +61,7 @@ class JobFilter(filters.FilterSet):
     """Filters of GET /api/jobs. ``created_after``/``created_before`` form a half-open range [after, before).
 
     ``search`` matches part of the name or of the type, case-insensitively; ``schedule`` the jobs
-    one schedule fired (its id). Any other query parameter is a 400 (``config.query_params``).
+    one schedule fired (its id). Any other query parameter is a 400 (``core.query_params``).
     """
 
     status = filters.MultipleChoiceFilter(choices=JobStatus.choices, help_text="Repeat to match any of several.")

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.openapi import ERROR_REF
+from core.openapi import ERROR_REF
 from scheduler import queues
 from scheduler.api.views import IsAdminRole
 from scheduler.models import Queue

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.serializers import StrictSerializer
-from config.pagination import KeysetPagination
+from core.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import (
     AwareDateTimeField,
@@ -183,7 +183,7 @@ def _changes(data: dict[str, Any]) -> dict[str, Any]:
 
 
 class SchedulePagination(KeysetPagination):
-    """Schedules by id, paged by key (``config.pagination``)."""
+    """Schedules by id, paged by key (``core.pagination``)."""
 
     ordering = ("id",)
 

@@ -17,8 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.openapi import ERROR_REF
-from config.pagination import KeysetPagination
+from core.openapi import ERROR_REF
+from core.pagination import KeysetPagination
 from scheduler import selectors, services
 from scheduler.api.filters import AdminJobFilter, JobFilter
 from scheduler.api.serializers import (
@@ -35,7 +35,7 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 class JobPagination(KeysetPagination):
-    """Jobs newest first, paged by key (``config.pagination``); ``page_size`` up to 200."""
+    """Jobs newest first, paged by key (``core.pagination``); ``page_size`` up to 200."""
 
     ordering = selectors.NEWEST_FIRST
 
@@ -57,7 +57,7 @@ class IsAdminRole(permissions.BasePermission):
 
 
 def _error(description: str) -> OpenApiResponse:
-    # The envelope component is config.openapi's, which also documents the generic 400/401/404/413.
+    # The envelope component is core.openapi's, which also documents the generic 400/401/404/413.
     return OpenApiResponse(ERROR_REF, description=description)
 
 

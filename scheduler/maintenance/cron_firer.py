@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from scheduler.exceptions import InvalidSchedule
 from scheduler.leadership import fence_check
 from scheduler.lifecycle import NewJob
 from scheduler.notify import notify_queued
-from scheduler.schedules import db_now
+from scheduler.schedules import db_now, schedule_job
 from scheduler.states import FINISHED, JobStatus
 
 if TYPE_CHECKING:
@@ -204,23 +203,10 @@ class CronFirer:
                 )
             if fires and row.job_payload not in payloads:
                 payloads[row.job_payload] = json.loads(row.job_payload)
-            for fire_time in fires:
-                jobs.append(
-                    NewJob(
-                        id=uuid.uuid4(),
-                        owner_id=row.owner_id,
-                        name=row.name,
-                        type=row.job_type,
-                        payload=payloads[row.job_payload],
-                        priority=row.job_priority,
-                        queue=row.job_queue,
-                        scheduled_at=fire_time,
-                        max_retries=row.job_max_retries,
-                        timeout_seconds=row.job_timeout_seconds,
-                        schedule_id=row.id,
-                        fire_time=fire_time,
-                    )
-                )
+            jobs += [
+                schedule_job(row, payload=payloads[row.job_payload], fire_time=fire_time, scheduled_at=fire_time)
+                for fire_time in fires
+            ]
             if fires:
                 last_fired[row.id] = fires[-1]
         inserted = lifecycle.create_jobs(jobs)

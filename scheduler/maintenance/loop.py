@@ -136,17 +136,3 @@ class SchedulerLoop:
         except Exception:  # one service's bug must not stop the others
             logger.exception("%s failed", service.name)
         return 0
-
-    def tick(self) -> int:
-        """Run every due service once in this thread (leader-only ones if leadership is held); return rows changed."""
-        leading = self._renew_leadership()
-        changed = 0
-        now = time.monotonic()
-        for service in self.services + (self.leader_services if leading else []):
-            if self._stop.is_set():
-                break
-            if self._next.get(service.name, 0.0) > now:
-                continue
-            self._next[service.name] = now + service.interval_seconds
-            changed += self._run_one(service)
-        return changed

@@ -16,7 +16,7 @@ topic. The walk then stops at the first such event and says so in the log.
 
 Why a checkpoint in publication order is safe: ``published_at`` is ``clock_timestamp()`` at the
 relay's mark, and the relay's transaction commits at once or is ended by the server within its
-lock-hold limit (60 s, ``scheduler.outbox.LOCK_HOLD_LIMIT_SECONDS``); the walk only reads events
+lock-hold limit (60 s, ``scheduler.maintenance.relay.LOCK_HOLD_LIMIT_SECONDS``); the walk only reads events
 published more than ``AUDIT_RECONCILE_AFTER_SECONDS`` (at least 90 s) ago, so no event becomes
 visible behind the checkpoint.
 """
@@ -28,15 +28,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from scheduler import metrics
-from scheduler.outbox import RETENTION_DAYS as OUTBOX_RETENTION_DAYS
+from scheduler.kafka import event_stream_conf
 
 logger = logging.getLogger(__name__)
 
-RECONCILE_AFTER_SECONDS = 300  # default of AUDIT_RECONCILE_AFTER_SECONDS
 BATCH_SIZE = 2_000  # outbox rows compared per statement
 MAX_BATCHES = 10  # statements per run; a run that reaches it continues at the next interval
 INTERVAL_SECONDS = 15.0
@@ -86,10 +84,9 @@ class AuditReconciler:
         retention: dt.timedelta | None = None,
         batch_size: int = BATCH_SIZE,
     ) -> None:
-        seconds = getattr(settings, "AUDIT_RECONCILE_AFTER_SECONDS", RECONCILE_AFTER_SECONDS)
-        self.after = after if after is not None else dt.timedelta(seconds=seconds)
-        days = getattr(settings, "OUTBOX_RETENTION_DAYS", OUTBOX_RETENTION_DAYS)
-        self.retention = retention if retention is not None else dt.timedelta(days=days)
+        conf = event_stream_conf()
+        self.after = after if after is not None else dt.timedelta(seconds=conf.audit_reconcile_after_seconds)
+        self.retention = retention if retention is not None else dt.timedelta(days=conf.outbox_retention_days)
         self.batch_size = batch_size
         self._waiting_logged_at: float | None = None
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from django.db import connection, transaction
 
 from scheduler import lifecycle, metrics
-from scheduler.conf import conf
 from scheduler.leasing import retry_delay
 from scheduler.lifecycle import NOW, NULL, Sql
+from scheduler.selectors import worker_alive_sql, worker_dead_after_seconds
 from scheduler.states import EventType, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -196,13 +196,11 @@ class WorkerReaper:
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Set ``stopped_at`` on nodes silent for ``WORKER_DEAD_AFTER_SECONDS``; return how many."""
         with connection.cursor() as cursor:
+            silent = worker_alive_sql(now="coalesce(%(now)s, now())")
             cursor.execute(
-                """
-                UPDATE stint_worker_node SET stopped_at = coalesce(%s, now())
-                WHERE stopped_at IS NULL
-                  AND last_heartbeat_at < coalesce(%s, now()) - make_interval(secs => %s)
-                """,
-                [now, now, conf().worker_dead_after_seconds],
+                "UPDATE stint_worker_node SET stopped_at = coalesce(%(now)s, now())"  # noqa: S608 - constant SQL
+                f" WHERE stopped_at IS NULL AND NOT {silent}",
+                {"now": now, "dead_after": worker_dead_after_seconds()},
             )
             count = cursor.rowcount
         if count:

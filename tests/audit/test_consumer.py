@@ -25,8 +25,9 @@ from prometheus_client import REGISTRY
 from audit.consumer import AuditRow, Delivered, MalformedEvent, audit_batch_store, audit_events_store, parse_event
 from audit.models import AuditEvent, QuarantinedMessage, QuarantineReason
 from audit.quarantine import MAX_VALUE_BYTES, quarantine_store
+from core.pg_connect import pg_connect
+from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
-from scheduler.outbox import OutboxRelay, event_document
 from scheduler.services import enqueue_many
 from tests.kafka_support import (
     ROOT,
@@ -42,19 +43,19 @@ from tests.kafka_support import (
 
 def document(**overrides) -> dict:
     """A valid event document (the relay's JSON), with ``overrides`` applied."""
-    doc = event_document(
-        event_id=uuid.uuid4(),
-        event_type="JOB_QUEUED",
-        job_id=uuid.uuid4(),
-        owner_id=3,
-        sequence=2,
-        attempt=0,
-        from_status="CREATED",
-        to_status="QUEUED",
-        schema_version=1,
-        payload={"type": "DEMO_TASK", "queue": "default", "priority": 1},
-        occurred_at=dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
-    )
+    doc = {
+        "schema_version": 1,
+        "event_id": str(uuid.uuid4()),
+        "event_type": "JOB_QUEUED",
+        "job_id": str(uuid.uuid4()),
+        "owner_id": 3,
+        "sequence": 2,
+        "attempt": 0,
+        "from_status": "CREATED",
+        "to_status": "QUEUED",
+        "occurred_at": "2026-01-02T03:04:05Z",
+        "payload": {"type": "DEMO_TASK", "queue": "default", "priority": 1},
+    }
     return {**doc, **overrides}
 
 
@@ -328,17 +329,10 @@ DROP FUNCTION IF EXISTS stint_test_commit_gate();
 """
 
 
-def _conninfo() -> str:
-    db = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None, host=db["HOST"], port=db["PORT"] or None
-    )
-
-
 @contextmanager
 def side_session() -> Iterator[psycopg.Connection]:
     """A PostgreSQL session of the test's own, apart from Django's."""
-    with psycopg.connect(_conninfo(), autocommit=True) as session:
+    with pg_connect() as session:
         yield session
 
 

@@ -9,8 +9,8 @@ import factory
 import pytest
 
 from audit.models import AuditEvent
+from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import Job
-from scheduler.outbox import OutboxRelay
 from scheduler.services import enqueue, job_cancel
 from tests.factories import JobFactory
 from tests.kafka_support import consume_all

@@ -9,7 +9,8 @@ import pytest
 
 from audit.models import QuarantinedMessage, QuarantineReason
 from audit.quarantine import QuarantineEntry, QuarantinePruner, quarantine_store
-from scheduler.admin_dashboard import dashboard_data
+from audit.selectors import trail_health
+from scheduler.admin_dashboard import db_now
 from scheduler.maintenance.reconciler import STATE_NAME
 from scheduler.models import OutboxReconcile
 
@@ -107,7 +108,7 @@ def test_the_dashboard_shows_the_trail_health(operator):
     quarantined(1, received_at=T)
     OutboxReconcile.objects.create(name=STATE_NAME, repaired_total=4, last_run_at=T, last_repair_at=T)
 
-    trail = dashboard_data().trail
+    trail = trail_health(now=db_now())
     page = operator.get("/admin/").content.decode()
 
     assert (trail.quarantined, trail.repaired_total) == (1, 4)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from config.parsers import has_lone_surrogate
+from core.parsers import has_lone_surrogate
 from scheduler.models import CronSchedule, Job
 
 pytestmark = pytest.mark.django_db

@@ -18,8 +18,8 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 from pythonjsonlogger.json import JsonFormatter
 
-from config.log_context import ContextFilter, PlainFormatter, log_context
-from config.request_id import RequestIdMiddleware
+from core.log_context import ContextFilter, PlainFormatter, log_context
+from core.request_id import RequestIdMiddleware
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from tests.scheduler.test_workers import Processes, status_is, wait_until, worker_of

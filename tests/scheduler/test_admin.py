@@ -470,7 +470,7 @@ class TestEventsAndDashboard:
 def test_the_leader_card_headlines_who_leads_and_since_when_with_the_token_in_the_detail(client, admin_user):
     from django_redis import get_redis_connection
 
-    from config import health
+    from scheduler import health
     from scheduler.leadership import DEFAULT_ROLE, lock_key
 
     LeaderFence.objects.create(role=DEFAULT_ROLE, token=42, holder="sched-1:4242:cafe")

@@ -6,6 +6,7 @@ import psycopg
 import pytest
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 
+from core.pg_connect import pg_connect
 from scheduler.dberrors import db_error_is_transient
 
 
@@ -22,11 +23,7 @@ def error_of(sql: str) -> BaseException:
 def test_a_terminated_connection_is_transient():
     connection.ensure_connection()
     pid = connection.connection.info.backend_pid
-    db = connection.settings_dict
-    conninfo = psycopg.conninfo.make_conninfo(
-        dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None, host=db["HOST"], port=db["PORT"] or None
-    )
-    with psycopg.connect(conninfo, autocommit=True) as admin:
+    with pg_connect() as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
 
     terminated = error_of("SELECT 1")

@@ -16,14 +16,14 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.pg_connect import pg_connect
 from scheduler import metrics
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.metrics import ClusterStateCollector, register_cluster_state
@@ -239,7 +239,7 @@ def test_cluster_state_collector_counts_depth_workers_and_outbox_backlog() -> No
     WorkerNode.objects.create(
         id="reaped",
         pid=4,
-        last_heartbeat_at=now - dt.timedelta(minutes=3),
+        last_heartbeat_at=now - dt.timedelta(minutes=4),  # reaped after 2 min of silence (> WORKER_DEAD_AFTER_SECONDS)
         stopped_at=now - dt.timedelta(minutes=2),
         **node,
     )
@@ -278,10 +278,8 @@ def test_cluster_state_collector_counts_depth_workers_and_outbox_backlog() -> No
 def test_cluster_state_collector_skips_its_samples_when_the_database_fails(monkeypatch) -> None:
     enqueue("DEMO_TASK", queue="locked")
     monkeypatch.setattr(metrics, "STATEMENT_TIMEOUT_MS", 200)
-    d = connection.settings_dict
-    conninfo = {"dbname": d["NAME"], "user": d["USER"], "password": d["PASSWORD"], "host": d["HOST"], "port": d["PORT"]}
     # A real lock held by another session: the collector's query hits its statement timeout.
-    with psycopg.connect(**{k: v for k, v in conninfo.items() if v}) as locker:
+    with pg_connect(autocommit=False) as locker:
         locker.execute("LOCK TABLE stint_outbox IN ACCESS EXCLUSIVE MODE")
         families = list(ClusterStateCollector().collect())
         locker.rollback()

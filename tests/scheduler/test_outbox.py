@@ -20,8 +20,11 @@ from django.utils import timezone
 
 from audit.consumer import AuditConsumer
 from audit.models import AuditEvent
+from scheduler.events import LifecycleEvent, outbox_message
+from scheduler.kafka import ensure_topic
+from scheduler.maintenance.outbox_pruner import OutboxPruner
+from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
-from scheduler.outbox import OutboxPruner, OutboxRelay, ensure_topic, event_document
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from tests import kafka_support
 from tests.kafka_support import (
@@ -99,9 +102,16 @@ def assert_gapless_trails() -> None:
 # -- documents and topics ---------------------------------------------------------------------
 
 
-def test_event_document_is_the_documented_json_shape():
+@pytest.mark.parametrize(
+    ("occurred_at", "text"),
+    [
+        (dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC), "2026-01-02T03:04:05.678000Z"),
+        (dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1))), "2026-01-02T03:04:05Z"),
+    ],
+)
+def test_outbox_message_is_the_documented_json_shape(db, occurred_at, text):
     event_id, job_id = uuid.uuid4(), uuid.uuid4()
-    document = event_document(
+    row = OutboxEvent.objects.create(
         event_id=event_id,
         event_type="JOB_CREATED",
         job_id=job_id,
@@ -111,10 +121,14 @@ def test_event_document_is_the_documented_json_shape():
         from_status="",
         to_status="CREATED",
         schema_version=1,
-        payload='{"type": "DEMO_TASK", "queue": "default", "priority": 1}',
-        occurred_at=dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC),
+        payload={"type": "DEMO_TASK", "queue": "default", "priority": 1, "note": "caf\u00e9"},
+        occurred_at=occurred_at,
     )
-    assert document == {
+
+    value, key, event_type = outbox_message(outbox_id=row.id)
+
+    assert (key, event_type) == (str(job_id), "JOB_CREATED")
+    assert json.loads(value) == {
         "schema_version": 1,
         "event_id": str(event_id),
         "event_type": "JOB_CREATED",
@@ -124,9 +138,10 @@ def test_event_document_is_the_documented_json_shape():
         "attempt": 0,
         "from_status": None,
         "to_status": "CREATED",
-        "occurred_at": "2026-01-02T03:04:05.678000Z",
-        "payload": {"type": "DEMO_TASK", "queue": "default", "priority": 1},
+        "occurred_at": text,
+        "payload": {"type": "DEMO_TASK", "queue": "default", "priority": 1, "note": "caf\u00e9"},
     }
+    assert list(json.loads(value)) == list(LifecycleEvent.__annotations__)
 
 
 def test_relay_creates_the_missing_topic_with_the_configured_partitions(db, fresh_topic, settings):
@@ -205,7 +220,7 @@ def test_events_sent_again_after_an_unmarked_delivery_are_stored_once(db, kafka_
 RELAY_KILLED_BEFORE_MARK = """
 import os, signal, django
 django.setup()
-from scheduler.outbox import OutboxRelay
+from scheduler.maintenance.relay import OutboxRelay
 OutboxRelay(on_delivered=lambda ids: os.kill(os.getpid(), signal.SIGKILL)).run_once()
 """
 

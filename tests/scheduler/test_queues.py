@@ -9,7 +9,6 @@ from scheduler.exceptions import InvalidQueue
 from scheduler.models import Job, Queue
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
-from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -44,21 +43,6 @@ def test_a_name_no_job_could_carry_is_refused(name):
 
     assert raised.value.http_status == 400
     assert not Queue.objects.filter(name=name).exists()
-
-
-def test_queue_list_counts_waiting_and_running_jobs_per_queue():
-    JobFactory.create_batch(2, queue="reports")
-    JobFactory(queue="reports", running=True)
-    JobFactory(queue="reports", succeeded=True)
-    JobFactory(queue="legacy")  # a queue without a row (written before queues were tracked)
-    queues.queue_pause(name="reports")
-    queues.queue_resume(name="idle")
-
-    listed = {q.name: q for q in queues.queue_list()}
-
-    assert (listed["reports"].paused, listed["reports"].queued, listed["reports"].running) == (True, 2, 1)
-    assert (listed["legacy"].paused, listed["legacy"].queued) == (False, 1)
-    assert (listed["idle"].queued, listed["idle"].running) == (0, 0)
 
 
 def test_paused_jobs_wait_queued_and_run_after_resume(user):

@@ -455,7 +455,7 @@ def test_a_second_sigterm_hands_back_at_once(procs: Processes) -> None:
 # every run loop) while a SIGTERM arrives, twice; prints which stop() calls were made.
 SIGNAL_PROBE = """
 import os, signal, threading
-from scheduler.management.commands._signals import install_stop_handlers
+from core.stop_signals import install_stop_handlers
 
 stopped = threading.Event()
 calls = []

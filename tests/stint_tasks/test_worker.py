@@ -10,10 +10,10 @@ import threading
 import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 
+from core.pg_connect import pg_connect
 from scheduler import lifecycle
 from scheduler.lifecycle import NewJob
 from scheduler.maintenance.promoter import DuePromoter
@@ -61,7 +61,7 @@ def test_sync_async_context_and_failing_tasks_run_on_a_worker(workers: Workers, 
 def test_a_task_enqueued_in_a_transaction_runs_only_after_commit_woken_by_its_notify(workers: Workers) -> None:
     # A poll interval far beyond the wait: only the NOTIFY sent at commit can wake the idle worker.
     workers.start(concurrency=1, env={"STINT_POLL_SECONDS": "120"})
-    listener = psycopg.connect(**_conninfo(), autocommit=True)
+    listener = pg_connect()
     listener.execute(f"LISTEN {CHANNEL}")
     try:
         with transaction.atomic():
@@ -137,15 +137,3 @@ def test_a_hostile_job_type_is_failed_without_importing_anything(workers: Worker
     wait_until(lambda: Job.objects.get(id=job_id).status == JobStatus.FAILED, what="the hostile job failed")
     assert "Unknown job type" in Job.objects.get(id=job_id).last_error
     assert not trap.exists()
-
-
-def _conninfo() -> dict[str, object]:
-    d = connection.settings_dict
-    info = {
-        "dbname": d["NAME"],
-        "user": d.get("USER"),
-        "password": d.get("PASSWORD"),
-        "host": d.get("HOST"),
-        "port": d.get("PORT"),
-    }
-    return {k: v for k, v in info.items() if v}

@@ -10,13 +10,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from audit.consumer import BATCH_SIZE, POLL_TIMEOUT_SECONDS, AuditConsumer
-from scheduler.management.commands._signals import (
-    configure_verbosity,
-    install_stop_handlers,
-    port,
-    positive_float,
-    positive_int,
-)
+from core.command_line import configure_verbosity, port, positive_float, positive_int
+from core.stop_signals import install_stop_handlers
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from core.command_line import configure_verbosity, port, positive_float
+from core.stop_signals import install_stop_handlers
+from scheduler.leadership import Leadership
 from scheduler.maintenance import default_services, leader_services
 from scheduler.maintenance.loop import SchedulerLoop
-from scheduler.management.commands._signals import configure_verbosity, install_stop_handlers, port, positive_float
 
 
 class Command(BaseCommand):
@@ -24,10 +26,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the loop, install signal handlers, run it."""
         configure_verbosity(options["verbosity"])
-        leadership = _leadership()
+        leadership = Leadership(role="cron")
         loop = SchedulerLoop(
             services=default_services(),
-            leader_services=leader_services(leadership) if leadership is not None else [],
+            leader_services=leader_services(leadership),
             leadership=leadership,
             tick_seconds=options["tick_seconds"],
         )
@@ -39,11 +41,3 @@ class Command(BaseCommand):
             )  # the scheduler also reports cluster gauges
         install_stop_handlers(loop.stop, name="run_scheduler")
         loop.run()
-
-
-def _leadership() -> Any:
-    try:
-        from scheduler.leadership import Leadership
-    except ImportError:  # cron leadership not installed yet
-        return None
-    return Leadership(role="cron")

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from core.command_line import configure_verbosity, port, positive_float, positive_int
+from core.stop_signals import install_stop_handlers
 from scheduler.conf import conf
-from scheduler.management.commands._signals import (
-    configure_verbosity,
-    install_stop_handlers,
-    port,
-    positive_float,
-    positive_int,
-)
 from scheduler.workers.runner import WorkerOptions
 from scheduler.workers.supervisor import DEFAULT_ISOLATION_SLOTS, Supervisor, SupervisorOptions, default_processes
 
@@ -61,14 +55,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the supervisor, install signal handlers, run it."""
-        configure_verbosity(options["verbosity"])
+        level = configure_verbosity(options["verbosity"])
         c = conf()
         grace = c.shutdown_grace_seconds if options["grace_seconds"] is None else options["grace_seconds"]
         supervisor = Supervisor(
             SupervisorOptions(
                 processes=options["processes"] or default_processes(),
                 isolation_slots=options["isolation_slots"],
-                log_level=logging.getLogger().level,
+                log_level=level,
                 metrics_port=options["metrics_port"],
                 worker=WorkerOptions(
                     concurrency=options["concurrency"],

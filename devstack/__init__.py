@@ -2,11 +2,11 @@
 
 Usage (from the project root)::
 
-    python -m config.devstack run -- CMD ARGS...   # servers for CMD's lifetime, then stop what we started
-    python -m config.devstack up                   # start (or reuse) and leave running; prints export lines
-    python -m config.devstack env                  # export lines for the recorded servers that answer
-    python -m config.devstack down                 # stop every recorded server
-    python -m config.devstack metrics-ports --web-port 8000  # export lines: free metrics ports for make run
+    python -m devstack run -- CMD ARGS...   # servers for CMD's lifetime, then stop what we started
+    python -m devstack up                   # start (or reuse) and leave running; prints export lines
+    python -m devstack env                  # export lines for the recorded servers that answer
+    python -m devstack down                 # stop every recorded server
+    python -m devstack metrics-ports --web-port 8000  # export lines: free metrics ports for make run
 
 A server is started only when its variable (``DATABASE_URL``, ``REDIS_URL``,
 ``KAFKA_BOOTSTRAP_SERVERS``) is unset or empty. State lives in ``<project root>/.devstack/``
@@ -43,7 +43,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, ClassVar, TypedDict
 
-logger = logging.getLogger("config.devstack")
+logger = logging.getLogger("devstack")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DIR_ENV = "STINT_DEVSTACK_DIR"  # overrides <project root>/.devstack (tests use a tmp dir)
@@ -878,7 +878,7 @@ def command_run(argv: Sequence[str]) -> int:
     Errors: DevstackError (server start) exits 1 before the command runs; a missing command exits 127.
     """
     if not argv:
-        logger.error("usage: python -m config.devstack run -- CMD [ARGS...]")
+        logger.error("usage: python -m devstack run -- CMD [ARGS...]")
         return 2
     directory = state_dir()
     handles: list[Handle] = []
@@ -962,7 +962,7 @@ def command_down() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and dispatch; return the process exit code."""
-    parser = argparse.ArgumentParser(prog="python -m config.devstack", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run CMD with embedded servers for the unset variables")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
@@ -983,7 +983,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "metrics-ports":
         return command_metrics_ports(args.web_port)
     return command_down()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

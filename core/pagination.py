@@ -32,7 +32,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from config.query_params import check_known
+from core.query_params import check_known
 
 MAX_PAGE_SIZE = 200
 MAX_CURSOR_CHARS = 512  # a cursor holds a few keys; anything longer is not one of ours
@@ -79,7 +79,7 @@ class KeysetPagination(BasePagination):
         """Return the page of ``queryset`` the request's cursor names (the first page without one).
 
         A query parameter that neither this paginator nor the view's filters know is a 400
-        naming it (``config.query_params``), never silently ignored.
+        naming it (``core.query_params``), never silently ignored.
         """
         check_known(request, view, paging=(self.cursor_query_param, self.page_size_query_param))
         self.request = request

@@ -3,10 +3,10 @@
 Without this, the first middleware that touches ``request.POST`` or ``request.body`` (CSRF,
 sessions, a form) raises Django's ``RequestDataTooBig`` for a body over
 ``DATA_UPLOAD_MAX_MEMORY_SIZE`` and the client gets Django's HTML "Bad Request (400)", on the API
-too. Limits: ``config.parsers.api_body_limit()`` (64 KB) under /api/, Django's
+too. Limits: ``core.parsers.api_body_limit()`` (64 KB) under /api/, Django's
 ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB) elsewhere. Only the declared ``Content-Length`` is
 checked here; a chunked API body is bounded by the parser as it is read
-(``config.parsers.SafeJSONParser``), and Django's WSGI request reads no more than the declared
+(``core.parsers.SafeJSONParser``), and Django's WSGI request reads no more than the declared
 length anywhere else.
 """
 
@@ -18,8 +18,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 
-from config.errors import error_body
-from config.parsers import api_body_limit
+from core.errors import error_body
+from core.parsers import api_body_limit
 
 PAYLOAD_TOO_LARGE = 413
 API_PREFIX = "/api/"

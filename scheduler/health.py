@@ -62,19 +62,17 @@ def probe_database() -> tuple[bool, dict[str, Any]]:
     slots. The leader: the ``cron`` fence row, with ``lock`` "postgres" when its advisory lock is
     held right now (the Redis probe fills in "redis"), else None. Raises on any database error.
     """
-    from scheduler.conf import conf
     from scheduler.leadership import DEFAULT_ROLE, advisory_key
+    from scheduler.selectors import worker_alive_sql, worker_dead_after_seconds
 
     key = advisory_key(DEFAULT_ROLE)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(DB_STATEMENT_TIMEOUT_MS)])
-        cursor.execute(
-            """
-            SELECT count(*), coalesce(sum(concurrency), 0), coalesce(sum(busy_slots), 0) FROM stint_worker_node
-            WHERE stopped_at IS NULL AND last_heartbeat_at >= now() - make_interval(secs => %s)
-            """,
-            [conf().worker_dead_after_seconds],
+        workers_sql = (
+            "SELECT count(*), coalesce(sum(concurrency), 0), coalesce(sum(busy_slots), 0) FROM stint_worker_node"  # noqa: S608
+            f" WHERE {worker_alive_sql()}"
         )
+        cursor.execute(workers_sql, {"dead_after": worker_dead_after_seconds()})
         alive, slots, busy = cursor.fetchone()
         cursor.execute(
             """

@@ -22,7 +22,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from config.errors import error_body
+from core.errors import error_body
 from scheduler.metrics import served_registry
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -118,14 +118,14 @@ def handler400(request: HttpRequest, exception: Exception | None = None) -> Http
     """Answer Django's own 400s (e.g. ``SuspiciousOperation``) as JSON under /api/; a body too big as the 413.
 
     ``RequestDataTooBig`` reaches here when a body without a usable ``Content-Length`` grows past
-    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``config.body_limit`` refuses the declared ones earlier).
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``core.body_limit`` refuses the declared ones earlier).
     """
     from django.conf import settings
     from django.core.exceptions import RequestDataTooBig
     from django.views.defaults import bad_request
 
     if isinstance(exception, RequestDataTooBig):
-        from config.body_limit import payload_too_large
+        from core.body_limit import payload_too_large
 
         return payload_too_large(request, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     if request.path.startswith("/api/"):

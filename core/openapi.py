@@ -1,4 +1,4 @@
-"""Document the API's shared error responses (the envelope of config.errors, 429 headers) on every operation.
+"""Document the API's shared error responses (the envelope of core.errors, 429 headers) on every operation.
 
 A drf-spectacular postprocessing hook (``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``), so views
 document only their own success and domain responses (e.g. 409) and the schema still tells

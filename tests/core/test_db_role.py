@@ -1,11 +1,11 @@
-"""Every database connection names its Stint process and role in ``application_name`` (config.db_role)."""
+"""Every database connection names its Stint process and role in ``application_name`` (core.db_role)."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 
-from config.db_role import application_name, default_application_name, role_from_argv
+from core.db_role import application_name, default_application_name, role_from_argv
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from tests.scheduler.test_workers import Processes, procs, status_is, wait_until  # noqa: F401 - fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.parsers import MAX_JSON_DEPTH, json_depth
+from core.parsers import MAX_JSON_DEPTH, json_depth
 from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from config.log_context import log_context
+from core.log_context import log_context
 
 REQUEST_ID_HEADER = "X-Request-ID"
 # What a proxy or client may send: 1-128 characters of letters, digits and . _ : - (UUIDs, trace

@@ -1,4 +1,4 @@
-"""Tests for config.devstack: real embedded servers started as subprocesses in a tmp state dir."""
+"""Tests for devstack: real embedded servers started as subprocesses in a tmp state dir."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from config import devstack
+import devstack
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 30  # seconds any one devstack invocation may take
@@ -75,9 +75,9 @@ def stack_env(directory: Path, *, only: tuple[str, ...] = ("REDIS_URL",)) -> dic
 def devstack_cmd(
     directory: Path, *args: str, only: tuple[str, ...] = ("REDIS_URL",), check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m config.devstack ARGS`` to completion and return its result."""
+    """Run ``python -m devstack ARGS`` to completion and return its result."""
     result = subprocess.run(
-        [sys.executable, "-m", "config.devstack", *args],
+        [sys.executable, "-m", "devstack", *args],
         cwd=ROOT,
         env=stack_env(directory, only=only),
         capture_output=True,
@@ -119,7 +119,7 @@ def test_run_starts_redis_exports_url_and_stops_it_after(stack_dir: Path) -> Non
 
 def test_run_starts_all_three_servers_that_answer(stack_dir: Path) -> None:
     child = (
-        "import os; from config import devstack as d\n"
+        "import os; import devstack as d\n"
         "for cls in d.SERVERS: assert cls(directory=d.state_dir()).probe(os.environ[cls.env_var]), cls.name\n"
         "print('ALL OK')"
     )
@@ -184,7 +184,7 @@ def _killed_on_failure(*procs: subprocess.Popen[str]) -> Iterator[None]:
 def test_racing_runs_share_one_server_until_the_last_leaves(stack_dir: Path) -> None:
     def start(name: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "config.devstack", "run", "--", sys.executable, "-c", STEP_CHILD,
+            [sys.executable, "-m", "devstack", "run", "--", sys.executable, "-c", STEP_CHILD,
              str(stack_dir.parent), name],
             cwd=ROOT, env=stack_env(stack_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True,
@@ -215,7 +215,7 @@ def test_racing_runs_share_one_server_until_the_last_leaves(stack_dir: Path) -> 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_devstack_reaches_the_command_once_then_servers_stop(stack_dir: Path, signum: int) -> None:
     with subprocess.Popen(
-        [sys.executable, "-m", "config.devstack", "run", "--", sys.executable, "-c", SIGNAL_CHILD],
+        [sys.executable, "-m", "devstack", "run", "--", sys.executable, "-c", SIGNAL_CHILD],
         cwd=ROOT, env=stack_env(stack_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     ) as proc:  # fmt: skip
         assert proc.stdout is not None
@@ -265,7 +265,7 @@ def test_a_taken_metrics_port_is_replaced_by_a_free_one() -> None:
 
 def test_the_metrics_ports_command_prints_export_lines_for_make_run() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "config.devstack", "metrics-ports", "--web-port", "8000"],
+        [sys.executable, "-m", "devstack", "metrics-ports", "--web-port", "8000"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Shared shutdown wiring for the long-running commands: first signal stops gently, second forces."""
+"""Stop signals of the long-running commands: the first SIGTERM/SIGINT stops gently, the second forces."""
 
 from __future__ import annotations
 
@@ -59,48 +59,3 @@ def install_stop_handlers(stop: Callable[..., None], *, name: str) -> None:
 
 def _acted_on_by_watcher(signum: int, frame: Any) -> None:
     """Replace the default action (exit, KeyboardInterrupt); the watcher thread acts on the signal."""
-
-
-def configure_verbosity(verbosity: int) -> None:
-    """Map ``-v`` to the root log level: 0 WARNING, 1 INFO, 2+ DEBUG."""
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-    logging.getLogger().setLevel(level)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
-
-
-def port(text: str) -> int:
-    """argparse type: a TCP port, 0 meaning off."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be 0-65535")
-    return value

@@ -2,7 +2,7 @@
 
 A misspelt or unsupported filter (``?statuss=DEAD``, ``?owner=`` on a USER's list) used to
 answer the whole, unfiltered list: a client could not tell "no such filter" from "everything
-matches". Every list of the API pages by key (``config.pagination.KeysetPagination``), which
+matches". Every list of the API pages by key (``core.pagination.KeysetPagination``), which
 calls ``check_known`` first, so the rule holds for every list without a line in any view.
 """
 
@@ -36,7 +36,7 @@ def check_known(request: Request, view: Any, *, paging: Iterable[str]) -> None:
     """Raise a DRF ``ValidationError`` (400) naming each query parameter ``view`` does not know.
 
     The error's ``details`` map each unknown name to ``["Unknown query parameter. Known: a, b."]``
-    and its message starts with the first unknown name (``config.errors``). Does nothing when
+    and its message starts with the first unknown name (``core.errors``). Does nothing when
     ``view`` is None (a paginator used outside a view).
     """
     if view is None:

@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from config import health
+from scheduler import health
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.parsers import api_body_limit
+from core.parsers import api_body_limit
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db

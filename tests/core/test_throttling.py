@@ -19,8 +19,8 @@ from django.test import RequestFactory
 from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
-from config import throttling
-from config.throttling import Rate, client_address, rate_parse
+from core import throttling
+from core.throttling import Rate, client_address, rate_parse
 from tests.conftest import bearer
 from tests.factories import UserFactory
 
@@ -153,12 +153,12 @@ def test_redis_outage_fails_open_then_limiting_resumes(private_redis, settings, 
 
     private_redis.stop()
     errors_before = _metric("rate_limit_backend_errors_total")
-    with caplog.at_level(logging.WARNING, logger="config.throttling"):
+    with caplog.at_level(logging.WARNING, logger="core.throttling"):
         during = [user_api.get(ME) for _ in range(5)]
     assert [resp.status_code for resp in during] == [200] * 5
     assert all(not _rate_headers(resp) for resp in during)  # no budget known, none claimed
     assert _metric("rate_limit_backend_errors_total") - errors_before == 5
-    warnings = [r for r in caplog.records if r.name == "config.throttling" and r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == "core.throttling" and r.levelno == logging.WARNING]
     assert len(warnings) == 1  # at most one a minute, however many requests fail open
 
     private_redis.start()  # an empty Redis: the budget starts afresh

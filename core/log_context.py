@@ -1,0 +1,74 @@
+"""Context fields on every log line: ``request_id``, ``job_id``, ``attempt``, ``worker`` where they apply.
+
+A field reaches a record in one of three ways: the call passes it (``logger.info(...,
+extra={"job_id": ...})``, as the worker does); the code around the call bound it with
+``log_context(...)`` (the request-id middleware binds ``request_id`` for the request, the
+executor binds ``job_id`` and ``attempt`` while a handler runs); or, for Django's own
+``django.request`` lines, the request passed with the record carries ``request_id``.
+``ContextFilter``, installed on the console handler by ``settings.LOGGING``, fills in what a
+record does not carry already; fields that do not apply are left out rather than written as null.
+
+Formatters: JSON (python-json-logger, ``LOG_FORMAT=json``, the default in production) writes
+every field as a key; ``PlainFormatter`` (``LOG_FORMAT=plain``, the default in development)
+appends them as ``[job_id=... attempt=...]``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+CONTEXT_FIELDS = ("request_id", "job_id", "attempt", "worker")
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_bound: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("stint_log_context", default=_EMPTY)
+
+
+@contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Bind ``fields`` (None values ignored) to every record logged in this context until the block exits."""
+    merged = {**_bound.get(), **{k: v for k, v in fields.items() if v is not None}}
+    token = _bound.set(MappingProxyType(merged))
+    try:
+        yield
+    finally:
+        _bound.reset(token)
+
+
+def bound_fields() -> Mapping[str, Any]:
+    """Return the fields bound in the current context."""
+    return _bound.get()
+
+
+class ContextFilter(logging.Filter):
+    """Copy the bound context fields onto each record that does not already carry them; never drops one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Add the missing fields and let the record through."""
+        for key, value in _bound.get().items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        if not hasattr(record, "request_id"):
+            # Django logs 4xx/5xx responses (django.request) after the middleware has returned,
+            # outside its context, but passes the request along.
+            request_id = getattr(getattr(record, "request", None), "request_id", None)
+            if request_id is not None:
+                record.request_id = request_id
+        return True
+
+
+class PlainFormatter(logging.Formatter):
+    """The standard one-line format followed by the context fields that apply: ``[job_id=... worker=...]``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Format as usual, then append the context fields present on the record."""
+        text = super().format(record)
+        present = [f"{key}={getattr(record, key)}" for key in CONTEXT_FIELDS if getattr(record, key, None) is not None]
+        if not present:
+            return text
+        head, sep, tail = text.partition("\n")  # keep a traceback below the fields
+        return f"{head} [{' '.join(present)}]{sep}{tail}"

@@ -1,0 +1,146 @@
+"""The API's JSON parser and the forms' JSON reader: hostile JSON is a 400 or a form error, never a 500.
+
+Every API body is bounded (``api_body_limit()``): an oversized one is the JSON 413, whether it
+declares its length (refused before a byte is read) or streams it chunked (at most limit + 1
+bytes are read). ``core.body_limit`` answers the same 413 before any middleware reads the body.
+
+Python's json module accepts text that Stint cannot use: nesting a few KB deep (it recurses per
+level: RecursionError), integers past 4,300 digits (ValueError), and ``\\ud800``-style escapes
+of a lone UTF-16 surrogate, which are valid JSON but no valid Unicode: nothing can encode them
+as UTF-8 (the payload's size, psycopg), so they used to surface as a UnicodeEncodeError (500).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+MAX_JSON_DEPTH = 64  # levels of nested arrays/objects accepted in a request body
+# The payload limit is measured on compact UTF-8 JSON; a raw body may honestly be several times
+# larger (indentation, \uXXXX escapes of up to 6 bytes per character) plus the other fields, so the
+# body limit allows this factor and leaves the exact 10 KB payload rule to the service.
+RAW_BODY_FACTOR = 6
+RAW_BODY_OVERHEAD = 4096  # bytes
+SURROGATE_MESSAGE = "JSON text must be valid Unicode: a lone UTF-16 surrogate (\\ud800-\\udfff) cannot be stored."
+
+
+def json_depth(value: Any) -> int:
+    """Return how deeply ``value`` nests lists and dicts (0 for a scalar), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+            deepest = max(deepest, depth + 1)
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+            deepest = max(deepest, depth + 1)
+    return deepest
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """True when any string (key or value) inside ``value`` holds a lone UTF-16 surrogate (U+D800-U+DFFF)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
+def json_problem(value: Any) -> str | None:
+    """Return why parsed JSON ``value`` is refused (too deep, a lone surrogate), or None when it is fine."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        return f"JSON nested deeper than {MAX_JSON_DEPTH} levels."
+    if has_lone_surrogate(value):
+        return SURROGATE_MESSAGE
+    return None
+
+
+def json_text_load(text: str) -> Any:
+    """Parse ``text`` as JSON for a form field; raise ValueError with a message a person can act on.
+
+    Refuses what ``json_problem`` refuses, and text the parser itself cannot take (syntax,
+    recursion, integers past Python's digit limit). Never raises anything else.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from exc
+    except RecursionError as exc:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise ValueError(f"Not usable JSON: {exc}.") from exc
+    problem = json_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def api_body_limit() -> int:
+    """Return the largest API request body in bytes: ``RAW_BODY_FACTOR`` payloads plus ``RAW_BODY_OVERHEAD`` (64 KB)."""
+    from scheduler.conf import conf
+
+    return RAW_BODY_FACTOR * conf().max_payload_bytes + RAW_BODY_OVERHEAD
+
+
+def body_too_large(declared: int | None = None) -> Exception:
+    """Return the 413 error (``PayloadTooLarge``, code ``payload_too_large``) for an oversized body."""
+    from scheduler.exceptions import PayloadTooLarge
+
+    limit = api_body_limit()
+    if declared is not None:
+        return PayloadTooLarge(f"The request body is {declared} bytes; the limit is {limit} bytes.")
+    return PayloadTooLarge(f"The request body is over the limit of {limit} bytes.")
+
+
+class SafeJSONParser(JSONParser):
+    """DRF's JSON parser, bounded to ``api_body_limit()`` (413), refusing with 400 a body nested
+    deeper than ``MAX_JSON_DEPTH`` or holding a lone surrogate.
+
+    DRF reads the body stream itself, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE does not apply here:
+    the declared Content-Length is refused up front and at most limit + 1 bytes are ever read.
+    Python's json module recurses per level, so a body a few KB long but ~1000 levels deep would
+    otherwise raise RecursionError (a 500), and later crash every piece of code that walks it.
+    """
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+        """Refuse an oversized body (413), parse, then check depth and text (ParseError, 400)."""
+        limit = api_body_limit()
+        request = (parser_context or {}).get("request")
+        try:
+            declared = int(getattr(request, "META", {}).get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            raise body_too_large(declared)
+        body = stream.read(limit + 1) if stream is not None else b""
+        if len(body) > limit:
+            raise body_too_large()
+        try:
+            data = super().parse(io.BytesIO(body), media_type, parser_context)
+        except RecursionError as exc:
+            raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
+        problem = json_problem(data)
+        if problem:
+            raise ParseError(problem)
+        return data

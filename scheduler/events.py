@@ -1,0 +1,70 @@
+"""The lifecycle-event contract: the JSON of a message on ``job-lifecycle-events``, shared by relay and consumer.
+
+The outbox relay (``scheduler.maintenance.relay``) encodes outbox rows with ``MESSAGE_SQL``: the
+database builds each message's JSON text itself, so the relay's Python only hands bytes to the
+producer. The audit consumer (``audit.consumer.parse_event``) reads the same shape back.
+docs/events.md documents every field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+SCHEMA_VERSION = 1
+HEADER_EVENT_TYPE = "event_type"  # the message header naming the event type (the value's ``event_type``)
+
+
+class LifecycleEvent(TypedDict):
+    """The JSON value of a message on ``job-lifecycle-events`` (schema_version 1)."""
+
+    schema_version: int
+    event_id: str  # uuid; unique per event, the consumer's dedup key
+    event_type: str  # JOB_CREATED, JOB_QUEUED, ... (scheduler.states.EventType)
+    job_id: str  # uuid; also the message key
+    owner_id: int | None
+    sequence: int  # 1, 2, 3, ... per job, gapless, in transition order
+    attempt: int  # the job's attempt number after the transition (0 before the first run)
+    from_status: str | None  # None for JOB_CREATED
+    to_status: str
+    occurred_at: str  # ISO 8601 UTC ("...Z"), the database clock of the transition's transaction
+    payload: dict[str, Any]  # type, queue, priority, plus event-specific fields
+
+
+# ``occurred_at`` as Python's ``isoformat()`` writes it in UTC, with ``Z``: microseconds only when nonzero.
+_OCCURRED_AT_SQL = """to_char(o.occurred_at AT TIME ZONE 'UTC',
+    CASE WHEN extract(microseconds FROM o.occurred_at) %% 1000000 = 0
+         THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"' ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"' END)"""
+
+# The message value of the outbox row ``o`` (a ``LifecycleEvent``) as JSON text, its key (the job
+# id) and its event type, in that order. Written for a cursor with parameters (``%%`` is ``%``).
+MESSAGE_SQL = f"""
+    json_build_object(
+        'schema_version', o.schema_version,
+        'event_id', o.event_id,
+        'event_type', o.event_type,
+        'job_id', o.job_id,
+        'owner_id', o.owner_id,
+        'sequence', o.sequence,
+        'attempt', o.attempt,
+        'from_status', nullif(o.from_status, ''),
+        'to_status', o.to_status,
+        'occurred_at', {_OCCURRED_AT_SQL},
+        'payload', coalesce(o.payload, '{{}}'::jsonb)
+    )::text,
+    o.job_id::text,
+    o.event_type
+"""
+
+
+def outbox_message(*, outbox_id: int) -> tuple[str, str, str] | None:
+    """Return ``(value, key, event_type)`` of outbox row ``outbox_id`` as the relay sends it, or None if absent.
+
+    ``value`` is the ``LifecycleEvent`` JSON text, ``key`` the job id. For inspection and tests;
+    the relay encodes its whole batch in its lease statement.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {MESSAGE_SQL} FROM stint_outbox o WHERE o.id = %s", [outbox_id])  # noqa: S608
+        row = cursor.fetchone()
+    return (row[0], row[1], row[2]) if row is not None else None

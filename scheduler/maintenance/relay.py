@@ -1,0 +1,274 @@
+"""Relay committed outbox rows to the Kafka topic ``job-lifecycle-events``, marking each after its delivery.
+
+``OutboxRelay`` leases unpublished ``OutboxEvent`` rows in id order (``FOR UPDATE SKIP LOCKED``,
+so any number of relays can run side by side), produces each as one JSON message keyed by job
+id with an idempotent producer, and marks a row published only after its delivery report
+succeeded. The rows stay locked, in one transaction, while their batch is produced and flushed:
+a flush takes milliseconds, the transaction is bounded by the delivery timeout, a crash releases
+the locks at once (no lease to expire), and nothing else ever locks unpublished rows (writers
+only insert new ones, the pruner only deletes published ones). A relay killed between delivery
+and mark leaves the rows unpublished; the next relay sends them again and the audit consumer
+stores each ``event_id`` once, so delivery is at-least-once and storage exactly-once.
+
+Speed: the database writes each message's JSON (``scheduler.events.MESSAGE_SQL``), so the
+relay's Python only hands text to the producer; batches are large (``OUTBOX_BATCH_SIZE``,
+default 5,000 rows: three statements and one commit per batch) and the producer compresses
+them (lz4), so the trail keeps up with a full-speed drain.
+
+Ordering: one relay produces a job's events in sequence order to one partition (the key is
+the job id). With several relays, or after a failed delivery, a job's events can reach Kafka
+out of order; consumers order by ``sequence``. The message shape is ``LifecycleEvent`` (see
+docs/events.md).
+
+While Kafka is unreachable the relay backs off exponentially (0.5 s doubling to 10 s); the
+outbox grows and drains when Kafka returns. Enqueue, the API and workers never wait on Kafka.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from django.db import connection, transaction
+
+from scheduler import metrics
+from scheduler.events import HEADER_EVENT_TYPE, MESSAGE_SQL
+from scheduler.kafka import PROBE_TIMEOUT_SECONDS, client_config, ensure_topic, event_stream_conf
+from scheduler.retry import backoff
+
+logger = logging.getLogger(__name__)
+KAFKA_LOGGER = "scheduler.maintenance.relay.kafka"  # librdkafka's own log lines
+
+MAX_BATCHES_PER_TICK = 20  # a busy tick relays at most this many batches, then returns to its loop
+FLUSH_GRACE_SECONDS = 1.0  # seconds a flush may run past the delivery timeout (reports are due by then)
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 10.0  # a probe is one metadata request: cheap enough to retry often
+LINGER_MS = 5  # ms the producer waits to fill a request; the relay's flush sends at once anyway
+COMPRESSION = "lz4"  # a 5,000-event batch is ~2 MB of similar JSON: a fraction of that on the wire
+# A relay stuck while holding row locks (e.g. SIGSTOPped) loses its session after this long,
+# so its rows return to the other relays. Well above any healthy batch.
+LOCK_HOLD_LIMIT_SECONDS = 60
+
+# One round trip leases the batch, bounds the lock hold, and returns each row's message. The mark
+# commits asynchronously (no wait for the WAL flush): a mark lost in a database crash only makes
+# the relay send those rows again, which the audit consumer's dedup by event_id absorbs.
+_LEASE_SQL = f"""
+    SELECT o.id, {MESSAGE_SQL}
+    FROM stint_outbox o,
+         set_config('idle_in_transaction_session_timeout', %s, true) AS hold_limit,
+         set_config('synchronous_commit', 'off', true) AS async_commit
+    WHERE o.published_at IS NULL
+    ORDER BY o.id
+    LIMIT %s
+    FOR UPDATE OF o SKIP LOCKED
+"""  # noqa: S608 - constant SQL
+_MARK_SQL = """
+    UPDATE stint_outbox SET published_at = clock_timestamp() WHERE id = ANY(%s)
+    RETURNING extract(epoch FROM published_at - occurred_at)
+"""
+
+
+class RelayUnavailable(Exception):  # noqa: N818 - a condition, not a bug
+    """Kafka did not confirm delivery; the rows stay unpublished and the relay backs off."""
+
+
+@dataclass(slots=True, kw_only=True)
+class _Batch:
+    leased: int
+    published: int
+    failed: int
+    error: KafkaError | None = None
+
+
+class OutboxRelay:
+    """Background service: publish unpublished outbox rows to Kafka, marking each after its delivery.
+
+    ``run_once`` relays batches until the outbox is empty (at most ``MAX_BATCHES_PER_TICK``) and
+    returns how many rows it marked published. On a Kafka failure it returns what it marked so
+    far and waits ``backoff(failures)`` seconds (0.5 s doubling to 10 s) before trying again;
+    every retry first probes the broker with a metadata request, so an outage costs no database
+    work. ``on_delivered`` (instrumentation and tests) is called with the delivered row ids
+    after a batch's delivery reports and before the mark, inside the lease transaction.
+    Unset arguments come from ``scheduler.kafka.event_stream_conf()``.
+    """
+
+    name = "outbox_relay"
+    leader_only = False
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | None = None,
+        topic: str | None = None,
+        partitions: int | None = None,
+        batch_size: int | None = None,
+        interval_seconds: float | None = None,
+        delivery_timeout_ms: int | None = None,
+        probe_timeout_seconds: float = PROBE_TIMEOUT_SECONDS,
+        backoff_base_seconds: float = BACKOFF_BASE_SECONDS,
+        backoff_max_seconds: float = BACKOFF_MAX_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        on_delivered: Callable[[Sequence[int]], None] | None = None,
+    ) -> None:
+        conf = event_stream_conf()
+        self.bootstrap_servers = bootstrap_servers or conf.bootstrap_servers
+        self.topic = topic or conf.topic
+        self.partitions = partitions or conf.topic_partitions
+        self.batch_size = batch_size or conf.outbox_batch_size
+        self.interval_seconds = interval_seconds or conf.outbox_relay_interval_seconds
+        self.delivery_timeout_ms = delivery_timeout_ms or conf.delivery_timeout_ms
+        self.probe_timeout_seconds = probe_timeout_seconds
+        self.backoff_base_seconds = backoff_base_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.on_delivered = on_delivered
+        self._clock = clock
+        self._producer: Producer | None = None
+        self._admin: AdminClient | None = None
+        self._topic_ready = False
+        self._headers: dict[str, list[tuple[str, bytes]]] = {}  # event type -> its message headers
+        self.failures = 0  # consecutive failed rounds
+        self.attempts = 0  # rounds tried, i.e. not skipped while backing off
+        self.retry_at: float | None = None  # clock() value before which run_once does nothing
+
+    # -- the service protocol -----------------------------------------------------------------
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Relay up to ``MAX_BATCHES_PER_TICK`` batches; return how many rows were marked published.
+
+        ``now`` is accepted for the service protocol and unused: publishing is not time-based.
+        Raises only database errors (the caller's loop logs them); Kafka errors become backoff.
+        """
+        if self.retry_at is not None and self._clock() < self.retry_at:
+            return 0
+        published = 0
+        try:
+            self.attempts += 1
+            if not self._topic_ready:
+                ensure_topic(
+                    bootstrap_servers=self.bootstrap_servers,
+                    topic=self.topic,
+                    partitions=self.partitions,
+                    timeout=self.probe_timeout_seconds,
+                    admin=self._admin_client(),
+                )
+                self._topic_ready = True
+            for _ in range(MAX_BATCHES_PER_TICK):
+                batch = self._relay_batch()
+                published += batch.published
+                if batch.failed:
+                    raise RelayUnavailable(f"{batch.failed} of {batch.leased} deliveries failed: {batch.error}")
+                if batch.leased < self.batch_size:
+                    break
+        except (KafkaException, RelayUnavailable) as exc:
+            self._failed(exc)
+            return published
+        if self.failures:
+            logger.info("outbox relay: Kafka reachable again after %d failed rounds", self.failures)
+        self.failures = 0
+        self.retry_at = None
+        if published:
+            logger.debug("outbox relay: published %d events", published)
+        return published
+
+    @property
+    def next_delay(self) -> float:
+        """Seconds the relay waits after its next failure."""
+        return backoff(self.failures + 1, base=self.backoff_base_seconds, cap=self.backoff_max_seconds)
+
+    def close(self) -> None:
+        """Drop the Kafka clients (a later ``run_once`` builds new ones)."""
+        self._drop_producer()
+        self._admin = None
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _failed(self, exc: Exception) -> None:
+        delay = self.next_delay
+        self.failures += 1
+        self.retry_at = self._clock() + delay
+        # Probe (and re-create the topic if it vanished) before the next batch, with fresh clients:
+        # an old one may sit in its own reconnect backoff, and an idempotent producer whose
+        # deliveries failed may bump its epoch, which some brokers (Tansu, measured) answer with
+        # PRODUCER_FENCED forever. A new producer gets a new producer id.
+        self._topic_ready = False
+        self.close()
+        logger.warning(
+            "outbox relay: Kafka unavailable (%s); unpublished rows stay in the outbox; retry in %.1f s",
+            exc,
+            delay,
+            extra={"failures": self.failures},
+        )
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(
+                client_config(self.bootstrap_servers, "stint-outbox-admin", logger_name=KAFKA_LOGGER)
+            )
+        return self._admin
+
+    def _producer_client(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer(
+                {
+                    **client_config(self.bootstrap_servers, "stint-outbox-relay", logger_name=KAFKA_LOGGER),
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": LINGER_MS,
+                    "compression.type": COMPRESSION,
+                    "message.timeout.ms": self.delivery_timeout_ms,
+                }
+            )
+        return self._producer
+
+    def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.purge()
+            producer.flush(0)
+
+    def _relay_batch(self) -> _Batch:
+        with transaction.atomic(), connection.cursor() as cursor:
+            # The session sits idle in this transaction, holding the row locks, while Kafka confirms.
+            cursor.execute(_LEASE_SQL, [f"{LOCK_HOLD_LIMIT_SECONDS}s", self.batch_size])
+            rows = cursor.fetchall()
+            if not rows:
+                return _Batch(leased=0, published=0, failed=0)
+            delivered, error = self._produce(rows)
+            if self.on_delivered is not None:
+                self.on_delivered(delivered)
+            if delivered:
+                cursor.execute(_MARK_SQL, [delivered])
+                observe = metrics.outbox_publish_lag_seconds.observe
+                for (lag,) in cursor.fetchall():
+                    observe(max(0.0, float(lag)))
+        return _Batch(leased=len(rows), published=len(delivered), failed=len(rows) - len(delivered), error=error)
+
+    def _produce(self, rows: Sequence[tuple[Any, ...]]) -> tuple[list[int], KafkaError | None]:
+        """Produce one message per row ``(id, value, key, event type)``, flush; return (ids delivered, first error)."""
+        producer = self._producer_client()
+        produce, topic, headers = producer.produce, self.topic, self._headers
+        reports: dict[int, KafkaError | None] = {}
+        report = reports.__setitem__
+        for row_id, value, key, event_type in rows:
+            header = headers.get(event_type)
+            if header is None:
+                header = headers[event_type] = [(HEADER_EVENT_TYPE, event_type.encode())]
+            produce(
+                topic,
+                value=value,
+                key=key,
+                headers=header,
+                on_delivery=lambda err, _msg, row_id=row_id: report(row_id, err),
+            )
+        remaining = producer.flush(self.delivery_timeout_ms / 1000 + FLUSH_GRACE_SECONDS)
+        delivered = [row[0] for row in rows if row[0] in reports and reports[row[0]] is None]
+        error = next((e for e in reports.values() if e is not None), None)
+        if (remaining or len(delivered) < len(rows)) and error is None:
+            error = KafkaError(KafkaError._TIMED_OUT, f"{remaining} messages unconfirmed after flush")
+        return delivered, error
