@@ -74,6 +74,31 @@ class Proc:
         except psutil.Error:
             return []
 
+    def worker_children(self) -> list[psutil.Process]:
+        """The worker processes a ``run_workers`` supervisor started (isolation slot included), oldest first.
+
+        Other children (multiprocessing's resource tracker, a forkserver) run no job and are left
+        out: a fault meant for a worker must hit a process that holds leases.
+        """
+        out = []
+        for child in self.children():
+            try:
+                cmdline = " ".join(child.cmdline())
+            except psutil.Error:
+                continue
+            if is_worker_cmdline(cmdline):
+                out.append(child)
+        return out
+
+    def signal_group(self, sig: int, *, expected: bool = True) -> None:
+        """Send ``sig`` to the process's whole process group, as a process manager stopping a unit does."""
+        if not self.alive():
+            return
+        if expected and sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            self.expect_exit = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
     def signal(self, sig: int, *, expected: bool = True) -> None:
         """Send ``sig`` to the process; ``expected`` marks the exit it may cause as the runner's."""
         if not self.alive():
@@ -152,6 +177,7 @@ class Cluster:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, as under a process manager
             )
         proc.starts += 1
 
@@ -272,6 +298,16 @@ class Cluster:
     def log_offsets(self) -> dict[str, int]:
         """Current size of each process log (where a scenario's lines begin)."""
         return {p.name: (p.log_path.stat().st_size if p.log_path.exists() else 0) for p in self.procs.values()}
+
+
+def is_worker_cmdline(cmdline: str) -> bool:
+    """True for the command line of a worker process that ``run_workers`` started (multiprocessing spawn).
+
+    The supervisor starts them with multiprocessing's spawn context, whose children run
+    ``... -c 'from multiprocessing.spawn import spawn_main; spawn_main(...)' --multiprocessing-fork``;
+    its resource tracker runs ``multiprocessing.resource_tracker`` instead and holds no job.
+    """
+    return "spawn_main" in cmdline and "--multiprocessing-fork" in cmdline and "resource_tracker" not in cmdline
 
 
 def skew_env(offset: str) -> dict[str, str]:

@@ -97,7 +97,11 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="worker-kill", summary="worker SIGKILL mid-job"),
     Scenario(name="worker-stop", summary="worker SIGSTOP past its lease, then SIGCONT (late result discarded)"),
-    Scenario(name="worker-term", summary="supervisor and worker SIGTERM with long jobs (hand-back)", mix="long"),
+    Scenario(
+        name="worker-term",
+        summary="supervisor SIGTERM, and SIGTERM twice to a worker host's process group, with long jobs (hand-back)",
+        mix="long",
+    ),
     Scenario(name="leader-kill", summary="leader scheduler SIGKILL", schedules=("skip", "catch_up")),
     Scenario(
         name="leader-stop",
@@ -187,7 +191,7 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
         other = "h3" if host == "h2" else "h2"
         return [
             Fault(at=early, action="sigterm", target=f"worker@{host}"),
-            Fault(at=round(early + 0.3 * load, 2), action="sigterm-child", target=f"worker@{other}"),
+            Fault(at=round(early + 0.3 * load, 2), action="sigterm-group", target=f"worker@{other}"),
         ]
     if name == "leader-kill":
         return [Fault(at=early, action="sigkill", target="scheduler@leader")]

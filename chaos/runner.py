@@ -502,14 +502,29 @@ class Run:
 
     # -- faults ------------------------------------------------------------------------------
 
-    def _victim(self, name: str, *, child: bool) -> tuple[int, str]:
-        """The pid to signal for a worker fault: a supervised child if there is one and ``child``, else the process."""
+    def _victim(self, name: str) -> tuple[int, str]:
+        """The worker process of supervisor ``name`` to hit: one that holds leases of RUNNING jobs ("mid-job").
+
+        Chosen with the run's seed among the supervisor's worker processes (``Proc.worker_children``),
+        preferring those whose id (``hostname:pid:token``) holds the most RUNNING leases now;
+        raises RuntimeError when the supervisor has no worker process.
+        """
         proc = self.cluster.procs[name]
-        children = proc.children()
-        if child and children:
-            pick = random.Random(self.seed + len(proc.exits)).choice(children)  # noqa: S311
-            return pick.pid, f"{name} child {pick.pid}"
-        return proc.pid, f"{name} pid {proc.pid}"
+        children = proc.worker_children()
+        if not children:
+            raise RuntimeError(f"{name} (pid {proc.pid}) has no worker process")
+        held = dict(
+            self.sql(
+                lambda conn: conn.execute(
+                    "SELECT split_part(lease_owner, ':', 2)::int, count(*) FROM stint_job"
+                    " WHERE status = 'RUNNING' AND lease_owner <> '' GROUP BY 1"
+                ).fetchall()
+            )
+        )
+        most = max(held.get(c.pid, 0) for c in children)
+        pool = [c for c in children if held.get(c.pid, 0) == most]
+        pick = random.Random(self.seed + len(proc.exits) + proc.starts).choice(pool)  # noqa: S311
+        return pick.pid, f"{name} worker process {pick.pid} ({most} jobs running)"
 
     def leader(self) -> str:
         """The name of the scheduler process that holds cron leadership (by the fence's holder), or ""."""
@@ -536,25 +551,26 @@ class Run:
     def _do_inject(self, item: Injected) -> str:
         f, c = item.fault, self.cluster
         if f.target.startswith("worker@"):
+            proc = c.procs[f.target]
             if f.action == "sigkill":
-                pid, who = self._victim(f.target, child=True)
-                if pid == c.procs[f.target].pid:
-                    c.procs[f.target].signal(signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
+                pid, who = self._victim(f.target)
+                os.kill(pid, signal.SIGKILL)  # its supervisor replaces it and rescues its jobs at once
                 return f"SIGKILL {who}"
             if f.action == "sigstop":
-                pid, who = self._victim(f.target, child=True)
-                os.kill(pid, signal.SIGSTOP)
+                pid, who = self._victim(f.target)
+                os.kill(pid, signal.SIGSTOP)  # alive to its supervisor: its leases expire, the rescuer acts
                 item.state["pid"] = pid
                 return f"SIGSTOP {who} for {f.hold:.0f} s"
-            if f.action in ("sigterm", "sigterm-child"):
-                pid, who = self._victim(f.target, child=f.action == "sigterm-child")
-                if pid == c.procs[f.target].pid:
-                    c.procs[f.target].signal(signal.SIGTERM)
-                else:
-                    os.kill(pid, signal.SIGTERM)
-                return f"SIGTERM {who}"
+            if f.action == "sigterm":
+                proc.signal(signal.SIGTERM)  # the supervisor drains its processes, then hands back
+                return f"SIGTERM supervisor {f.target} pid {proc.pid}"
+            if f.action == "sigterm-group":
+                # A process manager stopping the unit signals the whole group, twice when impatient:
+                # the workers ignore it, the supervisor drains on the first and hands back on the second.
+                proc.signal_group(signal.SIGTERM)
+                time.sleep(0.5)
+                proc.signal_group(signal.SIGTERM)
+                return f"SIGTERM x2 to the process group of {f.target} (supervisor pid {proc.pid})"
         if f.target == "scheduler@leader":
             name = self.leader()
             if not name:
