@@ -319,6 +319,13 @@ class Run:
                 dead_windows=dead,
                 recovery_seconds=recovery,
                 recovery_bound=bound,
+                worker_kills=sum(
+                    1
+                    for i in injected
+                    if i.fault.action == "sigkill"
+                    and i.fault.target.startswith("worker@")
+                    and i.detail.startswith("SIGKILL")
+                ),
             )
 
         snap = self.sql(read)
@@ -778,7 +785,7 @@ class Run:
             "kafka_copies_per_event": {str(k): v for k, v in sorted(kafka_copies.items())},
             "cron_fires": sum(1 for j in snap.jobs.values() if j.schedule_id is not None),
             # Jobs whose own plan says SUCCESS that ended DEAD: their budget went to attempts lost to
-            # faults (today's crash policy counts a LOST attempt; issue "nothing stuck" changes that).
+            # faults (the crash policy counts a LOST attempt; I3 checks each ended as the policy says).
             "dead_by_lost_attempts": sum(
                 1
                 for j in snap.jobs.values()
