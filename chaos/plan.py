@@ -50,6 +50,18 @@ PROFILES: dict[str, Profile] = {
         kills=3,
         recovery_bound_seconds=60.0,
     ),
+    # The two-scenario smoke that `make test` runs (tests/chaos/test_smoke.py): one host, a short
+    # load, one kill; it proves the harness and the invariants work end to end, not the soak's figures.
+    "smoke": Profile(
+        name="smoke",
+        load_seconds=5.0,
+        scale=0.1,
+        enqueue_rate=16.0,
+        api_rate=4.0,
+        storm_rate=100.0,
+        kills=1,
+        recovery_bound_seconds=30.0,
+    ),
     "soak": Profile(
         name="soak",
         load_seconds=75.0,

@@ -49,6 +49,7 @@ TOPIC = "chaos-lifecycle-events"
 PARTITIONS = 6
 WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
+TOPIC_WATCH_SECONDS = 3.0  # after a broker restart: how long the lost topic must stay missing (no re-creation)
 NETEM_DELAY_MS = 100
 LOG_EXCERPT_LINES = 8
 DOCS = ROOT / "docs" / "reliability.md"
@@ -657,6 +658,7 @@ class Run:
                 self.broker.resume()
             elif f.target == "broker" and f.action == "restart":
                 self.broker.start()
+                self._provision_lost_topic(errors)
             elif f.action == "netem-delay" and self._proxy is not None:
                 self._stop_link_proxy()
             elif f.action in ("partition", "netem-delay"):
@@ -669,6 +671,25 @@ class Run:
         item.healed = _now()
         if f.hold:
             say(f"  healed at {f.healed_at:.1f}s: {f.action} {f.target}")
+
+    def _provision_lost_topic(self, errors: list[str]) -> None:
+        """After a broker that lost its log came back: check that nobody re-created the topic, then provision it.
+
+        The in-memory broker lost the topic. Stint must never re-create a lost topic by itself
+        (finding F7): the relays keep probing meanwhile, so after ``TOPIC_WATCH_SECONDS`` the topic
+        must still be missing. Then the harness does what an operator does once the loss is
+        understood: ``manage.py create_topics``' ``ensure_topic``.
+        """
+        from confluent_kafka.admin import AdminClient
+
+        from scheduler.outbox import ensure_topic, topic_exists
+
+        time.sleep(TOPIC_WATCH_SECONDS)
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        if topic_exists(admin, TOPIC, timeout=10):
+            errors.append(f"topic {TOPIC} was re-created by a Stint process after the broker lost it (F7)")
+        ensure_topic(bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10)
+        say(f"  topic {TOPIC} provisioned again (as an operator would) after {TOPIC_WATCH_SECONDS:.0f} s")
 
     def _start_link_proxy(self) -> None:
         """Route every Stint process's PostgreSQL and Redis traffic through a proxy that delays each byte.

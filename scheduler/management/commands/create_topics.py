@@ -1,0 +1,36 @@
+"""``manage.py create_topics``: provision the Kafka topic of lifecycle events (a deployment step, like migrate)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaException
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduler.outbox import ADMIN_TIMEOUT_SECONDS, ensure_topic
+
+
+class Command(BaseCommand):
+    """Create ``KAFKA_TOPIC`` with ``KAFKA_TOPIC_PARTITIONS`` partitions unless it exists.
+
+    The outbox relay never creates it (a lost topic re-created empty would hide the events it
+    held); run this when deploying, and after a topic was lost, once its loss is understood (the
+    event-trail reconciler then re-publishes what the audit table misses).
+    """
+
+    help = "Create the Kafka topic of lifecycle events unless it exists."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Create the topic; exit 1 with the broker's error when it cannot be reached or refuses."""
+        topic = settings.KAFKA_TOPIC
+        try:
+            created = ensure_topic(
+                bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS,
+                topic=topic,
+                partitions=settings.KAFKA_TOPIC_PARTITIONS,
+                timeout=ADMIN_TIMEOUT_SECONDS,
+            )
+        except KafkaException as exc:
+            raise CommandError(f"could not create topic {topic}: {exc}") from exc
+        self.stdout.write(f"topic {topic}: {'created' if created else 'exists'}")
