@@ -119,6 +119,9 @@ class Snapshot:
     # Worker processes the harness killed (SIGKILL) in the scenario: each may cost the jobs it ran
     # one LOST attempt beyond what the crash policy allows a poison neighbour to cost.
     worker_kills: int = 0
+    # Every LOST attempt must have been rescued at once by its supervisor (the crash error), none
+    # by the lease rescuer after expiry: set for scenarios whose only faults are worker crashes.
+    rescued_at_once: bool = False
 
 
 def _listed(items: list[str]) -> list[str]:
@@ -205,13 +208,19 @@ def check_i3(snap: Snapshot) -> list[str]:
     - an innocent job (a payload that never kills its process) loses at most one attempt to the
       crash of a process it shared with a poison job: after it, it runs isolated, in a process
       of its own (README, Operations / crashes); each worker process the harness killed may
-      cost it one more (``Snapshot.worker_kills``).
+      cost it one more (``Snapshot.worker_kills``);
+    - where only worker processes crashed (``Snapshot.rescued_at_once``), every LOST attempt
+      was handed to rescue at once by its supervisor, none left to expire its lease.
     """
     out = []
     attempts = _attempts_by_job(snap)
     crashes: Counter[str] = Counter(
         a.job_id for a in snap.attempts if a.status == "LOST" and a.error.startswith(CRASH_ERROR_PREFIX)
     )
+    if snap.rescued_at_once:
+        for a in snap.attempts:
+            if a.status == "LOST" and not a.error.startswith(CRASH_ERROR_PREFIX):
+                out.append(f"{a.job_id} attempt {a.number}: LOST ({a.error!r}), not rescued at once by its supervisor")
     for job in snap.jobs.values():
         used = job.attempts - job.attempts_base
         budget = 1 + job.max_retries

@@ -49,6 +49,7 @@ TOPIC = "chaos-lifecycle-events"
 PARTITIONS = 6
 WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
+VICTIM_WAIT_SECONDS = 3.0  # how long a worker fault waits for a worker process that holds a job
 TOPIC_WATCH_SECONDS = 3.0  # after a broker restart: how long the lost topic must stay missing (no re-creation)
 NETEM_DELAY_MS = 100
 LOG_EXCERPT_LINES = 8
@@ -320,6 +321,7 @@ class Run:
                 dead_windows=dead,
                 recovery_seconds=recovery,
                 recovery_bound=bound,
+                rescued_at_once=scenario.rescued_at_once,
                 worker_kills=sum(
                     1
                     for i in injected
@@ -521,15 +523,21 @@ class Run:
         children = proc.worker_children()
         if not children:
             raise RuntimeError(f"{name} (pid {proc.pid}) has no worker process")
-        held = dict(
-            self.sql(
-                lambda conn: conn.execute(
-                    "SELECT split_part(lease_owner, ':', 2)::int, count(*) FROM stint_job"
-                    " WHERE status = 'RUNNING' AND lease_owner <> '' GROUP BY 1"
-                ).fetchall()
+        deadline = time.monotonic() + VICTIM_WAIT_SECONDS
+        while True:  # "mid-job": wait a moment for one of them to hold a job
+            held = dict(
+                self.sql(
+                    lambda conn: conn.execute(
+                        "SELECT split_part(lease_owner, ':', 2)::int, count(*) FROM stint_job"
+                        " WHERE status = 'RUNNING' AND lease_owner <> '' GROUP BY 1"
+                    ).fetchall()
+                )
             )
-        )
-        most = max(held.get(c.pid, 0) for c in children)
+            most = max(held.get(c.pid, 0) for c in children)
+            if most or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+            children = proc.worker_children() or children
         pool = [c for c in children if held.get(c.pid, 0) == most]
         pick = random.Random(self.seed + len(proc.exits) + proc.starts).choice(pool)  # noqa: S311
         return pick.pid, f"{name} worker process {pick.pid} ({most} jobs running)"

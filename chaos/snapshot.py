@@ -88,6 +88,7 @@ def collect(
     recovery_seconds: float | None,
     recovery_bound: float,
     worker_kills: int = 0,
+    rescued_at_once: bool = False,
 ) -> Snapshot:
     """Read the owner's jobs, attempts, results, effects, events, audit rows and cron fires into a Snapshot."""
     o = {"o": owner_id}
@@ -202,4 +203,5 @@ def collect(
         recovery_seconds=recovery_seconds,
         recovery_bound=recovery_bound,
         worker_kills=worker_kills,
+        rescued_at_once=rescued_at_once,
     )

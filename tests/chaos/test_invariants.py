@@ -334,3 +334,14 @@ def test_i7_and_i8():
     v = verdict(clean(running_past_lease=["jx"], recovery_seconds=None))
     assert v.failed == ["I7", "I8"]
     assert not verdict(clean(recovery_seconds=61.0, recovery_bound=60.0)).passed
+
+
+def test_i3_where_only_workers_crashed_every_lost_attempt_was_rescued_at_once():
+    """A killed worker process's supervisor hands its jobs to rescue at once; a lease left to expire fails."""
+    expired = _crashed_then("SUCCESS", lost=1, max_retries=3, error="lease expired: the worker stopped heartbeating")
+    assert "I3" not in verdict(expired).violations
+    expired.rescued_at_once = True
+    assert any("not rescued at once by its supervisor" in s for s in verdict(expired).violations["I3"])
+    crashed = _crashed_then("SUCCESS", lost=1, max_retries=3)
+    crashed.rescued_at_once = True
+    assert "I3" not in verdict(crashed).violations
