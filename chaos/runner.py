@@ -686,7 +686,8 @@ class Run:
         The in-memory broker lost the topic. Stint must never re-create a lost topic by itself
         (finding F7): the relays keep probing meanwhile, so after ``TOPIC_WATCH_SECONDS`` the topic
         must still be missing. Then the harness does what an operator does once the loss is
-        understood: ``manage.py create_topics``' ``ensure_topic``.
+        understood: ``manage.py create_topics``' ``ensure_topic``, then restart the audit consumers
+        (README, Operations: a running consumer does not get the re-created topic's partitions, F8).
         """
         from confluent_kafka.admin import AdminClient
 
@@ -697,7 +698,10 @@ class Run:
         if topic_exists(admin, TOPIC, timeout=10):
             errors.append(f"topic {TOPIC} was re-created by a Stint process after the broker lost it (F7)")
         ensure_topic(bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10)
-        say(f"  topic {TOPIC} provisioned again (as an operator would) after {TOPIC_WATCH_SECONDS:.0f} s")
+        # The runbook's second step (finding F8): a running audit consumer stays without partitions
+        # after its topic vanished and came back; a restarted one is assigned them.
+        self.cluster.restart("audit@h2")
+        say(f"  topic {TOPIC} provisioned again and audit@h2 restarted (the runbook) after {TOPIC_WATCH_SECONDS:.0f} s")
 
     def _start_link_proxy(self) -> None:
         """Route every Stint process's PostgreSQL and Redis traffic through a proxy that delays each byte.

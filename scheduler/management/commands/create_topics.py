@@ -15,8 +15,10 @@ class Command(BaseCommand):
     """Create ``KAFKA_TOPIC`` with ``KAFKA_TOPIC_PARTITIONS`` partitions unless it exists.
 
     The outbox relay never creates it (a lost topic re-created empty would hide the events it
-    held); run this when deploying, and after a topic was lost, once its loss is understood (the
-    event-trail reconciler then re-publishes what the audit table misses).
+    held); run this when deploying, and after a topic was lost, once its loss is understood; then
+    restart the audit consumers (a running one is not assigned the re-created topic's partitions,
+    docs/chaos-findings.md F8), and the event-trail reconciler re-publishes what the audit table
+    misses.
     """
 
     help = "Create the Kafka topic of lifecycle events unless it exists."
