@@ -37,6 +37,8 @@ class Profile:
     storm_rate: float  # jobs/s of the retry storm
     kills: int  # SIGKILLs in the worker-kill scenario
     recovery_bound_seconds: float  # I8: fault healed to backlog drained must be within this
+    worker_processes: int = 2  # per run_workers supervisor (--processes)
+    web_workers: int = 2  # gunicorn worker processes
 
 
 PROFILES: dict[str, Profile] = {
@@ -61,6 +63,8 @@ PROFILES: dict[str, Profile] = {
         storm_rate=100.0,
         kills=1,
         recovery_bound_seconds=30.0,
+        worker_processes=1,  # two supervisors of one worker process each: fewer Django starts on a busy CI
+        web_workers=1,
     ),
     "soak": Profile(
         name="soak",

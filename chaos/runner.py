@@ -159,7 +159,14 @@ class Run:
         conn.execute(EFFECT_TABLE_DDL)
         conn.execute(INSTRUMENTATION_DDL)
         env = {**os.environ, **base, **self.extra_env, "STINT_CHAOS_FAILPOINTS": str(self.failpoints)}
-        self.cluster = Cluster(hosts=self.hosts, env=env, workdir=self.workdir, worker_slots=WORKER_SLOTS)
+        self.cluster = Cluster(
+            hosts=self.hosts,
+            env=env,
+            workdir=self.workdir,
+            worker_slots=WORKER_SLOTS,
+            worker_processes=self.profile.worker_processes,
+            web_workers=self.profile.web_workers,
+        )
         self.cluster.start()
         self.scanner = TopicScanner(bootstrap=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS)
         self.scanner.start()
