@@ -15,6 +15,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -138,6 +139,22 @@ def test_ensure_topic_creates_the_missing_topic_with_the_configured_partitions(d
     assert len(admin.list_topics(timeout=10).topics[topic].partitions) == 3
     again = ensure_topic(bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, topic=topic, partitions=3)
     assert again is False
+
+
+def test_create_topics_provisions_the_configured_topic_once(db, settings, capsys):
+    settings.KAFKA_TOPIC = topic = unique_topic()
+    settings.KAFKA_TOPIC_PARTITIONS = 2
+    call_command("create_topics")
+    call_command("create_topics")
+    assert capsys.readouterr().out.splitlines() == [f"topic {topic}: created", f"topic {topic}: exists"]
+    admin = AdminClient({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
+    assert len(admin.list_topics(timeout=10).topics[topic].partitions) == 2
+
+
+def test_create_topics_says_why_when_the_broker_is_unreachable(db, settings):
+    settings.KAFKA_BOOTSTRAP_SERVERS = f"127.0.0.1:{free_port()}"
+    with pytest.raises(CommandError, match="could not create topic"):
+        call_command("create_topics", "--timeout", "0.5")
 
 
 def test_relay_never_creates_a_missing_topic_it_alerts_and_backs_off(db, settings):

@@ -23,6 +23,10 @@ class Command(BaseCommand):
 
     help = "Create the Kafka topic of lifecycle events unless it exists."
 
+    def add_arguments(self, parser: Any) -> None:
+        """``--timeout SECONDS``: how long the broker may take to answer (default 10)."""
+        parser.add_argument("--timeout", type=float, default=ADMIN_TIMEOUT_SECONDS, help="seconds (default 10)")
+
     def handle(self, *args: Any, **options: Any) -> None:
         """Create the topic; exit 1 with the broker's error when it cannot be reached or refuses."""
         topic = settings.KAFKA_TOPIC
@@ -31,7 +35,7 @@ class Command(BaseCommand):
                 bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS,
                 topic=topic,
                 partitions=settings.KAFKA_TOPIC_PARTITIONS,
-                timeout=ADMIN_TIMEOUT_SECONDS,
+                timeout=options["timeout"],
             )
         except KafkaException as exc:
             raise CommandError(f"could not create topic {topic}: {exc}") from exc
