@@ -39,6 +39,7 @@ run: $(VENV)/.runtime
 # a second stack on the same host (PORT=8080 make run) starts too.
 serve:
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py create_topics
 	$(PY) manage.py ensure_admin
 	$(PY) manage.py sync_periodic_tasks --owner admin
 	@# Ctrl-C ends honcho with 130: that is a clean stop, not an error.

@@ -74,6 +74,31 @@ class Proc:
         except psutil.Error:
             return []
 
+    def worker_children(self) -> list[psutil.Process]:
+        """The worker processes a ``run_workers`` supervisor started (isolation slot included), oldest first.
+
+        Other children (multiprocessing's resource tracker, a forkserver) run no job and are left
+        out: a fault meant for a worker must hit a process that holds leases.
+        """
+        out = []
+        for child in self.children():
+            try:
+                cmdline = " ".join(child.cmdline())
+            except psutil.Error:
+                continue
+            if is_worker_cmdline(cmdline):
+                out.append(child)
+        return out
+
+    def signal_group(self, sig: int, *, expected: bool = True) -> None:
+        """Send ``sig`` to the process's whole process group, as a process manager stopping a unit does."""
+        if not self.alive():
+            return
+        if expected and sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            self.expect_exit = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
     def signal(self, sig: int, *, expected: bool = True) -> None:
         """Send ``sig`` to the process; ``expected`` marks the exit it may cause as the runner's."""
         if not self.alive():
@@ -87,7 +112,16 @@ class Proc:
 class Cluster:
     """Start, watch and stop the Stint processes of one run."""
 
-    def __init__(self, *, hosts: Hosts, env: dict[str, str], workdir: Path, worker_slots: int) -> None:
+    def __init__(
+        self,
+        *,
+        hosts: Hosts,
+        env: dict[str, str],
+        workdir: Path,
+        worker_slots: int,
+        worker_processes: int = 2,
+        web_workers: int = 2,
+    ) -> None:
         self.hosts = hosts
         self.workdir = workdir
         self.web_port = WEB_PORT_ISOLATED if hosts.isolated else _free_port()
@@ -96,7 +130,7 @@ class Cluster:
         manage = [python, str(ROOT / "manage.py")]
         worker = [*manage, "run_workers", "--concurrency", str(worker_slots), "--pool", "threads", "-v", "1"]
         if supports_processes(env):
-            worker += ["--processes", "2"]
+            worker += ["--processes", str(worker_processes)]
         scheduler = [*manage, "run_scheduler", "--tick-seconds", "0.2", "-v", "1"]
         gunicorn = str(Path(python).parent / "gunicorn")
         web = [
@@ -107,7 +141,7 @@ class Cluster:
             "--worker-class",
             "gthread",
             "--workers",
-            "2",
+            str(web_workers),
             "--threads",
             "4",
             "--timeout",
@@ -152,6 +186,7 @@ class Cluster:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, as under a process manager
             )
         proc.starts += 1
 
@@ -175,28 +210,22 @@ class Cluster:
                 self._spawn(proc)
 
     def stop(self) -> None:
-        """Stop the monitor, then every process (SIGTERM, SIGKILL after 20 s), servers stay up."""
+        """Stop the monitor, then kill every process with its process group (SIGKILL); servers stay up.
+
+        The run is over and its invariants checked: nothing is gained by a graceful stop, and the
+        drains (worker grace, gunicorn's graceful timeout) would cost seconds of every run.
+        """
         self._stop.set()
         if self._monitor.is_alive():
             self._monitor.join(timeout=5)
         for proc in self.procs.values():
             proc.want = False
             if proc.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)
-                proc.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
+                proc.signal_group(signal.SIGKILL)
         for proc in self.procs.values():
-            if proc.popen is None:
-                continue
-            try:
-                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                for child in proc.children():
-                    with contextlib.suppress(psutil.Error):
-                        child.kill()
-                proc.popen.kill()
-                proc.popen.wait()
+            if proc.popen is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.popen.wait(timeout=10)
 
     # -- control used by the faults ----------------------------------------------------------
 
@@ -272,6 +301,16 @@ class Cluster:
     def log_offsets(self) -> dict[str, int]:
         """Current size of each process log (where a scenario's lines begin)."""
         return {p.name: (p.log_path.stat().st_size if p.log_path.exists() else 0) for p in self.procs.values()}
+
+
+def is_worker_cmdline(cmdline: str) -> bool:
+    """True for the command line of a worker process that ``run_workers`` started (multiprocessing spawn).
+
+    The supervisor starts them with multiprocessing's spawn context, whose children run
+    ``... -c 'from multiprocessing.spawn import spawn_main; spawn_main(...)' --multiprocessing-fork``;
+    its resource tracker runs ``multiprocessing.resource_tracker`` instead and holds no job.
+    """
+    return "spawn_main" in cmdline and "--multiprocessing-fork" in cmdline and "resource_tracker" not in cmdline
 
 
 def skew_env(offset: str) -> dict[str, str]:

@@ -37,6 +37,8 @@ class Profile:
     storm_rate: float  # jobs/s of the retry storm
     kills: int  # SIGKILLs in the worker-kill scenario
     recovery_bound_seconds: float  # I8: fault healed to backlog drained must be within this
+    worker_processes: int = 2  # per run_workers supervisor (--processes)
+    web_workers: int = 2  # gunicorn worker processes
 
 
 PROFILES: dict[str, Profile] = {
@@ -49,6 +51,20 @@ PROFILES: dict[str, Profile] = {
         storm_rate=500.0,
         kills=3,
         recovery_bound_seconds=60.0,
+    ),
+    # The two-scenario smoke that `make test` runs (tests/chaos/test_smoke.py): one host, a short
+    # load, one kill; it proves the harness and the invariants work end to end, not the soak's figures.
+    "smoke": Profile(
+        name="smoke",
+        load_seconds=5.0,
+        scale=0.1,
+        enqueue_rate=16.0,
+        api_rate=4.0,
+        storm_rate=100.0,
+        kills=1,
+        recovery_bound_seconds=30.0,
+        worker_processes=1,  # two supervisors of one worker process each: fewer Django starts on a busy CI
+        web_workers=1,
     ),
     "soak": Profile(
         name="soak",
@@ -92,12 +108,19 @@ class Scenario:
     skew: bool = False  # host 3's processes run with a skewed clock for the whole scenario
     needs_namespaces: bool = False  # meaningless on one host (netem, partitions)
     failpoint: str = ""  # name of a failpoint armed by the fault (see chaos.failpoints)
+    # Its faults kill worker processes under a living supervisor, which rescues their jobs at once:
+    # no attempt may wait for its lease to expire (I3).
+    rescued_at_once: bool = False
 
 
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario(name="worker-kill", summary="worker SIGKILL mid-job"),
+    Scenario(name="worker-kill", summary="worker SIGKILL mid-job", rescued_at_once=True),
     Scenario(name="worker-stop", summary="worker SIGSTOP past its lease, then SIGCONT (late result discarded)"),
-    Scenario(name="worker-term", summary="supervisor and worker SIGTERM with long jobs (hand-back)", mix="long"),
+    Scenario(
+        name="worker-term",
+        summary="supervisor SIGTERM, and SIGTERM twice to a worker host's process group, with long jobs (hand-back)",
+        mix="long",
+    ),
     Scenario(name="leader-kill", summary="leader scheduler SIGKILL", schedules=("skip", "catch_up")),
     Scenario(
         name="leader-stop",
@@ -187,7 +210,7 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
         other = "h3" if host == "h2" else "h2"
         return [
             Fault(at=early, action="sigterm", target=f"worker@{host}"),
-            Fault(at=round(early + 0.3 * load, 2), action="sigterm-child", target=f"worker@{other}"),
+            Fault(at=round(early + 0.3 * load, 2), action="sigterm-group", target=f"worker@{other}"),
         ]
     if name == "leader-kill":
         return [Fault(at=early, action="sigkill", target="scheduler@leader")]

@@ -49,6 +49,8 @@ TOPIC = "chaos-lifecycle-events"
 PARTITIONS = 6
 WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
+VICTIM_WAIT_SECONDS = 3.0  # how long a worker fault waits for a worker process that holds a job
+TOPIC_WATCH_SECONDS = 3.0  # after a broker restart: how long the lost topic must stay missing (no re-creation)
 NETEM_DELAY_MS = 100
 LOG_EXCERPT_LINES = 8
 DOCS = ROOT / "docs" / "reliability.md"
@@ -157,7 +159,14 @@ class Run:
         conn.execute(EFFECT_TABLE_DDL)
         conn.execute(INSTRUMENTATION_DDL)
         env = {**os.environ, **base, **self.extra_env, "STINT_CHAOS_FAILPOINTS": str(self.failpoints)}
-        self.cluster = Cluster(hosts=self.hosts, env=env, workdir=self.workdir, worker_slots=WORKER_SLOTS)
+        self.cluster = Cluster(
+            hosts=self.hosts,
+            env=env,
+            workdir=self.workdir,
+            worker_slots=WORKER_SLOTS,
+            worker_processes=self.profile.worker_processes,
+            web_workers=self.profile.web_workers,
+        )
         self.cluster.start()
         self.scanner = TopicScanner(bootstrap=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS)
         self.scanner.start()
@@ -319,6 +328,14 @@ class Run:
                 dead_windows=dead,
                 recovery_seconds=recovery,
                 recovery_bound=bound,
+                rescued_at_once=scenario.rescued_at_once,
+                worker_kills=sum(
+                    1
+                    for i in injected
+                    if i.fault.action == "sigkill"
+                    and i.fault.target.startswith("worker@")
+                    and i.detail.startswith("SIGKILL")
+                ),
             )
 
         snap = self.sql(read)
@@ -502,14 +519,35 @@ class Run:
 
     # -- faults ------------------------------------------------------------------------------
 
-    def _victim(self, name: str, *, child: bool) -> tuple[int, str]:
-        """The pid to signal for a worker fault: a supervised child if there is one and ``child``, else the process."""
+    def _victim(self, name: str) -> tuple[int, str]:
+        """The worker process of supervisor ``name`` to hit: one that holds leases of RUNNING jobs ("mid-job").
+
+        Chosen with the run's seed among the supervisor's worker processes (``Proc.worker_children``),
+        preferring those whose id (``hostname:pid:token``) holds the most RUNNING leases now;
+        raises RuntimeError when the supervisor has no worker process.
+        """
         proc = self.cluster.procs[name]
-        children = proc.children()
-        if child and children:
-            pick = random.Random(self.seed + len(proc.exits)).choice(children)  # noqa: S311
-            return pick.pid, f"{name} child {pick.pid}"
-        return proc.pid, f"{name} pid {proc.pid}"
+        children = proc.worker_children()
+        if not children:
+            raise RuntimeError(f"{name} (pid {proc.pid}) has no worker process")
+        deadline = time.monotonic() + VICTIM_WAIT_SECONDS
+        while True:  # "mid-job": wait a moment for one of them to hold a job
+            held = dict(
+                self.sql(
+                    lambda conn: conn.execute(
+                        "SELECT split_part(lease_owner, ':', 2)::int, count(*) FROM stint_job"
+                        " WHERE status = 'RUNNING' AND lease_owner <> '' GROUP BY 1"
+                    ).fetchall()
+                )
+            )
+            most = max(held.get(c.pid, 0) for c in children)
+            if most or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+            children = proc.worker_children() or children
+        pool = [c for c in children if held.get(c.pid, 0) == most]
+        pick = random.Random(self.seed + len(proc.exits) + proc.starts).choice(pool)  # noqa: S311
+        return pick.pid, f"{name} worker process {pick.pid} ({most} jobs running)"
 
     def leader(self) -> str:
         """The name of the scheduler process that holds cron leadership (by the fence's holder), or ""."""
@@ -536,25 +574,26 @@ class Run:
     def _do_inject(self, item: Injected) -> str:
         f, c = item.fault, self.cluster
         if f.target.startswith("worker@"):
+            proc = c.procs[f.target]
             if f.action == "sigkill":
-                pid, who = self._victim(f.target, child=True)
-                if pid == c.procs[f.target].pid:
-                    c.procs[f.target].signal(signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
+                pid, who = self._victim(f.target)
+                os.kill(pid, signal.SIGKILL)  # its supervisor replaces it and rescues its jobs at once
                 return f"SIGKILL {who}"
             if f.action == "sigstop":
-                pid, who = self._victim(f.target, child=True)
-                os.kill(pid, signal.SIGSTOP)
+                pid, who = self._victim(f.target)
+                os.kill(pid, signal.SIGSTOP)  # alive to its supervisor: its leases expire, the rescuer acts
                 item.state["pid"] = pid
                 return f"SIGSTOP {who} for {f.hold:.0f} s"
-            if f.action in ("sigterm", "sigterm-child"):
-                pid, who = self._victim(f.target, child=f.action == "sigterm-child")
-                if pid == c.procs[f.target].pid:
-                    c.procs[f.target].signal(signal.SIGTERM)
-                else:
-                    os.kill(pid, signal.SIGTERM)
-                return f"SIGTERM {who}"
+            if f.action == "sigterm":
+                proc.signal(signal.SIGTERM)  # the supervisor drains its processes, then hands back
+                return f"SIGTERM supervisor {f.target} pid {proc.pid}"
+            if f.action == "sigterm-group":
+                # A process manager stopping the unit signals the whole group, twice when impatient:
+                # the workers ignore it, the supervisor drains on the first and hands back on the second.
+                proc.signal_group(signal.SIGTERM)
+                time.sleep(0.5)
+                proc.signal_group(signal.SIGTERM)
+                return f"SIGTERM x2 to the process group of {f.target} (supervisor pid {proc.pid})"
         if f.target == "scheduler@leader":
             name = self.leader()
             if not name:
@@ -634,6 +673,7 @@ class Run:
                 self.broker.resume()
             elif f.target == "broker" and f.action == "restart":
                 self.broker.start()
+                self._provision_lost_topic(errors)
             elif f.action == "netem-delay" and self._proxy is not None:
                 self._stop_link_proxy()
             elif f.action in ("partition", "netem-delay"):
@@ -646,6 +686,29 @@ class Run:
         item.healed = _now()
         if f.hold:
             say(f"  healed at {f.healed_at:.1f}s: {f.action} {f.target}")
+
+    def _provision_lost_topic(self, errors: list[str]) -> None:
+        """After a broker that lost its log came back: check that nobody re-created the topic, then provision it.
+
+        The in-memory broker lost the topic. Stint must never re-create a lost topic by itself
+        (finding F7): the relays keep probing meanwhile, so after ``TOPIC_WATCH_SECONDS`` the topic
+        must still be missing. Then the harness does what an operator does once the loss is
+        understood: ``manage.py create_topics``' ``ensure_topic``, then restart the audit consumers
+        (README, Operations: a running consumer does not get the re-created topic's partitions, F8).
+        """
+        from confluent_kafka.admin import AdminClient
+
+        from scheduler.kafka import ensure_topic, topic_exists
+
+        time.sleep(TOPIC_WATCH_SECONDS)
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        if topic_exists(admin, TOPIC, timeout=10):
+            errors.append(f"topic {TOPIC} was re-created by a Stint process after the broker lost it (F7)")
+        ensure_topic(bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10)
+        # The runbook's second step (finding F8): a running audit consumer stays without partitions
+        # after its topic vanished and came back; a restarted one is assigned them.
+        self.cluster.restart("audit@h2")
+        say(f"  topic {TOPIC} provisioned again and audit@h2 restarted (the runbook) after {TOPIC_WATCH_SECONDS:.0f} s")
 
     def _start_link_proxy(self) -> None:
         """Route every Stint process's PostgreSQL and Redis traffic through a proxy that delays each byte.
@@ -762,7 +825,7 @@ class Run:
             "kafka_copies_per_event": {str(k): v for k, v in sorted(kafka_copies.items())},
             "cron_fires": sum(1 for j in snap.jobs.values() if j.schedule_id is not None),
             # Jobs whose own plan says SUCCESS that ended DEAD: their budget went to attempts lost to
-            # faults (today's crash policy counts a LOST attempt; issue "nothing stuck" changes that).
+            # faults (the crash policy counts a LOST attempt; I3 checks each ended as the policy says).
             "dead_by_lost_attempts": sum(
                 1
                 for j in snap.jobs.values()

@@ -87,6 +87,8 @@ def collect(
     dead_windows: list[tuple[dt.datetime, dt.datetime]],
     recovery_seconds: float | None,
     recovery_bound: float,
+    worker_kills: int = 0,
+    rescued_at_once: bool = False,
 ) -> Snapshot:
     """Read the owner's jobs, attempts, results, effects, events, audit rows and cron fires into a Snapshot."""
     o = {"o": owner_id}
@@ -118,10 +120,10 @@ def collect(
             fire_time=r[10],
         )
     attempts = [
-        AttemptRow(job_id=r[0], number=r[1], status=r[2])
+        AttemptRow(job_id=r[0], number=r[1], status=r[2], error=r[3])
         for r in conn.execute(
             """
-            SELECT a.job_id::text, a.attempt_number, a.status FROM stint_job_attempt a
+            SELECT a.job_id::text, a.attempt_number, a.status, a.error FROM stint_job_attempt a
             JOIN stint_job j ON j.id = a.job_id WHERE j.owner_id = %(o)s
             """,
             o,
@@ -200,4 +202,6 @@ def collect(
         running_past_lease=running_past_lease,
         recovery_seconds=recovery_seconds,
         recovery_bound=recovery_bound,
+        worker_kills=worker_kills,
+        rescued_at_once=rescued_at_once,
     )

@@ -12,6 +12,7 @@ import django
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from config import db_session as _db_session
 from core import db_role as _db_role
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -112,6 +113,15 @@ DATABASES["default"].setdefault("TEST", {})["NAME"] = env.str("TEST_DATABASE_NAM
 # stint-scheduler, stint-worker... from STINT_DB_ROLE, else from the command line.
 DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
     "application_name", _db_role.default_application_name(sys.argv, os.environ)
+)
+# A client that vanished (a partition) or stalled mid-transaction cannot hold a session and its row
+# locks for long: TCP keepalives both ways and an idle-in-transaction bound (config.db_session).
+DATABASES["default"]["OPTIONS"] |= _db_session.session_options(
+    idle_in_transaction_seconds=env.float(
+        "STINT_DB_IDLE_IN_TRANSACTION_SECONDS", default=_db_session.DEFAULT_IDLE_IN_TRANSACTION_SECONDS
+    ),
+    server_options=env.bool("STINT_DB_SERVER_OPTIONS", default=True),
+    existing_options=DATABASES["default"]["OPTIONS"].get("options", ""),
 )
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")

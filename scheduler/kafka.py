@@ -72,6 +72,17 @@ def client_config(bootstrap_servers: str, client: str, *, logger_name: str) -> d
     }
 
 
+def topic_exists(admin: AdminClient, topic: str, *, timeout: float = PROBE_TIMEOUT_SECONDS) -> bool:
+    """Return whether the broker has ``topic`` (a usable one: no error in its metadata).
+
+    Lists every topic rather than asking for ``topic`` by name, which would make a broker with
+    auto-creation create it. Doubles as the reachability probe: raises ``KafkaException`` when
+    the broker does not answer within ``timeout`` seconds.
+    """
+    existing = admin.list_topics(timeout=timeout).topics.get(topic)
+    return existing is not None and existing.error is None
+
+
 def ensure_topic(
     *,
     bootstrap_servers: str,

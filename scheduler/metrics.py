@@ -79,6 +79,11 @@ scheduler_is_leader = Gauge(
 outbox_publish_lag_seconds = Histogram(
     "outbox_publish_lag_seconds", "Event commit to Kafka delivery, in seconds.", buckets=LATENCY_BUCKETS
 )
+outbox_topic_missing = Gauge(
+    "outbox_topic_missing",
+    "1 while the outbox relay finds its Kafka topic missing (it never creates it: provision it).",
+    multiprocess_mode="livemax",
+)
 jobs_pruned_total = Counter(
     "jobs_pruned_total", "Finished jobs deleted by the retention pruner (with their attempts and events).", ["status"]
 )
@@ -115,6 +120,7 @@ SERVED_BY: dict[str, tuple[Any, ...]] = {
         cron_fires_total,
         scheduler_is_leader,
         outbox_publish_lag_seconds,
+        outbox_topic_missing,
         jobs_pruned_total,
         audit_events_repaired_total,
     ),

@@ -113,8 +113,14 @@ def kafka_topic(settings, audit_pool: TopicPool) -> str:
 
 @pytest.fixture
 def fresh_topic(settings) -> str:
-    """A topic name of this test alone that nothing consumes (not created yet); also ``settings.KAFKA_TOPIC``."""
+    """A topic of this test alone that nothing consumes, created as a deployment does; also settings.KAFKA_TOPIC."""
     topic = unique_topic()
+    ensure_topic(
+        bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS,
+        topic=topic,
+        partitions=settings.KAFKA_TOPIC_PARTITIONS,
+        timeout=10,
+    )
     settings.KAFKA_TOPIC = topic
     return topic
 

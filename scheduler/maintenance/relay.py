@@ -39,7 +39,7 @@ from django.db import connection, transaction
 
 from scheduler import metrics
 from scheduler.events import HEADER_EVENT_TYPE, MESSAGE_SQL
-from scheduler.kafka import PROBE_TIMEOUT_SECONDS, client_config, ensure_topic, event_stream_conf
+from scheduler.kafka import PROBE_TIMEOUT_SECONDS, client_config, event_stream_conf, topic_exists
 from scheduler.retry import backoff
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,10 @@ class RelayUnavailable(Exception):  # noqa: N818 - a condition, not a bug
     """Kafka did not confirm delivery; the rows stay unpublished and the relay backs off."""
 
 
+class TopicMissing(RelayUnavailable):
+    """The relay's topic does not exist on the broker: it is never created by the relay (see ``OutboxRelay``)."""
+
+
 @dataclass(slots=True, kw_only=True)
 class _Batch:
     leased: int
@@ -96,6 +100,13 @@ class OutboxRelay:
     work. ``on_delivered`` (instrumentation and tests) is called with the delivered row ids
     after a batch's delivery reports and before the mark, inside the lease transaction.
     Unset arguments come from ``scheduler.kafka.event_stream_conf()``.
+
+    The relay never creates its topic, nor lets the broker create it (``allow.auto.create.topics``
+    off): a topic that vanished (a broker that lost its data) and came back empty would hide
+    every event it held, and the audit consumer's offsets would point past its end. A missing
+    topic is logged as an error, shown by ``outbox_topic_missing`` (1) and backed off like an
+    outage; the rows stay unpublished until the topic is provisioned (``manage.py
+    create_topics``, which a deployment runs once, and the audit consumer's start).
     """
 
     name = "outbox_relay"
@@ -150,13 +161,13 @@ class OutboxRelay:
         try:
             self.attempts += 1
             if not self._topic_ready:
-                ensure_topic(
-                    bootstrap_servers=self.bootstrap_servers,
-                    topic=self.topic,
-                    partitions=self.partitions,
-                    timeout=self.probe_timeout_seconds,
-                    admin=self._admin_client(),
-                )
+                if not topic_exists(self._admin_client(), self.topic, timeout=self.probe_timeout_seconds):
+                    metrics.outbox_topic_missing.set(1)
+                    raise TopicMissing(
+                        f"topic {self.topic} does not exist; the relay never creates it (a lost topic re-created"
+                        " empty would hide the events it held): provision it with `manage.py create_topics`"
+                    )
+                metrics.outbox_topic_missing.set(0)
                 self._topic_ready = True
             for _ in range(MAX_BATCHES_PER_TICK):
                 batch = self._relay_batch()
@@ -192,13 +203,14 @@ class OutboxRelay:
         delay = self.next_delay
         self.failures += 1
         self.retry_at = self._clock() + delay
-        # Probe (and re-create the topic if it vanished) before the next batch, with fresh clients:
+        # Probe (and look for the topic: it may have vanished) before the next batch, with fresh clients:
         # an old one may sit in its own reconnect backoff, and an idempotent producer whose
         # deliveries failed may bump its epoch, which some brokers (Tansu, measured) answer with
         # PRODUCER_FENCED forever. A new producer gets a new producer id.
         self._topic_ready = False
         self.close()
-        logger.warning(
+        logger.log(
+            logging.ERROR if isinstance(exc, TopicMissing) else logging.WARNING,
             "outbox relay: Kafka unavailable (%s); unpublished rows stay in the outbox; retry in %.1f s",
             exc,
             delay,
@@ -219,6 +231,8 @@ class OutboxRelay:
                     **client_config(self.bootstrap_servers, "stint-outbox-relay", logger_name=KAFKA_LOGGER),
                     "enable.idempotence": True,
                     "acks": "all",
+                    # Never let a produce to a vanished topic make the broker create it (see the class).
+                    "allow.auto.create.topics": False,
                     "linger.ms": LINGER_MS,
                     "compression.type": COMPRESSION,
                     "message.timeout.ms": self.delivery_timeout_ms,

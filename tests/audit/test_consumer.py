@@ -26,6 +26,7 @@ from audit.consumer import AuditRow, Delivered, MalformedEvent, audit_batch_stor
 from audit.models import AuditEvent, QuarantinedMessage, QuarantineReason
 from audit.quarantine import MAX_VALUE_BYTES, quarantine_store
 from core.pg_connect import pg_connect
+from scheduler.kafka import ensure_topic
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
 from scheduler.services import enqueue_many
@@ -388,6 +389,7 @@ def test_consumer_process_killed_mid_batch_then_restarted_loses_nothing_and_stor
 ):
     topic, group = unique_topic(), unique_topic("stint-audit-test")
     enqueue_many([{"type": "DEMO_TASK"} for _ in range(300)])
+    ensure_topic(bootstrap_servers=private_broker.bootstrap, topic=topic, partitions=3, timeout=10)
     relay = OutboxRelay(bootstrap_servers=private_broker.bootstrap, topic=topic)
     assert relay.run_once() == 600
     relay.close()

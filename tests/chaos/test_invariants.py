@@ -138,7 +138,57 @@ def test_i3_handed_back_attempts_do_not_use_the_budget():
 
 def test_i3_a_job_no_fault_touched_must_end_as_its_payload_says():
     snap = clean(jobs={"j1": job(status="SUCCESS", payload={"mode": "ok", "fail": [1, 2, 3, 4]})})
-    assert any("payload says DEAD" in s for s in verdict(snap).violations["I3"])
+    assert any("say DEAD" in s for s in verdict(snap).violations["I3"])
+
+
+CRASH = "worker process died (signal 9: SIGKILL) while running this job"
+
+
+def _crashed_then(final: str, *, lost: int, max_retries: int, error: str = CRASH) -> Snapshot:
+    """A job of an innocent payload whose first ``lost`` attempts its supervisor rescued after a crash."""
+    rows = [AttemptRow(job_id="j1", number=n, status="LOST", error=error) for n in range(1, lost + 1)]
+    used = lost
+    if final == "SUCCESS":
+        used += 1
+        rows.append(AttemptRow(job_id="j1", number=used, status="SUCCEEDED"))
+    return clean(
+        jobs={"j1": job(status=final, attempts=used, max_retries=max_retries)},
+        attempts=rows,
+        results={"j1": (used, "SUCCEEDED")} if final == "SUCCESS" else {},
+        effects=[("j1", used, 1)] if final == "SUCCESS" else [],
+    )
+
+
+def test_i3_a_crashed_attempt_counts_against_the_budget():
+    """The crash policy: a LOST attempt uses the budget, so one crash with max_retries 0 is DEAD, not SUCCESS."""
+    assert "I3" not in verdict(_crashed_then("DEAD", lost=1, max_retries=0)).violations
+    assert "I3" not in verdict(_crashed_then("SUCCESS", lost=1, max_retries=1)).violations
+    retried_past_budget = _crashed_then("SUCCESS", lost=1, max_retries=0)
+    assert any("2 attempts used of a budget of 1" in s for s in verdict(retried_past_budget).violations["I3"])
+
+
+def test_i3_a_job_with_budget_left_after_a_crash_must_not_end_dead():
+    """After its supervisor rescued it, an innocent job with retries left runs again and succeeds."""
+    snap = _crashed_then("DEAD", lost=1, max_retries=3)
+    snap.jobs["j1"] = job(status="DEAD", attempts=4, max_retries=3)
+    snap.attempts += [AttemptRow(job_id="j1", number=n, status="FAILED") for n in (2, 3, 4)]
+    assert any("lost attempts [1] say SUCCESS" in s for s in verdict(snap).violations["I3"])
+
+
+def test_i3_an_innocent_job_loses_at_most_one_attempt_to_a_poison_neighbour():
+    """Isolation after the first crash: a second crash it did not cause breaks the policy, unless the harness killed."""
+    twice = _crashed_then("SUCCESS", lost=2, max_retries=3)
+    assert any("2 attempts lost to worker process crashes" in s for s in verdict(twice).violations["I3"])
+    twice.worker_kills = 1
+    assert "I3" not in verdict(twice).violations
+    expired = _crashed_then("SUCCESS", lost=2, max_retries=3, error="lease expired: the worker stopped heartbeating")
+    assert "I3" not in verdict(expired).violations
+
+
+def test_i3_a_poison_job_may_lose_every_attempt_to_its_own_crashes():
+    snap = _crashed_then("DEAD", lost=3, max_retries=2)
+    snap.jobs["j1"] = job(status="DEAD", attempts=3, max_retries=2, payload={"mode": "exit"})
+    assert "I3" not in verdict(snap).violations
 
 
 def test_i4_a_stale_attempt_succeeding_fails():
@@ -284,3 +334,14 @@ def test_i7_and_i8():
     v = verdict(clean(running_past_lease=["jx"], recovery_seconds=None))
     assert v.failed == ["I7", "I8"]
     assert not verdict(clean(recovery_seconds=61.0, recovery_bound=60.0)).passed
+
+
+def test_i3_where_only_workers_crashed_every_lost_attempt_was_rescued_at_once():
+    """A killed worker process's supervisor hands its jobs to rescue at once; a lease left to expire fails."""
+    expired = _crashed_then("SUCCESS", lost=1, max_retries=3, error="lease expired: the worker stopped heartbeating")
+    assert "I3" not in verdict(expired).violations
+    expired.rescued_at_once = True
+    assert any("not rescued at once by its supervisor" in s for s in verdict(expired).violations["I3"])
+    crashed = _crashed_then("SUCCESS", lost=1, max_retries=3)
+    crashed.rescued_at_once = True
+    assert "I3" not in verdict(crashed).violations

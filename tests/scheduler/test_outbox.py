@@ -15,11 +15,13 @@ from collections import defaultdict
 import pytest
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
 from audit.consumer import AuditConsumer
 from audit.models import AuditEvent
+from scheduler import metrics
 from scheduler.events import LifecycleEvent, outbox_message
 from scheduler.kafka import ensure_topic
 from scheduler.maintenance.outbox_pruner import OutboxPruner
@@ -144,16 +146,60 @@ def test_outbox_message_is_the_documented_json_shape(db, occurred_at, text):
     assert list(json.loads(value)) == list(LifecycleEvent.__annotations__)
 
 
-def test_relay_creates_the_missing_topic_with_the_configured_partitions(db, fresh_topic, settings):
-    settings.KAFKA_TOPIC_PARTITIONS = 3
-    enqueue("DEMO_TASK")
-
-    assert OutboxRelay().run_once() == 2
+def test_ensure_topic_creates_the_missing_topic_with_the_configured_partitions(db, settings):
+    topic = unique_topic()
+    assert ensure_topic(bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, topic=topic, partitions=3) is True
 
     admin = AdminClient({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
-    assert len(admin.list_topics(timeout=10).topics[fresh_topic].partitions) == 3
-    again = ensure_topic(bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, topic=fresh_topic, partitions=3)
+    assert len(admin.list_topics(timeout=10).topics[topic].partitions) == 3
+    again = ensure_topic(bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, topic=topic, partitions=3)
     assert again is False
+
+
+def test_create_topics_provisions_the_configured_topic_once(db, settings, capsys):
+    settings.KAFKA_TOPIC = topic = unique_topic()
+    settings.KAFKA_TOPIC_PARTITIONS = 2
+    call_command("create_topics")
+    call_command("create_topics")
+    assert capsys.readouterr().out.splitlines() == [f"topic {topic}: created", f"topic {topic}: exists"]
+    admin = AdminClient({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
+    assert len(admin.list_topics(timeout=10).topics[topic].partitions) == 2
+
+
+def test_create_topics_says_why_when_the_broker_is_unreachable(db, settings):
+    settings.KAFKA_BOOTSTRAP_SERVERS = f"127.0.0.1:{free_port()}"
+    with pytest.raises(CommandError, match="could not create topic"):
+        call_command("create_topics", "--timeout", "0.5")
+
+
+def test_relay_never_creates_a_missing_topic_it_alerts_and_backs_off(db, settings):
+    """A lost topic re-created empty would hide the events it held (chaos finding F7): the relay only waits.
+
+    Its rows stay unpublished, ``outbox_topic_missing`` says why, the relay backs off; once the
+    operator provisioned the topic (``manage.py create_topics``) it publishes them.
+    """
+    topic = unique_topic()
+    clock = FakeClock()
+    relay = OutboxRelay(topic=topic, clock=clock)
+    enqueue("DEMO_TASK")
+    admin = AdminClient({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
+    try:
+        assert relay.run_once() == 0
+        assert relay.run_once() == 0  # backing off
+        clock.advance(10)
+        assert relay.run_once() == 0
+        assert relay.failures == 2 and relay.retry_at is not None
+        assert unpublished() == 2
+        assert metrics.outbox_topic_missing._value.get() == 1
+        assert topic not in admin.list_topics(timeout=10).topics  # neither created by us nor by the broker
+
+        ensure_topic(bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, topic=topic, partitions=2)
+        clock.advance(10)
+        assert relay.run_once() == 2
+        assert metrics.outbox_topic_missing._value.get() == 0
+        assert unpublished() == 0
+    finally:
+        relay.close()
 
 
 # -- publishing --------------------------------------------------------------------------------
@@ -313,6 +359,7 @@ def test_unreachable_broker_backs_off_keeps_rows_and_never_blocks_enqueue_or_the
 
     broker = Broker(port=port, log=tmp_path / "tansu.log")
     broker.start()
+    ensure_topic(bootstrap_servers=broker.bootstrap, topic=relay.topic, partitions=3, timeout=10)  # provisioned
     relay.probe_timeout_seconds = 10  # a fresh broker on a busy machine may take a moment to answer
     try:
         clock.advance(1.0)
@@ -333,6 +380,7 @@ def test_unreachable_broker_backs_off_keeps_rows_and_never_blocks_enqueue_or_the
 @pytest.mark.slow
 def test_paused_broker_backlog_grows_then_drains_with_nothing_lost_or_doubled(db, private_broker):
     topic = unique_topic()
+    ensure_topic(bootstrap_servers=private_broker.bootstrap, topic=topic, partitions=3, timeout=10)
     relay = OutboxRelay(
         bootstrap_servers=private_broker.bootstrap,
         topic=topic,
