@@ -114,7 +114,11 @@ def test_every_long_running_service_has_a_healthcheck(services: dict) -> None:
 
 
 def test_start_up_waits_on_health_and_on_the_one_shot_migration(services: dict) -> None:
-    assert services["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    assert services["migrate"]["depends_on"] == {
+        "postgres": {"condition": "service_healthy"},
+        "kafka": {"condition": "service_healthy"},  # create_topics provisions the event topic
+    }
+    assert "manage.py create_topics" in services["migrate"]["command"][-1]
     assert services["migrate"]["restart"] == "no"
     for name in STINT_PROCESSES:
         depends = services[name]["depends_on"]
