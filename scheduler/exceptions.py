@@ -96,3 +96,17 @@ class InvalidQueue(StintError):  # noqa: N818
 
     http_status = 400
     code = "validation_error"
+
+
+class InvalidLimit(StintError):  # noqa: N818
+    """The flow limit is not valid."""
+
+    http_status = 400
+    code = "validation_error"
+
+
+class InvalidUnique(StintError):  # noqa: N818
+    """The unique-job options are not valid."""
+
+    http_status = 400
+    code = "validation_error"

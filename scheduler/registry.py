@@ -32,6 +32,8 @@ class HandlerSpec:
     backoff_base_seconds: float | None = None
     backoff_max_seconds: float | None = None
     backoff_jitter: bool | None = None
+    # Flow limits on this type (scheduler.flow.limits): the API's JSON shape, or None.
+    limits: dict[str, Any] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -90,12 +92,39 @@ def handler(
     backoff_base_seconds: float | None = None,
     backoff_max_seconds: float | None = None,
     backoff_jitter: bool | None = None,
+    concurrency: int | None = None,
+    concurrency_key: str | None = None,
+    concurrency_per_key: int | None = None,
+    rate_limit: int | None = None,
+    rate_period_seconds: float | None = None,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated ``func(payload, ctx) -> JSON-serializable result`` for job type ``name``.
 
-    Per-type defaults apply when a job is enqueued without its own value. Raises ValueError if
-    ``name`` is already registered to another function.
+    Per-type defaults apply when a job is enqueued without its own value. Flow limits across
+    every worker (``scheduler.flow.limits``): ``concurrency`` RUNNING at once; with
+    ``concurrency_key`` (a payload field), at most ``concurrency_per_key`` (default 1) RUNNING
+    per distinct value; ``rate_limit`` claims per ``rate_period_seconds``. Raises ValueError if
+    ``name`` is already registered to another function, or a limit is invalid.
     """
+    limits = {
+        k: v
+        for k, v in {
+            "concurrency": concurrency,
+            "partition_key": concurrency_key,
+            "partition_concurrency": concurrency_per_key,
+            "rate_limit": rate_limit,
+            "rate_period_seconds": rate_period_seconds,
+        }.items()
+        if v is not None
+    }
+    if limits:
+        from scheduler.exceptions import InvalidLimit
+        from scheduler.flow.limits import validated
+
+        try:
+            validated(limits, scope="type", name=name, source="handler")
+        except InvalidLimit as exc:
+            raise ValueError(f"@handler({name!r}): {exc} {exc.details}") from None
 
     def decorate(func: HandlerFunc) -> HandlerFunc:
         spec = HandlerSpec(
@@ -106,6 +135,7 @@ def handler(
             backoff_base_seconds=backoff_base_seconds,
             backoff_max_seconds=backoff_max_seconds,
             backoff_jitter=backoff_jitter,
+            limits=limits or None,
         )
         with _LOCK:
             existing = _REGISTRY.get(name)
@@ -151,6 +181,11 @@ def resolve(name: str) -> HandlerSpec:
         if spec is not None:
             return spec
     return get_handler(name)
+
+
+def handler_limits() -> dict[str, dict[str, Any]]:
+    """Return {job type: its ``@handler`` flow limits (the API's JSON shape)} for handlers that set any."""
+    return {name: dict(spec.limits) for name, spec in _REGISTRY.items() if spec.limits}
 
 
 def registered_types() -> list[str]:
