@@ -49,6 +49,7 @@ class EnqueueOutcome:
 
     job: Job
     replayed: bool
+    duplicate: bool = False  # a unique job's live duplicate was returned (scheduler.flow.unique)
 
 
 def _priority_value(priority: str | int | Priority) -> int:
@@ -175,6 +176,7 @@ def enqueue_request(
     owner: Any = None,
     name: str = "",
     trusted: bool = False,
+    unique: Any = None,
 ) -> EnqueueOutcome:
     """Create a job (QUEUED now, or SCHEDULED for a future ``scheduled_at``) and say if it was a replay.
 
@@ -188,8 +190,12 @@ def enqueue_request(
     ``trusted`` (project code only, never a request's choice) also accepts the job types of
     ``registry.resolve`` (Django task paths) and ``max_retries`` 0.
 
-    Raises UnknownJobType, InvalidJob (400), PayloadTooLarge (413), IdempotencyConflict (409:
-    same key, different request).
+    ``unique`` (``{"keys": [...], "period": s, "states": [...]}``, ``scheduler.flow.unique``):
+    when a job with the same content is live, return it with ``duplicate=True`` instead of
+    creating one. Not combinable with ``idempotency_key``.
+
+    Raises UnknownJobType, InvalidJob (400), InvalidUnique (400), PayloadTooLarge (413),
+    IdempotencyConflict (409: same key, different request).
     """
     payload = {} if payload is None else payload
     valid = _validated(
@@ -224,6 +230,20 @@ def enqueue_request(
         timeout_seconds=valid["timeout_seconds"],
         idempotency_key=idempotency_key,
     )
+    # --- flow control (issue 17): unique jobs ---
+    if unique is not None:
+        from scheduler.exceptions import InvalidUnique
+        from scheduler.flow import unique as flow_unique
+
+        spec = flow_unique.parse(unique)
+        if idempotency_key is not None:
+            raise InvalidUnique(
+                "unique and an Idempotency-Key cannot be combined",
+                details={"unique": ["Send either unique or an Idempotency-Key, not both."]},
+            )
+        job, duplicate = flow_unique.enqueue_unique(new, spec, insert=_insert)
+        return EnqueueOutcome(job=job, replayed=False, duplicate=duplicate)
+    # --- end flow control ---
     if idempotency_key is None:
         with transaction.atomic():
             _insert([new])
@@ -303,7 +323,8 @@ def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
     Options and errors as ``enqueue_request``: ``priority`` ("HIGH", "MEDIUM", "LOW", or a whole
     number from -100 to 100, higher first; the names are 50, 0 and -50),
     ``queue``, ``scheduled_at`` (aware datetime), ``max_retries``, ``timeout_seconds``,
-    ``idempotency_key``, ``owner`` (a user or user id), ``name``.
+    ``idempotency_key``, ``owner`` (a user or user id), ``name``, ``unique`` (a live duplicate
+    is returned instead of a new job: ``scheduler.flow.unique``).
     """
     return enqueue_request(type_, payload, **options).job
 
