@@ -50,6 +50,24 @@ class JobContext:
     owner_id: int | None
     logger: logging.LoggerAdapter
     cancel_flag: CancelFlag = field(default_factory=threading.Event)
+    lease_token: uuid.UUID | None = None  # this run's fencing token: progress writes carry it
+
+    def progress(self, percent: float, message: str = "") -> None:
+        """Report progress: ``percent`` a number from 0 to 100, ``message`` a short text (500 characters kept).
+
+        Shown as ``progress`` on GET /api/jobs/{id}, the job page and the console. Call it as
+        often as you like: writes are rate-limited to one per second per job, the latest value
+        written within a second (``scheduler.flow.progress``). Raises ValueError for bad input;
+        never fails the job for a database error.
+        """
+        if self.lease_token is None:
+            from scheduler.flow.progress import checked
+
+            checked(percent, message)  # outside a worker run (a direct call): validate only
+            return
+        from scheduler.flow.progress import writer
+
+        writer.report(job_id=self.job_id, lease_token=self.lease_token, percent=percent, message=message)
 
     @property
     def cancelled(self) -> bool:
