@@ -39,6 +39,9 @@ def default_services() -> list[Service]:
     services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
     # The cron firer needs leadership: see leader_services().
     services += [OutboxRelay(), OutboxPruner(), AuditReconciler(), QuarantinePruner()]
+    from scheduler.flow.aging import Reprioritizer  # flow control (issue 17): off unless AGING_SECONDS
+
+    services.append(Reprioritizer())
     return services
 
 
