@@ -111,3 +111,15 @@ def waiting_reason(job: Job, explainer: Explainer | None = None) -> dict[str, st
     """Return why QUEUED ``job`` waits as ``{"code", "message"}``, or None. Codes: queue_paused,
     concurrency_limit, partition_limit, rate_limit. Pass one ``explainer`` for a page of jobs."""
     return (explainer or Explainer()).reason(job)
+
+
+def limit_usage(limit: Limit) -> dict[str, int | None]:
+    """Return ``{"running": int, "admitted_in_window": int | None}``: what ``limit`` counts now.
+
+    ``admitted_in_window`` is None for a limit without a rate. A snapshot read without the lock.
+    """
+    explainer = Explainer()
+    return {
+        "running": explainer._running(limit),
+        "admitted_in_window": explainer._admitted(limit) if limit.rate_limit is not None else None,
+    }
