@@ -271,9 +271,9 @@ class JobAdmin(OperatorAdmin):
     list_per_page = 50
     actions = ("cancel_jobs", "retry_jobs", "recover_jobs")
     inlines = (JobAttemptInline, JobResultInline)
-    readonly_fields = ("status_badge", "priority_label", "timeline")
+    readonly_fields = ("status_badge", "priority_label", "timeline", "flow")
     fieldsets = (
-        (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner")}),
+        (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner", "flow")}),
         ("Payload", {"fields": ("payload",)}),
         (
             "Timing",
@@ -309,6 +309,13 @@ class JobAdmin(OperatorAdmin):
             '<span style="white-space:nowrap">{} {}</span>',
             ((label, date_format(localtime(value), "DATETIME_FORMAT")) for label, value in rows if value),
         )
+
+    @admin.display(description="progress / waiting")
+    def flow(self, job: Job) -> SafeString:
+        """The handler's last progress and, for a QUEUED job, why it waits (``scheduler.flow``)."""
+        from scheduler.flow.admin import job_flow_html
+
+        return job_flow_html(job)
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: Job) -> str:
@@ -976,3 +983,6 @@ class OutboxEventAdmin(EventSearchMixin, OperatorAdmin):
     def transition(self, event: OutboxEvent) -> str:
         """from -> to."""
         return f"{event.from_status or '-'} \u2192 {event.to_status}"
+
+
+from scheduler.flow import admin as _flow_admin  # noqa: E402,F401 - registers the flow-limit console
