@@ -360,4 +360,4 @@ class Queue(models.Model):
         return self.name
 
 
-from scheduler.flow.models import FlowAdmission, FlowLimit  # noqa: E402,F401 - models of this app
+from scheduler.flow.models import FlowAdmission, FlowLimit, FlowPace  # noqa: E402,F401 - models of this app

@@ -450,16 +450,19 @@ def job_retry(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     ``STINT_OWNERS_MAY_RETRY_DEAD``, its owner's retry makes the same move as ``job_recover``
     (DEAD -> QUEUED with a fresh budget, JOB_RECOVERED with reason ``owner_retry``). Raises
     JobNotFound, or IllegalTransition (409) from any other state, whose message says who may
-    recover a DEAD job.
+    recover a DEAD job, or UniqueConflict (409) for a unique job whose live duplicate exists.
     """
     _authorize(job_id=job_id, actor=actor)
-    moved = lifecycle.transition_one(
-        job_id=job_id,
-        to=JobStatus.RETRYING,
-        expected=JobStatus.FAILED,
-        assign=_FRESH_RUN,
-        event_payload={"reason": "manual_retry"},
-    )
+    from scheduler.flow.unique import guard  # a unique job's live duplicate: 409, not a database error
+
+    with guard():
+        moved = lifecycle.transition_one(
+            job_id=job_id,
+            to=JobStatus.RETRYING,
+            expected=JobStatus.FAILED,
+            assign=_FRESH_RUN,
+            event_payload={"reason": "manual_retry"},
+        )
     if moved is None and dead_retry_allowed():
         return _recover(job_id=job_id, reason="owner_retry")
     if moved is None:
@@ -485,14 +488,17 @@ def job_recover(*, job_id: uuid.UUID, actor: Any = None) -> Job:
 
 def _recover(*, job_id: uuid.UUID, reason: str | None) -> Job:
     """DEAD -> QUEUED (the table's recover transition) with a fresh budget; raise IllegalTransition otherwise."""
-    moved = lifecycle.transition_one(
-        job_id=job_id,
-        to=JobStatus.QUEUED,
-        expected=JobStatus.DEAD,
-        event=EventType.JOB_RECOVERED,
-        assign=_FRESH_RUN,
-        event_payload={"reason": reason} if reason else None,
-    )
+    from scheduler.flow.unique import guard  # a unique job's live duplicate: 409, not a database error
+
+    with guard():
+        moved = lifecycle.transition_one(
+            job_id=job_id,
+            to=JobStatus.QUEUED,
+            expected=JobStatus.DEAD,
+            event=EventType.JOB_RECOVERED,
+            assign=_FRESH_RUN,
+            event_payload={"reason": reason} if reason else None,
+        )
     if moved is None:
         status = _current_status(job_id)
         raise IllegalTransition(

@@ -11,8 +11,11 @@ between our statements (a job finishing), never too low. A rescued or finished j
 unit by leaving RUNNING; no counter has to be kept in step.
 
 Rate limits are a sliding window: ``stint_flow_admission`` logs each claim a rate limit
-admitted; at most ``rate_limit`` rows are younger than ``rate_period_seconds``. A job held
-back waits QUEUED: no attempt, no retry budget spent.
+admitted; at most ``rate_limit`` rows are younger than ``rate_period_seconds``. So that the
+window's count is not claimed in one burst (and then, a period later, in the next), claims are
+also paced: GCRA (the generic cell rate algorithm) spaces them ``period / rate_limit`` apart,
+with a catch-up of ``burst()`` claims after a late poll; its state is one timestamp per limit
+(``stint_flow_pace``). A job held back waits QUEUED: no attempt, no retry budget spent.
 
 Ordering: the unlimited jobs are claimed first (their statement only gains a filter that
 leaves limited jobs out), then the limited ones with the slots left. So that a saturated
@@ -22,6 +25,7 @@ left admissible jobs behind, and at least every ``LIMITED_FIRST_EVERY`` seconds.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -37,6 +41,27 @@ from scheduler.lifecycle import Claimed
 LIMITED_FIRST_EVERY = 1.0  # seconds: the limited phase runs before the unlimited one at least this often
 SCAN_FACTOR = 8  # candidates read per free slot (partition limits may skip many)
 SCAN_MIN = 100  # candidates read at least
+CATCH_UP_SECONDS = 2.0  # a rate limit's pacing lets this many seconds' worth of claims through at once
+
+
+def burst(limit: Limit) -> int:
+    """Claims a rate limit admits at once after a pause: ``CATCH_UP_SECONDS`` worth, at least 2."""
+    return max(2, math.ceil(CATCH_UP_SECONDS * limit.rate_limit / limit.rate_period_seconds))
+
+
+def paced_allowance(limit: Limit, tat_in: float | None) -> tuple[int, float]:
+    """GCRA: how many claims may start now, and the arrival time they start from.
+
+    ``tat_in``: seconds from now (database clock) to the limit's theoretical arrival time, None
+    when it has none yet. Returns (allowance, start) where ``start`` (seconds from now) plus one
+    emission interval per claim is the new arrival time. Pure; source: GCRA as in ITU-T I.371.
+    """
+    interval = limit.rate_period_seconds / limit.rate_limit
+    start = max(tat_in if tat_in is not None else 0.0, 0.0)
+    tolerance = (burst(limit) - 1) * interval
+    if start > tolerance + 1e-9:
+        return 0, start
+    return int((tolerance - start) / interval + 1e-9) + 1, start
 
 
 @dataclass(slots=True)
@@ -117,6 +142,9 @@ class _Room:
     running: int = 0
     by_partition: dict[str | None, int] = field(default_factory=dict)
     admitted: int = 0  # in the current rate window
+    paced: int = 0  # claims the pacing still allows now
+    pace_start: float = 0.0  # seconds from now of the pacing's arrival time before this claim
+    taken: int = 0
 
     def admits(self, partition: str | None) -> bool:
         lim = self.limit
@@ -124,11 +152,12 @@ class _Room:
             return False
         if lim.partition_key and self.by_partition.get(partition, 0) >= (lim.partition_concurrency or 1):
             return False
-        return not (lim.rate_limit is not None and self.admitted >= lim.rate_limit)
+        return not (lim.rate_limit is not None and (self.admitted >= lim.rate_limit or self.taken >= self.paced))
 
     def take(self, partition: str | None) -> None:
         self.running += 1
         self.admitted += 1
+        self.taken += 1
         if self.limit.partition_key:
             self.by_partition[partition] = self.by_partition.get(partition, 0) + 1
 
@@ -191,6 +220,13 @@ def _claim_limited(
             )
             for key, n in cursor.fetchall():
                 rooms[key].admitted = n
+            cursor.execute(
+                "SELECT key, extract(epoch FROM tat - now())::float8 FROM stint_flow_pace WHERE key = ANY(%s::text[])",
+                [[lim.key for lim in rated]],
+            )
+            tats = dict(cursor.fetchall())
+            for lim in rated:
+                rooms[lim.key].paced, rooms[lim.key].pace_start = paced_allowance(lim, tats.get(lim.key))
         queue_filter = "AND j.queue = ANY(%(wq)s::text[])" if queues else ""
         paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
         cursor.execute(
@@ -252,6 +288,20 @@ def _claim_limited(
             cursor.execute(
                 "INSERT INTO stint_flow_admission (key, admitted_at) SELECT k, now() FROM unnest(%s::text[]) AS k",
                 [admitted],
+            )
+            counts = {k: admitted.count(k) for k in set(admitted)}
+            keys = sorted(counts)
+            tats = [
+                rooms[k].pace_start + counts[k] * rooms[k].limit.rate_period_seconds / rooms[k].limit.rate_limit
+                for k in keys
+            ]
+            cursor.execute(
+                """
+                INSERT INTO stint_flow_pace (key, tat)
+                SELECT k, now() + make_interval(secs => t) FROM unnest(%s::text[], %s::float8[]) AS v(k, t)
+                ON CONFLICT (key) DO UPDATE SET tat = EXCLUDED.tat
+                """,
+                [keys, tats],
             )
         return claimed
 

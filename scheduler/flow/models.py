@@ -62,6 +62,24 @@ class FlowAdmission(models.Model):
         return f"{self.key}@{self.admitted_at}"
 
 
+class FlowPace(models.Model):
+    """A rate limit's pacing state (GCRA's theoretical arrival time): when its next claim is due.
+
+    Claims under a rate limit are spaced ``rate_period_seconds / rate_limit`` apart, with a
+    catch-up of a few (``flow.claim.burst``) after a late poll; the admission log still caps every
+    window at ``rate_limit``. One row per rate-limited key, written under the limit's lock.
+    """
+
+    key = models.CharField(max_length=120, primary_key=True)
+    tat = models.DateTimeField()
+
+    class Meta:
+        db_table = "stint_flow_pace"
+
+    def __str__(self) -> str:
+        return f"{self.key} next at {self.tat}"
+
+
 # Columns the flow package adds to ``stint_job`` (declared on ``Job``):
 # - ``progress``: {"percent": 0-100, "message": str, "at": ISO 8601} from ``ctx.progress``;
 # - ``unique_key`` / ``unique_states``: a unique job's content key and the statuses in which it

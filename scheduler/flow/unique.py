@@ -16,17 +16,18 @@ states left out, which the API refuses with a 409 while a duplicate is live (Riv
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from scheduler.exceptions import InvalidUnique
+from scheduler.exceptions import InvalidUnique, UniqueConflict
 from scheduler.flow.limits import PARTITION_KEY
 from scheduler.lifecycle import NewJob
 from scheduler.models import Job
@@ -110,6 +111,21 @@ def unique_key(new: NewJob, spec: UniqueSpec, *, epoch_seconds: float) -> str:
     bucket = int(epoch_seconds // spec.period) if spec.period else None
     canonical = json.dumps([new.owner_id, new.type, content, spec.period, bucket], sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def guard() -> Iterator[None]:
+    """Turn the unique index's refusal of a transition (a retry or recovery) into ``UniqueConflict`` (409).
+
+    Wraps the statement in a savepoint so the caller's transaction stays usable.
+    """
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError as exc:
+        if INDEX in str(exc):
+            raise UniqueConflict() from exc
+        raise
 
 
 def enqueue_unique(new: NewJob, spec: UniqueSpec, *, insert: Callable[[Sequence[NewJob]], Any]) -> tuple[Job, bool]:

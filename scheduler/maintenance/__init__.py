@@ -40,8 +40,9 @@ def default_services() -> list[Service]:
     # The cron firer needs leadership: see leader_services().
     services += [OutboxRelay(), OutboxPruner(), AuditReconciler(), QuarantinePruner()]
     from scheduler.flow.aging import Reprioritizer  # flow control (issue 17): off unless AGING_SECONDS
+    from scheduler.flow.pruner import AdmissionPruner
 
-    services.append(Reprioritizer())
+    services += [Reprioritizer(), AdmissionPruner()]
     return services
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from scheduler import leasing, registry
 from scheduler.exceptions import InvalidLimit
+from scheduler.flow import claim as flow_claim
 from scheduler.flow import limits as flow_limits
 from scheduler.flow.models import FlowAdmission
 from scheduler.models import Job
@@ -110,14 +112,52 @@ def test_queue_limit_counts_every_type_in_the_queue(settings):
     assert sorted(j.queue for j in claimed) == ["default", "slow", "slow"]
 
 
-def test_rate_limit_admits_at_most_the_window_and_logs_admissions(settings):
+def test_rate_limit_paces_claims_and_logs_admissions(settings):
     _limit(settings, scope="type", name=LIMITED, rate_limit=4, rate_period_seconds=60)
     for _ in range(7):
         enqueue(LIMITED)
-    assert len(_claim(3)) == 3
-    assert len(_claim(3)) == 1  # 4 in the window
-    assert _claim(3) == []
+    assert len(_claim(5)) == 2  # a burst of 2, then one each 15 s (the clock stands still in this test)
+    assert _claim(5) == []
+    assert FlowAdmission.objects.filter(key=f"type:{LIMITED}").count() == 2
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM tat - now()) FROM stint_flow_pace WHERE key = %s", [f"type:{LIMITED}"]
+        )
+        assert cursor.fetchone()[0] == 30
+
+
+def test_rate_limit_caps_every_window_whatever_the_pacing_allows(settings):
+    _limit(settings, scope="type", name=LIMITED, rate_limit=4, rate_period_seconds=60)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO stint_flow_admission (key, admitted_at) SELECT %s, now() - interval '50 seconds'"
+            " FROM generate_series(1, 3)",
+            [f"type:{LIMITED}"],
+        )
+        cursor.execute(
+            "INSERT INTO stint_flow_admission (key, admitted_at) VALUES (%s, now() - interval '61 seconds')",
+            [f"type:{LIMITED}"],
+        )
+    for _ in range(5):
+        enqueue(LIMITED)
+    assert len(_claim(5)) == 1  # 3 of 4 in the window (the 61 s old one is out of it, and pruned)
     assert FlowAdmission.objects.filter(key=f"type:{LIMITED}").count() == 4
+
+
+@pytest.mark.parametrize(
+    "tat_in,expected",
+    [
+        (None, (2, 0.0)),  # no state yet: a burst
+        (-100.0, (2, 0.0)),  # idle for long: a burst, no more
+        (0.0, (2, 0.0)),
+        (10.0, (1, 10.0)),  # one interval (15 s) of tolerance: one more now
+        (15.0, (1, 15.0)),
+        (15.5, (0, 15.5)),  # ahead by more than the tolerance: wait
+    ],
+)
+def test_pacing_is_gcra(tat_in, expected):
+    limit = flow_limits.Limit(scope="type", name="X", rate_limit=4, rate_period_seconds=60.0)
+    assert flow_claim.paced_allowance(limit, tat_in) == expected
 
 
 def test_database_limit_wins_over_the_handler_and_is_removable(settings):
@@ -162,3 +202,17 @@ def test_invalid_scope_or_name_is_refused():
 def test_handler_with_a_bad_limit_fails_at_import():
     with pytest.raises(ValueError, match="concurrency"):
         handler("TEST_FLOW_BAD", concurrency=0)(lambda payload, ctx: None)
+
+
+def test_the_pruner_removes_admissions_older_than_the_longest_window():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.flow.pruner import AdmissionPruner
+
+    now = timezone.now()
+    FlowAdmission.objects.create(key="type:GONE", admitted_at=now - timedelta(days=2))
+    FlowAdmission.objects.create(key="type:GONE", admitted_at=now - timedelta(hours=1))
+    assert AdmissionPruner().run_once(now=now) == 1
+    assert FlowAdmission.objects.count() == 1

@@ -117,3 +117,19 @@ def test_the_api_returns_the_duplicate_with_200_and_says_so(user_api):
     assert bad.json()["error"]["details"]["unique.period"]
     both = user_api.post("/api/jobs", body, format="json", HTTP_IDEMPOTENCY_KEY="k1")
     assert both.status_code == 400
+
+
+@pytest.mark.django_db
+def test_retrying_a_failed_unique_job_while_its_duplicate_is_live_is_a_409(user, user_api, client):
+    first = enqueue_request("DEMO_TASK", {"customer": 5}, unique=UNIQUE, owner=user).job
+    (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
+    leasing.record_outcomes([leasing.Report(job=claimed, outcome=leasing.Outcome.PERMANENT, error="no")])
+    second = enqueue_request("DEMO_TASK", {"customer": 5}, unique=UNIQUE, owner=user)
+    assert not second.duplicate  # FAILED is not among the states: a new job
+    response = user_api.post(f"/api/jobs/{first.id}/retry")
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "unique_conflict"
+    client.force_login(user)
+    page = client.post(f"/jobs/{first.id}/retry/")
+    assert page.status_code == 409
+    assert Job.objects.get(id=first.id).status == JobStatus.FAILED
