@@ -59,6 +59,20 @@ class Explainer:
             [limit.key, limit.rate_period_seconds],
         )
 
+    def _pace_ahead(self, limit: Limit) -> float | None:
+        """Seconds until the rate limit's pacing admits a claim (<= 0: now), or None without pacing state."""
+        from scheduler.flow.claim import burst
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT extract(epoch FROM tat - now())::float8 FROM stint_flow_pace WHERE key = %s", [limit.key]
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        tolerance = (burst(limit) - 1) * limit.rate_period_seconds / limit.rate_limit
+        return row[0] - tolerance
+
     def reason(self, job: Job) -> dict[str, str] | None:
         """Return ``{"code", "message"}`` for why QUEUED ``job`` waits, or None (not QUEUED, or only its turn)."""
         if job.status != JobStatus.QUEUED:
@@ -96,6 +110,13 @@ class Explainer:
                         "code": "rate_limit",
                         "message": f"Rate limit of {what}: {admitted} of {limit.rate_limit} started in the last "
                         f"{limit.rate_period_seconds:g} s.",
+                    }
+                ahead = self._pace_ahead(limit)
+                if ahead is not None and ahead > 0:
+                    return {
+                        "code": "rate_limit",
+                        "message": f"Rate limit of {what}: starts are spaced "
+                        f"{limit.rate_period_seconds / limit.rate_limit:g} s apart; the next in about {ahead:.1f} s.",
                     }
         return None
 
