@@ -14,6 +14,9 @@ repetition so that the machine's noise falls on all of them alike:
 
 Each repetition of a variant enqueues ``--jobs`` BENCH_NOOP jobs while the workers are idle and
 measures, by the database clock, from the first job's creation to the last one's finish.
+Then, with the workers stopped, the same variants drive the claim path alone in this process
+(``--claim-loop``): claim 20 jobs, record them SUCCESS, repeat until the backlog is drained, the
+way a worker's loop does minus the handlers and threads; less noise, same SQL.
 Prints one line per run and a JSON summary (medians and each run's jobs/s).
 """
 
@@ -41,7 +44,29 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5, help="repetitions of each variant")
     parser.add_argument("--worker-processes", type=int, default=2)
     parser.add_argument("--slots", type=int, default=10, help="thread slots per worker process")
+    parser.add_argument("--claim-reps", type=int, default=7, help="repetitions of each variant in the claim loop")
     return parser.parse_args()
+
+
+def _claim_loop(jobs: int) -> float:
+    """Drain ``jobs`` jobs by claim + record in batches of 20 in this process; return jobs/s (wall clock)."""
+    from scheduler import leasing
+    from scheduler.services import enqueue_many
+
+    for start in range(0, jobs, 500):
+        enqueue_many([{"type": "BENCH_NOOP"} for _ in range(min(500, jobs - start))])
+    done = 0
+    t0 = time.perf_counter()
+    while True:
+        claimed = leasing.claim_jobs(worker_id="bench", limit=20, queues=None)
+        if not claimed:
+            break
+        leasing.record_batch([leasing.Report(job=j, outcome=leasing.Outcome.SUCCEEDED) for j in claimed])
+        done += len(claimed)
+    elapsed = time.perf_counter() - t0
+    if done != jobs:
+        raise RuntimeError(f"claimed {done} of {jobs} jobs")
+    return jobs / elapsed
 
 
 def _configure(variant: str) -> None:
@@ -154,8 +179,30 @@ def main() -> int:
             proc.send_signal(signal.SIGTERM)
         for proc in workers:
             proc.wait(timeout=60)
+    loop: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for rep in range(args.claim_reps):
+        order = VARIANTS[rep % 3 :] + VARIANTS[: rep % 3]
+        for variant in order:
+            _configure(variant)
+            rate = _claim_loop(args.jobs)
+            loop[variant].append(rate)
+            print(f"claim loop rep {rep + 1} {variant:9s} {rate:8.1f} jobs/s", flush=True)
+            with connection.cursor() as cursor:
+                cursor.execute("TRUNCATE stint_job, stint_outbox, stint_flow_admission CASCADE")
+    loop_medians = {v: statistics.median(r) for v, r in loop.items()}
     medians = {v: statistics.median(r) for v, r in results.items()}
+
+    def paired(runs: dict[str, list[float]]) -> dict[str, float]:
+        # Each repetition's variant against the same repetition's "none" (run next to it), then the
+        # median of those ratios: robust to the machine's load drifting over the whole run.
+        return {
+            v: round(100 * (1 - statistics.median(a / b for a, b in zip(runs[v], runs["none"], strict=True))), 1)
+            for v in VARIANTS
+            if v != "none"
+        }
+
     summary = {
+        "load_average_1m_at_end": round(os.getloadavg()[0], 1),
         "jobs_per_run": args.jobs,
         "reps": args.reps,
         "worker_processes": args.worker_processes,
@@ -164,7 +211,14 @@ def main() -> int:
         "cost_vs_none_percent": {
             v: round(100 * (1 - medians[v] / medians["none"]), 1) for v in VARIANTS if v != "none"
         },
+        "paired_cost_vs_none_percent": paired(results),
         "runs_jobs_per_s": {v: [round(x, 1) for x in r] for v, r in results.items()},
+        "claim_loop_paired_cost_vs_none_percent": paired(loop),
+        "claim_loop_median_jobs_per_s": {v: round(m, 1) for v, m in loop_medians.items()},
+        "claim_loop_cost_vs_none_percent": {
+            v: round(100 * (1 - loop_medians[v] / loop_medians["none"]), 1) for v in VARIANTS if v != "none"
+        },
+        "claim_loop_runs_jobs_per_s": {v: [round(x, 1) for x in r] for v, r in loop.items()},
     }
     print(json.dumps(summary))
     return 0
