@@ -48,8 +48,15 @@ def _args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _claim_loop(jobs: int) -> float:
-    """Drain ``jobs`` jobs by claim + record in batches of 20 in this process; return jobs/s (wall clock)."""
+def _claim_loop(jobs: int) -> tuple[float, float]:
+    """Drain ``jobs`` jobs by claim + record in batches of 20 in this process.
+
+    Returns (jobs/s by the wall clock, SQL statements per job): the second does not depend on
+    the machine's load.
+    """
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     from scheduler import leasing
     from scheduler.services import enqueue_many
 
@@ -57,16 +64,17 @@ def _claim_loop(jobs: int) -> float:
         enqueue_many([{"type": "BENCH_NOOP"} for _ in range(min(500, jobs - start))])
     done = 0
     t0 = time.perf_counter()
-    while True:
-        claimed = leasing.claim_jobs(worker_id="bench", limit=20, queues=None)
-        if not claimed:
-            break
-        leasing.record_batch([leasing.Report(job=j, outcome=leasing.Outcome.SUCCEEDED) for j in claimed])
-        done += len(claimed)
+    with CaptureQueriesContext(connection) as queries:
+        while True:
+            claimed = leasing.claim_jobs(worker_id="bench", limit=20, queues=None)
+            if not claimed:
+                break
+            leasing.record_batch([leasing.Report(job=j, outcome=leasing.Outcome.SUCCEEDED) for j in claimed])
+            done += len(claimed)
     elapsed = time.perf_counter() - t0
     if done != jobs:
         raise RuntimeError(f"claimed {done} of {jobs} jobs")
-    return jobs / elapsed
+    return jobs / elapsed, len(queries) / jobs
 
 
 def _configure(variant: str) -> None:
@@ -180,13 +188,15 @@ def main() -> int:
         for proc in workers:
             proc.wait(timeout=60)
     loop: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    statements: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for rep in range(args.claim_reps):
         order = VARIANTS[rep % 3 :] + VARIANTS[: rep % 3]
         for variant in order:
             _configure(variant)
-            rate = _claim_loop(args.jobs)
+            rate, per_job = _claim_loop(args.jobs)
             loop[variant].append(rate)
-            print(f"claim loop rep {rep + 1} {variant:9s} {rate:8.1f} jobs/s", flush=True)
+            statements[variant].append(per_job)
+            print(f"claim loop rep {rep + 1} {variant:9s} {rate:8.1f} jobs/s {per_job:.3f} statements/job", flush=True)
             with connection.cursor() as cursor:
                 cursor.execute("TRUNCATE stint_job, stint_outbox, stint_flow_admission CASCADE")
     loop_medians = {v: statistics.median(r) for v, r in loop.items()}
@@ -219,6 +229,7 @@ def main() -> int:
             v: round(100 * (1 - loop_medians[v] / loop_medians["none"]), 1) for v in VARIANTS if v != "none"
         },
         "claim_loop_runs_jobs_per_s": {v: [round(x, 1) for x in r] for v, r in loop.items()},
+        "claim_loop_statements_per_job": {v: round(statistics.median(r), 3) for v, r in statements.items()},
     }
     print(json.dumps(summary))
     return 0

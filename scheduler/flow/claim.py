@@ -2,9 +2,8 @@
 
 How a limit holds across any number of workers and hosts: every claim of a job that a limit
 governs happens inside a transaction holding that limit's advisory transaction lock
-(``pg_try_advisory_xact_lock``, never waited on: a worker that finds it taken leaves those
-jobs to the holder this round). Under the lock, a *later statement* counts the RUNNING jobs
-and the rate window's admissions: in READ COMMITTED each statement takes a new snapshot, so
+(``pg_advisory_xact_lock``, taken in key order). Under the lock, a *later statement* counts
+the RUNNING jobs and the rate window's admissions: in READ COMMITTED each statement takes a new snapshot, so
 it sees every claim committed by the lock's previous holder (a count inside the locking
 statement would not). Only a claim makes a job RUNNING, so the count can only be too high
 between our statements (a job finishing), never too low. A rescued or finished job frees its
@@ -174,15 +173,17 @@ def _claim_limited(
 ) -> list[Claimed]:
     """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks."""
     with transaction.atomic(), connection.cursor() as cursor:
-        # Never waits: a limit another worker is claiming under is left to it this round.
+        # Every claimer takes the locks in the same (sorted) order and holds no row lock yet, and a
+        # holder never waits on anything while holding them (its claim is SKIP LOCKED): no deadlock,
+        # and the wait is one short claim transaction. (A try-lock left the loser idle until its next
+        # poll: measured 40% less throughput on a limited type.)
+        keys = sorted(lim.key for lim in relevant)
         cursor.execute(
-            "SELECT k FROM unnest(%s::text[]) AS k"
-            " WHERE pg_try_advisory_xact_lock(hashtextextended('stint.flow:' || k, 0))",
-            [sorted(lim.key for lim in relevant)],
+            "SELECT count(pg_advisory_xact_lock(hashtextextended('stint.flow:' || k, 0)))"
+            " FROM (SELECT k FROM unnest(%s::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n) AS ordered",
+            [keys],
         )
-        locked = {r[0] for r in cursor.fetchall()}
-        if not locked:
-            return []
+        locked = set(keys)
         rooms = {key: _Room(limits[key]) for key in locked}
         partition_keys = sorted({r.limit.partition_key for r in rooms.values() if r.limit.partition_key})
         locked_types = [r.limit.name for r in rooms.values() if r.limit.scope == "type"]
