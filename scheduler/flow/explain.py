@@ -23,6 +23,7 @@ class Explainer:
 
     _paused: set[str] | None = None
     _counts: dict[tuple[str, Any], int] = field(default_factory=dict)
+    _paces: dict[str, float | None] = field(default_factory=dict)
 
     def paused(self) -> set[str]:
         if self._paused is None:
@@ -63,15 +64,16 @@ class Explainer:
         """Seconds until the rate limit's pacing admits a claim (<= 0: now), or None without pacing state."""
         from scheduler.flow.claim import burst
 
+        if limit.key in self._paces:
+            return self._paces[limit.key]
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT extract(epoch FROM tat - now())::float8 FROM stint_flow_pace WHERE key = %s", [limit.key]
             )
             row = cursor.fetchone()
-        if row is None:
-            return None
         tolerance = (burst(limit) - 1) * limit.rate_period_seconds / limit.rate_limit
-        return row[0] - tolerance
+        self._paces[limit.key] = None if row is None else row[0] - tolerance
+        return self._paces[limit.key]
 
     def reason(self, job: Job) -> dict[str, str] | None:
         """Return ``{"code", "message"}`` for why QUEUED ``job`` waits, or None (not QUEUED, or only its turn)."""

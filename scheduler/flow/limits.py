@@ -118,28 +118,41 @@ def validated(data: Mapping[str, Any], *, scope: str, name: str, source: str = "
     )
 
 
+def _valid_or_logged(data: Mapping[str, Any], *, scope: str, name: str, source: str) -> Limit | None:
+    # One bad entry (a row edited by hand, a typo in settings) is logged and skipped, never fatal:
+    # the claim path must go on with the others.
+    try:
+        return validated(data, scope=scope, name=name, source=source)
+    except InvalidLimit as exc:
+        logger.warning("flow limit %s %s from %s is invalid and ignored: %s %s", scope, name, source, exc, exc.details)
+        return None
+
+
 def _from_handlers() -> list[Limit]:
     from scheduler.registry import handler_limits
 
-    found = []
-    for name, data in handler_limits().items():
-        found.append(validated(data, scope=LimitScope.TYPE, name=name, source="handler"))
-    return found
+    found = [
+        _valid_or_logged(data, scope=LimitScope.TYPE, name=name, source="handler")
+        for name, data in handler_limits().items()
+    ]
+    return [lim for lim in found if lim is not None]
 
 
 def _from_settings() -> list[Limit]:
     found = []
     for item in settings.SCHEDULER.get("FLOW_LIMITS", ()):
-        item = dict(item)
-        found.append(validated(item, scope=item.pop("scope", ""), name=item.pop("name", ""), source="settings"))
-    return found
+        item = dict(item) if isinstance(item, Mapping) else {}
+        scope, name = str(item.pop("scope", "")), str(item.pop("name", ""))
+        found.append(_valid_or_logged(item, scope=scope, name=name, source="settings"))
+    return [lim for lim in found if lim is not None]
 
 
 def _from_database() -> list[Limit]:
-    return [
-        validated({f: getattr(row, f) for f in FIELDS}, scope=row.scope, name=row.name, source="database")
+    found = [
+        _valid_or_logged({f: getattr(row, f) for f in FIELDS}, scope=row.scope, name=row.name, source="database")
         for row in FlowLimit.objects.all()
     ]
+    return [lim for lim in found if lim is not None]
 
 
 _cache_lock = threading.Lock()
@@ -151,8 +164,8 @@ def effective_limits(*, fresh: bool = False) -> dict[str, Limit]:
 
     The database part is re-read at most every ``CACHE_SECONDS`` per process (``fresh`` forces
     a read): a limit set through the API reaches every worker within about a second, as a
-    paused queue does within a poll interval. A row that no longer validates (edited by hand)
-    is logged and skipped, never fatal.
+    paused queue does within a poll interval. An entry that does not validate (a row edited by
+    hand, a typo in settings) is logged and skipped, never fatal.
     """
     global _cache
     now = time.monotonic()
@@ -164,12 +177,7 @@ def effective_limits(*, fresh: bool = False) -> dict[str, Limit]:
     for source in (_from_handlers, _from_settings):
         for limit in source():
             merged[limit.key] = limit
-    try:
-        rows = _from_database()
-    except InvalidLimit as exc:
-        logger.warning("a stored flow limit is invalid and ignored: %s", exc)
-        rows = []
-    for limit in rows:
+    for limit in _from_database():
         merged[limit.key] = limit
     with _cache_lock:
         _cache = (now, raw, merged)

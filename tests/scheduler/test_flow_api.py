@@ -102,3 +102,18 @@ def test_fuzzed_limit_bodies_and_names_are_200_or_400_never_500(admin_api, body,
     url = f"/api/admin/types/{quote(name, safe='')}/limits"
     response = admin_api.put(url, body, format="json")
     assert response.status_code in (200, 400, 404), (body, name, response.content[:300])
+
+
+def test_the_waiting_reason_names_the_rate_limit_and_a_paused_queue(admin_api, user_api, user):
+    from scheduler import leasing, queues
+
+    body = {"rate_limit": 4, "rate_period_seconds": 60}
+    assert admin_api.put("/api/admin/types/DEMO_TASK/limits", body, format="json").status_code == 200
+    jobs = [enqueue("DEMO_TASK", owner=user) for _ in range(3)]
+    assert len(leasing.claim_jobs(worker_id="w", limit=5, queues=None)) == 2  # a burst of 2, then paced
+    waiting = user_api.get(f"/api/jobs/{jobs[2].id}").json()["waiting"]
+    assert waiting["code"] == "rate_limit"
+    assert "spaced 15 s apart" in waiting["message"]
+    queues.queue_pause(name="default")
+    assert user_api.get(f"/api/jobs/{jobs[2].id}").json()["waiting"]["code"] == "queue_paused"
+    assert admin_api.get("/api/admin/types/DEMO_TASK/limits").json()["admitted_in_window"] == 2

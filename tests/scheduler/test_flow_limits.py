@@ -16,7 +16,7 @@ from scheduler import leasing, registry
 from scheduler.exceptions import InvalidLimit
 from scheduler.flow import claim as flow_claim
 from scheduler.flow import limits as flow_limits
-from scheduler.flow.models import FlowAdmission
+from scheduler.flow.models import FlowAdmission, FlowLimit
 from scheduler.models import Job
 from scheduler.registry import handler
 from scheduler.services import enqueue
@@ -216,3 +216,18 @@ def test_the_pruner_removes_admissions_older_than_the_longest_window():
     FlowAdmission.objects.create(key="type:GONE", admitted_at=now - timedelta(hours=1))
     assert AdmissionPruner().run_once(now=now) == 1
     assert FlowAdmission.objects.count() == 1
+
+
+def test_a_bad_settings_entry_or_row_is_skipped_not_fatal(settings):
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "FLOW_LIMITS": [
+            {"scope": "type", "name": LIMITED, "concurrency": 0},
+            "junk",
+            {"scope": "queue", "name": "q", "concurrency": 2},
+        ],
+    }
+    FlowLimit.objects.create(scope="type", name=OTHER, concurrency=0)  # as if edited by hand
+    assert set(flow_limits.effective_limits(fresh=True)) == {"queue:q", f"type:{PER_CUSTOMER}"}
+    enqueue(LIMITED)
+    assert len(_claim(5)) == 1
