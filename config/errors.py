@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
@@ -56,15 +55,6 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return Response(
             error_body(code=exc.code, message=str(exc), details=getattr(exc, "details", None)),
             status=http_status,
-        )
-    if isinstance(exc, IntegrityError) and "job_unique_live" in str(exc):
-        # A retry or recovery would bring back a unique job whose live duplicate exists (scheduler.flow.unique).
-        return Response(
-            error_body(
-                code="unique_conflict",
-                message="A live job with the same unique content exists; this one cannot run again until it ends.",
-            ),
-            status=status.HTTP_409_CONFLICT,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

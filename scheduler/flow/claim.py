@@ -38,6 +38,9 @@ from scheduler.flow.limits import Limit, effective_limits
 from scheduler.lifecycle import Claimed
 
 LIMITED_FIRST_EVERY = 1.0  # seconds: the limited phase runs before the unlimited one at least this often
+# Seconds a worker trusts "no limited job waits" before looking again after an unfilled claim: a limited
+# job enqueued meanwhile waits at most this long more (or until LIMITED_FIRST_EVERY comes round).
+EMPTY_MEMO_SECONDS = 0.1
 SCAN_FACTOR = 8  # candidates read per free slot (partition limits may skip many)
 SCAN_MIN = 100  # candidates read at least
 CATCH_UP_SECONDS = 2.0  # a rate limit's pacing lets this many seconds' worth of claims through at once
@@ -65,13 +68,20 @@ def paced_allowance(limit: Limit, tat_in: float | None) -> tuple[int, float]:
 
 @dataclass(slots=True)
 class _PhaseState:
-    """Per process: whether the limited phase should go first next time."""
+    """Per process: whether the limited phase should go first next time, and when it found nothing."""
 
     pending: bool = False
     last_first: float = 0.0
+    empty_until: float = 0.0  # monotonic: no limited job was waiting at the last look
 
 
 _state = _PhaseState()
+
+
+def reset_state() -> None:
+    """Forget this process's phase state (tests that claim many times within a second)."""
+    global _state
+    _state = _PhaseState()
 
 
 def limits_apply() -> bool:
@@ -120,7 +130,7 @@ def claim_jobs(
                 isolated=isolated,
                 flow=unlimited_filter,
             )
-    if not first and relevant and limit - len(claimed) > 0:
+    if not first and relevant and limit - len(claimed) > 0 and time.monotonic() >= _state.empty_until:
         claimed += _claim_limited(
             worker_id=worker_id,
             slots=limit - len(claimed),
@@ -172,12 +182,43 @@ def _claim_limited(
     isolated: bool,
 ) -> list[Claimed]:
     """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks."""
+    partition_keys = sorted({lim.partition_key for lim in relevant if lim.partition_key})
+    part_cols = "".join(f", j.payload ->> %(pk{i})s" for i in range(len(partition_keys)))
+    part_params = {f"pk{i}": k for i, k in enumerate(partition_keys)}
     with transaction.atomic(), connection.cursor() as cursor:
+        # The candidates first, without any lock: when no limited job waits (a limit on a type with
+        # nothing queued) the claim costs this one read. Read before the lock they may be stale; the
+        # claim below re-checks each under FOR UPDATE SKIP LOCKED, and the counts are read after it.
+        queue_filter = "AND j.queue = ANY(%(wq)s::text[])" if queues else ""
+        paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
+        cursor.execute(
+            f"""
+            SELECT j.id, j.type, j.queue {part_cols} FROM stint_job j
+            WHERE j.status = 'QUEUED' AND {"j.isolated" if isolated else "NOT j.isolated"}
+              AND (j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))
+              {queue_filter} {paused_filter}
+            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+            LIMIT %(scan)s
+            """,  # noqa: S608 - only constant filters and placeholders are interpolated
+            {
+                "types": [lim.name for lim in relevant if lim.scope == "type"],
+                "queues": [lim.name for lim in relevant if lim.scope == "queue"],
+                "wq": list(queues or []),
+                "paused": list(paused),
+                "scan": max(SCAN_MIN, SCAN_FACTOR * slots),
+                **part_params,
+            },
+        )
+        candidates = cursor.fetchall()
+        if not candidates:
+            _state.pending = False
+            _state.empty_until = time.monotonic() + EMPTY_MEMO_SECONDS
+            return []
         # Every claimer takes the locks in the same (sorted) order and holds no row lock yet, and a
         # holder never waits on anything while holding them (its claim is SKIP LOCKED): no deadlock,
         # and the wait is one short claim transaction. (A try-lock left the loser idle until its next
-        # poll: measured 40% less throughput on a limited type.)
-        keys = sorted(lim.key for lim in relevant)
+        # poll: measured 40% less throughput on a limited type.) Only the limits over the candidates.
+        keys = sorted({k for row in candidates for k in (f"type:{row[1]}", f"queue:{row[2]}") if k in limits})
         cursor.execute(
             "SELECT count(pg_advisory_xact_lock(hashtextextended('stint.flow:' || k, 0)))"
             " FROM (SELECT k FROM unnest(%s::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n) AS ordered",
@@ -185,11 +226,8 @@ def _claim_limited(
         )
         locked = set(keys)
         rooms = {key: _Room(limits[key]) for key in locked}
-        partition_keys = sorted({r.limit.partition_key for r in rooms.values() if r.limit.partition_key})
         locked_types = [r.limit.name for r in rooms.values() if r.limit.scope == "type"]
         locked_queues = [r.limit.name for r in rooms.values() if r.limit.scope == "queue"]
-        part_cols = "".join(f", j.payload ->> %(pk{i})s" for i in range(len(partition_keys)))
-        part_params = {f"pk{i}": k for i, k in enumerate(partition_keys)}
         # A new statement, so a new snapshot: it sees every claim the lock's previous holder committed.
         cursor.execute(
             f"""
@@ -228,29 +266,9 @@ def _claim_limited(
             tats = dict(cursor.fetchall())
             for lim in rated:
                 rooms[lim.key].paced, rooms[lim.key].pace_start = paced_allowance(lim, tats.get(lim.key))
-        queue_filter = "AND j.queue = ANY(%(wq)s::text[])" if queues else ""
-        paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
-        cursor.execute(
-            f"""
-            SELECT j.id, j.type, j.queue {part_cols} FROM stint_job j
-            WHERE j.status = 'QUEUED' AND {"j.isolated" if isolated else "NOT j.isolated"}
-              AND (j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))
-              {queue_filter} {paused_filter}
-            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
-            LIMIT %(scan)s
-            """,  # noqa: S608 - only constant filters and placeholders are interpolated
-            {
-                "types": locked_types,
-                "queues": locked_queues,
-                "wq": list(queues or []),
-                "paused": list(paused),
-                "scan": max(SCAN_MIN, SCAN_FACTOR * slots),
-                **part_params,
-            },
-        )
         chosen: list[uuid.UUID] = []
         left_behind = False
-        for row in cursor.fetchall():
+        for row in candidates:
             job_id, job_type, job_queue, parts = row[0], row[1], row[2], row[3:]
             governing = [k for k in (f"type:{job_type}", f"queue:{job_queue}") if k in limits]
             if any(k not in locked for k in governing):

@@ -185,10 +185,13 @@ def effective_limits(*, fresh: bool = False) -> dict[str, Limit]:
 
 
 def forget_cache() -> None:
-    """Drop this process's cached limits (tests; a service that just changed a row)."""
+    """Drop this process's cached limits and claim-phase memory (tests; a service that just changed a row)."""
     global _cache
     with _cache_lock:
         _cache = None
+    from scheduler.flow import claim
+
+    claim.reset_state()
 
 
 def limit_set(*, scope: str, name: str, data: Mapping[str, Any]) -> Limit:
