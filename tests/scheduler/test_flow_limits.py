@@ -231,3 +231,15 @@ def test_a_bad_settings_entry_or_row_is_skipped_not_fatal(settings):
     assert set(flow_limits.effective_limits(fresh=True)) == {"queue:q", f"type:{PER_CUSTOMER}"}
     enqueue(LIMITED)
     assert len(_claim(5)) == 1
+
+
+def test_a_saturated_unlimited_backlog_does_not_starve_limited_jobs(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=5)
+    for _ in range(20):
+        enqueue(OTHER, priority="HIGH")
+    limited = enqueue(LIMITED, priority="LOW")
+    flow_claim._state.last_first = flow_claim.time.monotonic()  # the limited phase just ran first
+    assert {j.type for j in _claim(3)} == {OTHER}  # every slot went to the unlimited backlog
+    flow_claim._state.last_first -= flow_claim.LIMITED_FIRST_EVERY  # a second later
+    claimed = _claim(3)
+    assert limited.id in {j.id for j in claimed}  # the limited phase went first
