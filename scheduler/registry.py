@@ -56,8 +56,8 @@ class JobContext:
         """Report progress: ``percent`` a number from 0 to 100, ``message`` a short text (500 characters kept).
 
         Shown as ``progress`` on GET /api/jobs/{id}, the job page and the console. Call it as
-        often as you like: writes are rate-limited to one per second per job, the latest value
-        written within a second (``scheduler.flow.progress``). Raises ValueError for bad input;
+        often as you like: each worker process writes the latest value of all its jobs in one
+        statement once a second (``scheduler.flow.progress``). Raises ValueError for bad input;
         never fails the job for a database error.
         """
         if self.lease_token is None:

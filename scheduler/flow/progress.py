@@ -1,13 +1,14 @@
 """Progress from inside a handler: ``ctx.progress(percent, message)``, written rate-limited and fenced.
 
-A handler may call ``ctx.progress`` as often as it likes; the database sees at most one write
-per job every ``MIN_INTERVAL_SECONDS``, and the latest value always reaches it within that
-interval (a background writer flushes what a burst of calls left pending). Each write is
+A handler may call ``ctx.progress`` as often as it likes; each worker process writes the
+latest value of every job that reported, all in one statement, once per ``MIN_INTERVAL_SECONDS``
+(as a heartbeat carries every lease in one statement). The write is
 ``UPDATE stint_job SET progress = ... WHERE id = ... AND lease_token = ... AND status =
 'RUNNING'``: not a status change (``lifecycle`` stays the only writer of status), and fenced,
 so a run whose lease was rescued cannot overwrite the newer attempt's progress. ``at`` is the
 database clock. A write that fails (the database unreachable) is logged and dropped: progress
-is advisory and must never fail the job.
+is advisory and must never fail the job. A value reported less than an interval before the run
+ended may not be written (the job is no longer RUNNING); its result says the rest.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ MAX_MESSAGE_CHARS = 500  # characters of a progress message kept
 class _Pending:
     token: uuid.UUID
     value: dict
-    due: float  # monotonic time at which it may be written
 
 
 def checked(percent: float, message: str) -> dict:
@@ -53,40 +53,38 @@ def checked(percent: float, message: str) -> dict:
 
 
 class ProgressWriter:
-    """Rate-limits progress writes per job and flushes the last pending value of each in a background thread."""
+    """Collects the latest progress of each running job and writes them all in one statement per interval.
+
+    One background thread per process, alive only while progress is pending: however many jobs
+    report, the database sees one ``UPDATE`` per ``interval`` from this process (the way a
+    heartbeat carries every lease), each job's latest value within ``interval`` of its report.
+    """
 
     def __init__(self, interval: float = MIN_INTERVAL_SECONDS) -> None:
         self.interval = interval
         self._lock = threading.Lock()
-        self._last: dict[uuid.UUID, float] = {}
         self._pending: dict[uuid.UUID, _Pending] = {}
         self._thread: threading.Thread | None = None
 
     def report(self, *, job_id: uuid.UUID, lease_token: uuid.UUID, percent: float, message: str = "") -> None:
-        """Record progress of the run holding ``lease_token``; write now or within ``interval`` seconds.
+        """Record progress of the run holding ``lease_token``; it is written within ``interval`` seconds.
 
         Raises ValueError for a bad ``percent`` or ``message`` (the handler's bug, its to see).
         """
         value = checked(percent, message)
-        now = time.monotonic()
         with self._lock:
-            last = self._last.get(job_id)
-            if last is None or now - last >= self.interval:
-                self._last[job_id] = now
-                self._pending.pop(job_id, None)
-                write_now = True
-            else:
-                self._pending[job_id] = _Pending(token=lease_token, value=value, due=last + self.interval)
-                write_now = False
-                if self._thread is None or not self._thread.is_alive():
-                    self._thread = threading.Thread(target=self._flush_loop, name="stint-progress", daemon=True)
-                    self._thread.start()
-        if write_now:
-            _write(job_id, lease_token, value)
-        if len(self._last) > 10_000:  # a long-lived worker: forget jobs not heard of for a while
-            with self._lock:
-                cutoff = now - 60 * self.interval
-                self._last = {k: v for k, v in self._last.items() if v >= cutoff}
+            self._pending[job_id] = _Pending(token=lease_token, value=value)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._flush_loop, name="stint-progress", daemon=True)
+                self._thread.start()
+
+    def flush(self) -> int:
+        """Write everything pending now, in one statement; return how many jobs it named."""
+        with self._lock:
+            batch, self._pending = self._pending, {}
+        if batch:
+            _write(batch)
+        return len(batch)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the background writer has flushed everything pending and stopped (tests, shutdown)."""
@@ -97,36 +95,30 @@ class ProgressWriter:
     def _flush_loop(self) -> None:
         try:
             while True:
+                time.sleep(self.interval)
                 with self._lock:
                     if not self._pending:
                         self._thread = None
                         return
-                    now = time.monotonic()
-                    due = [(k, p) for k, p in self._pending.items() if p.due <= now]
-                    for job_id, _ in due:
-                        del self._pending[job_id]
-                        self._last[job_id] = now
-                    wait = min((p.due for p in self._pending.values()), default=now + self.interval) - now
-                for job_id, pending in due:
-                    _write(job_id, pending.token, pending.value)
-                if not due:
-                    time.sleep(max(0.01, min(wait, self.interval)))
+                self.flush()
         finally:
             connection.close()  # this thread's own connection: it ends here
 
 
-def _write(job_id: uuid.UUID, lease_token: uuid.UUID, value: dict) -> None:
+def _write(batch: dict[uuid.UUID, _Pending]) -> None:
+    ids = list(batch)
     try:
         with connection.cursor() as cursor:
             cursor.execute(
                 """
-                UPDATE stint_job SET progress = %s::jsonb || jsonb_build_object('at', now())
-                WHERE id = %s AND lease_token = %s AND status = 'RUNNING'
+                UPDATE stint_job j SET progress = v.value || jsonb_build_object('at', now())
+                FROM unnest(%s::uuid[], %s::uuid[], %s::jsonb[]) AS v(id, token, value)
+                WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'RUNNING'
                 """,
-                [Jsonb(value), job_id, lease_token],
+                [ids, [batch[i].token for i in ids], [Jsonb(batch[i].value) for i in ids]],
             )
     except DatabaseError:
-        logger.warning("job %s: progress not written (database error)", job_id, extra={"job_id": str(job_id)})
+        logger.warning("progress of %d jobs not written (database error)", len(ids))
         connection.close()
 
 

@@ -59,8 +59,9 @@ def test_progress_of_a_run_that_lost_its_lease_is_not_written(user):
     job = enqueue(PROGRESSING, owner=user)
     (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
     leasing.record_outcomes([leasing.Report(job=claimed, outcome=leasing.Outcome.HANDED_BACK)])
-    writer = ProgressWriter(interval=0.0)
-    writer.report(job_id=job.id, lease_token=claimed.lease_token, percent=99, message="stale")
+    stale = ProgressWriter(interval=3600.0)
+    stale.report(job_id=job.id, lease_token=claimed.lease_token, percent=99, message="stale")
+    assert stale.flush() == 1
     assert Job.objects.get(id=job.id).progress is None
 
 
