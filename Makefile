@@ -17,7 +17,7 @@ AUDIT_METRICS_PORT ?= 9103
 
 
 .PHONY: test-django6 tasks-conformance
-.PHONY: run serve test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz screenshots
+.PHONY: run serve test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz screenshots flow-bench flow-rate
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -129,6 +129,15 @@ bench: $(VENV)/.dev
 	@$(PY) bench/side_by_side.py $(ARGS)
 	@case "$(ARGS)" in *--quick*) ;; *) $(DEVSTACK) $(PY) bench/tasks_throughput.py --rounds 3 ;; esac
 	@case "$(ARGS)" in *--quick*) ;; *) $(DEVSTACK) $(PY) bench/job_list_bench.py ;; esac
+
+# Benchmarks of flow control (not tests): drain throughput without limits, with a limit on an unrelated
+# type and with one on the drained type (bench/flow_bench.py, ARGS="--reps 7 --jobs 5000"); and the
+# issue's rate check, 60 per minute over 3 minutes with several worker processes (bench/flow_rate.py).
+flow-bench: $(VENV)/.dev
+	@$(DEVSTACK) $(PY) bench/flow_bench.py $(ARGS)
+
+flow-rate: $(VENV)/.dev
+	@$(DEVSTACK) $(PY) bench/flow_rate.py $(ARGS)
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

@@ -267,6 +267,14 @@ SCHEDULER = {
     "RETENTION_DEAD_DAYS": env.int("STINT_RETENTION_DEAD_DAYS", default=30),
     # Let owners retry their own dead-lettered jobs (the recover transition); off: only ADMINs recover.
     "OWNERS_MAY_RETRY_DEAD": env.bool("STINT_OWNERS_MAY_RETRY_DEAD", default=False),
+    # Flow control (scheduler.flow): limits in code (the API and console add database ones), e.g.
+    # [{"scope": "type", "name": "EMAIL", "rate_limit": 100, "rate_period_seconds": 60}].
+    "FLOW_LIMITS": [],
+    # No starvation: a job QUEUED longer than this gains AGING_STEP priority, up to AGING_MAX_PRIORITY,
+    # once per such wait (0: off; scheduler.flow.aging).
+    "AGING_SECONDS": env.int("STINT_AGING_SECONDS", default=0),
+    "AGING_STEP": env.int("STINT_AGING_STEP", default=50),
+    "AGING_MAX_PRIORITY": env.int("STINT_AGING_MAX_PRIORITY", default=50),
 }
 
 for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", *(k for k in SCHEDULER if k.startswith("RETENTION_"))):

@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit.api import JobEventListView
 from core.errors import api_not_found
+from scheduler.api import flow as flow_api
 from scheduler.api import queues as queue_api
 from scheduler.api import schedules as schedule_api
 from scheduler.health import HealthView
@@ -24,6 +25,9 @@ urlpatterns = [
     path("api/auth/", include("accounts.urls")),
     path("api/admin/queues/<str:name>/pause", queue_api.QueuePauseView.as_view(), name="admin-queue-pause"),
     path("api/admin/queues/<str:name>/resume", queue_api.QueueResumeView.as_view(), name="admin-queue-resume"),
+    path("api/admin/queues/<str:name>/limits", flow_api.QueueLimitView.as_view(), name="admin-queue-limits"),
+    path("api/admin/types/<str:name>/limits", flow_api.TypeLimitView.as_view(), name="admin-type-limits"),
+    path("api/admin/limits", flow_api.LimitListView.as_view(), name="admin-limits"),
     path("api/schedules", schedule_api.ScheduleListCreateView.as_view(), name="schedule-list"),
     path("api/schedules/preview", schedule_api.SchedulePreviewView.as_view(), name="schedule-preview"),
     path("api/schedules/<int:schedule_id>", schedule_api.ScheduleDetailView.as_view(), name="schedule-detail"),

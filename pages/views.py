@@ -29,6 +29,7 @@ from pages.forms import JobFilterForm, JobForm, RegisterForm, ScheduleForm, erro
 from pages.ratelimit import AUTH_SCOPE, limit_posts
 from scheduler import schedules, selectors, services
 from scheduler.exceptions import JobNotFound, ScheduleNotFound, StintError
+from scheduler.flow.explain import waiting_reason
 from scheduler.models import CronSchedule, Job, JobResult
 from scheduler.states import CANCELLABLE, FINISHED, JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
@@ -180,6 +181,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "can_cancel": job.status in CANCELLABLE or (job.status == JobStatus.RUNNING and not job.cancel_requested),
         "can_retry": job.status == JobStatus.FAILED or (job.status == JobStatus.DEAD and services.dead_retry_allowed()),
         "dead_needs_admin": job.status == JobStatus.DEAD and not services.dead_retry_allowed(),
+        "waiting": waiting_reason(job),
     }
 
 

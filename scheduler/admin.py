@@ -264,9 +264,9 @@ class JobAdmin(OperatorAdmin):
     list_per_page = 50
     actions = ("cancel_jobs", "retry_jobs", "recover_jobs")
     inlines = (JobAttemptInline, JobResultInline)
-    readonly_fields = ("status_badge", "priority_label")
+    readonly_fields = ("status_badge", "priority_label", "flow")
     fieldsets = (
-        (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner")}),
+        (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner", "flow")}),
         ("Payload", {"fields": ("payload",)}),
         (
             "Timing",
@@ -296,6 +296,13 @@ class JobAdmin(OperatorAdmin):
     def times(self, job: Job) -> SafeString:
         """Created, due and finished, stacked in one column (three date columns did not fit at 1400 px)."""
         return stacked_times([("created", job.created_at), ("due", job.scheduled_at), ("finished", job.finished_at)])
+
+    @admin.display(description="progress / waiting")
+    def flow(self, job: Job) -> SafeString:
+        """The handler's last progress and, for a QUEUED job, why it waits (``scheduler.flow``)."""
+        from scheduler.flow.admin import job_flow_html
+
+        return job_flow_html(job)
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: Job) -> str:
@@ -861,3 +868,6 @@ class OutboxEventAdmin(EventSearchMixin, OperatorAdmin):
     def transition(self, event: OutboxEvent) -> str:
         """from -> to."""
         return f"{event.from_status or '-'} \u2192 {event.to_status}"
+
+
+from scheduler.flow import admin as _flow_admin  # noqa: E402,F401 - registers the flow-limit console

@@ -96,3 +96,24 @@ class InvalidQueue(StintError):  # noqa: N818
 
     http_status = 400
     code = "validation_error"
+
+
+class InvalidLimit(StintError):  # noqa: N818
+    """The flow limit is not valid."""
+
+    http_status = 400
+    code = "validation_error"
+
+
+class InvalidUnique(StintError):  # noqa: N818
+    """The unique-job options are not valid."""
+
+    http_status = 400
+    code = "validation_error"
+
+
+class UniqueConflict(StintError):  # noqa: N818
+    """A live job with the same unique content exists; this one cannot run again until that one ends."""
+
+    http_status = 409
+    code = "unique_conflict"

@@ -81,7 +81,17 @@ def claim_jobs(
     paused: Sequence[str] = (),
     isolated: bool = False,
 ) -> list[Claimed]:
-    """Claim up to ``limit`` due jobs for ``worker_id`` in one short transaction (see ``lifecycle.claim``)."""
+    """Claim up to ``limit`` due jobs for ``worker_id`` in one short transaction (see ``lifecycle.claim``).
+
+    While flow limits exist (``scheduler.flow``), ``flow.claim.claim_jobs`` claims instead: the
+    unlimited jobs as here, the limited ones under their limits, each in a short transaction.
+    """
+    # --- flow control (issue 17): the one hook into the claim path ---
+    from scheduler.flow import claim as flow_claim
+
+    if flow_claim.limits_apply():
+        return flow_claim.claim_jobs(worker_id=worker_id, limit=limit, queues=queues, paused=paused, isolated=isolated)
+    # --- end flow control ---
     with transaction.atomic():
         return lifecycle.claim(
             worker_id=worker_id,

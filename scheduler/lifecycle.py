@@ -327,6 +327,7 @@ def claim(
     queues: Sequence[str] | None,
     paused: Sequence[str] = (),
     isolated: bool = False,
+    flow: tuple[str, Mapping[str, Any]] | None = None,
 ) -> list[Claimed]:
     """Lease up to ``limit`` QUEUED jobs in one statement (QUEUED -> RUNNING) and return them.
 
@@ -339,17 +340,20 @@ def claim(
     JOB_STARTED event are written by the same statement. ``queues`` None means every queue;
     ``paused`` queues are skipped. ``isolated`` False (ordinary workers) claims only jobs that
     are not isolated; True (a supervisor's isolation slot) only isolated ones, through their own
-    small partial index. Must run inside the caller's (short) transaction.
+    small partial index. ``flow`` (``scheduler.flow.claim``): an extra ``AND ...`` filter on the
+    candidates and its named parameters (flow-limited jobs left out, or exactly the admitted
+    ones). Must run inside the caller's (short) transaction.
     """
     if limit <= 0:
         return []
+    flow_filter, flow_params = flow or ("", {})
     queue_filter = "AND queue = ANY(%(queues)s::text[])" if queues else ""
     paused_filter = "AND NOT (queue = ANY(%(paused)s::text[]))" if paused else ""
     isolation_filter = "AND isolated" if isolated else "AND NOT isolated"
     sql = f"""
         WITH cand AS (
             SELECT id FROM stint_job
-            WHERE status = 'QUEUED' {isolation_filter} {queue_filter} {paused_filter}
+            WHERE status = 'QUEUED' {isolation_filter} {queue_filter} {paused_filter} {flow_filter}
             ORDER BY priority DESC, scheduled_at, created_at
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
@@ -389,6 +393,7 @@ def claim(
         "queues": list(queues or []),
         "paused": list(paused),
         "event": str(TRANSITIONS[(JobStatus.QUEUED, JobStatus.RUNNING)]),
+        **flow_params,
     }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -107,7 +107,15 @@ rate_limit_backend_errors_total = Counter(
 # -- which process serves which family --------------------------------------------------------
 
 # The cluster-wide gauges ``ClusterStateCollector`` reads from PostgreSQL at scrape time.
-CLUSTER_FAMILIES = frozenset({"jobs_queue_depth", "workers_active", "workers_heartbeat_overdue", "outbox_backlog"})
+CLUSTER_FAMILIES = frozenset(
+    {
+        "jobs_queue_depth",
+        "workers_active",
+        "workers_heartbeat_overdue",
+        "outbox_backlog",
+        "jobs_queued_oldest_age_seconds",  # scheduler.flow.aging.OldestWaitingCollector
+    }
+)
 _JOB_OUTCOMES = (jobs_failed_total, jobs_retried_total, jobs_dead_total, jobs_cancelled_total)
 # Every metric object of this module is declared in exactly one process's set below, or in
 # several when several processes really count it (jobs_created_total: whoever enqueues).
@@ -345,12 +353,18 @@ _register_lock = threading.Lock()
 
 
 def register_cluster_state(registry: CollectorRegistry = REGISTRY) -> ClusterStateCollector:
-    """Register one ``ClusterStateCollector`` in ``registry`` (idempotent) and return it."""
+    """Register one ``ClusterStateCollector`` in ``registry`` (idempotent) and return it.
+
+    The oldest-waiting gauge (``scheduler.flow.aging.OldestWaitingCollector``) comes with it.
+    """
     with _register_lock:
         collector = _registered.get(id(registry))
         if collector is None:
             collector = ClusterStateCollector()
             registry.register(collector)
+            from scheduler.flow.aging import OldestWaitingCollector  # flow control (issue 17)
+
+            registry.register(OldestWaitingCollector())
             _registered[id(registry)] = collector
         return collector
 

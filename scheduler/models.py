@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
@@ -62,6 +63,12 @@ class Job(models.Model):
     # The W3C trace context (``traceparent``, ``tracestate``) of the request or cron fire that
     # created the job, while tracing is on (``scheduler.tracing``); each attempt's span links to it.
     trace_context = models.JSONField(null=True, blank=True)
+    # Flow control (scheduler.flow): the handler's last ``ctx.progress`` ({"percent", "message", "at"}),
+    # and a unique job's content key with the statuses in which it blocks a duplicate (the partial
+    # unique index ``job_unique_live``, created by migration 0008, is the race-free guard).
+    progress = models.JSONField(null=True, blank=True)
+    unique_key = models.CharField(max_length=64, null=True, blank=True)
+    unique_states = ArrayField(models.CharField(max_length=10), null=True, blank=True)
 
     class Meta:
         db_table = "stint_job"
@@ -351,3 +358,6 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+from scheduler.flow.models import FlowAdmission, FlowLimit, FlowPace  # noqa: E402,F401 - models of this app

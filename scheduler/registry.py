@@ -32,6 +32,8 @@ class HandlerSpec:
     backoff_base_seconds: float | None = None
     backoff_max_seconds: float | None = None
     backoff_jitter: bool | None = None
+    # Flow limits on this type (scheduler.flow.limits): the API's JSON shape, or None.
+    limits: dict[str, Any] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -48,6 +50,24 @@ class JobContext:
     owner_id: int | None
     logger: logging.LoggerAdapter
     cancel_flag: CancelFlag = field(default_factory=threading.Event)
+    lease_token: uuid.UUID | None = None  # this run's fencing token: progress writes carry it
+
+    def progress(self, percent: float, message: str = "") -> None:
+        """Report progress: ``percent`` a number from 0 to 100, ``message`` a short text (500 characters kept).
+
+        Shown as ``progress`` on GET /api/jobs/{id}, the job page and the console. Call it as
+        often as you like: each worker process writes the latest value of all its jobs in one
+        statement once a second (``scheduler.flow.progress``). Raises ValueError for bad input;
+        never fails the job for a database error.
+        """
+        if self.lease_token is None:
+            from scheduler.flow.progress import checked
+
+            checked(percent, message)  # outside a worker run (a direct call): validate only
+            return
+        from scheduler.flow.progress import writer
+
+        writer.report(job_id=self.job_id, lease_token=self.lease_token, percent=percent, message=message)
 
     @property
     def cancelled(self) -> bool:
@@ -90,12 +110,39 @@ def handler(
     backoff_base_seconds: float | None = None,
     backoff_max_seconds: float | None = None,
     backoff_jitter: bool | None = None,
+    concurrency: int | None = None,
+    concurrency_key: str | None = None,
+    concurrency_per_key: int | None = None,
+    rate_limit: int | None = None,
+    rate_period_seconds: float | None = None,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated ``func(payload, ctx) -> JSON-serializable result`` for job type ``name``.
 
-    Per-type defaults apply when a job is enqueued without its own value. Raises ValueError if
-    ``name`` is already registered to another function.
+    Per-type defaults apply when a job is enqueued without its own value. Flow limits across
+    every worker (``scheduler.flow.limits``): ``concurrency`` RUNNING at once; with
+    ``concurrency_key`` (a payload field), at most ``concurrency_per_key`` (default 1) RUNNING
+    per distinct value; ``rate_limit`` claims per ``rate_period_seconds``. Raises ValueError if
+    ``name`` is already registered to another function, or a limit is invalid.
     """
+    limits = {
+        k: v
+        for k, v in {
+            "concurrency": concurrency,
+            "partition_key": concurrency_key,
+            "partition_concurrency": concurrency_per_key,
+            "rate_limit": rate_limit,
+            "rate_period_seconds": rate_period_seconds,
+        }.items()
+        if v is not None
+    }
+    if limits:
+        from scheduler.exceptions import InvalidLimit
+        from scheduler.flow.limits import validated
+
+        try:
+            validated(limits, scope="type", name=name, source="handler")
+        except InvalidLimit as exc:
+            raise ValueError(f"@handler({name!r}): {exc} {exc.details}") from None
 
     def decorate(func: HandlerFunc) -> HandlerFunc:
         spec = HandlerSpec(
@@ -106,6 +153,7 @@ def handler(
             backoff_base_seconds=backoff_base_seconds,
             backoff_max_seconds=backoff_max_seconds,
             backoff_jitter=backoff_jitter,
+            limits=limits or None,
         )
         with _LOCK:
             existing = _REGISTRY.get(name)
@@ -151,6 +199,11 @@ def resolve(name: str) -> HandlerSpec:
         if spec is not None:
             return spec
     return get_handler(name)
+
+
+def handler_limits() -> dict[str, dict[str, Any]]:
+    """Return {job type: its ``@handler`` flow limits (the API's JSON shape)} for handlers that set any."""
+    return {name: dict(spec.limits) for name, spec in _REGISTRY.items() if spec.limits}
 
 
 def registered_types() -> list[str]:

@@ -49,6 +49,7 @@ class EnqueueOutcome:
 
     job: Job
     replayed: bool
+    duplicate: bool = False  # a unique job's live duplicate was returned (scheduler.flow.unique)
 
 
 def _priority_value(priority: str | int | Priority) -> int:
@@ -175,6 +176,7 @@ def enqueue_request(
     owner: Any = None,
     name: str = "",
     trusted: bool = False,
+    unique: Any = None,
 ) -> EnqueueOutcome:
     """Create a job (QUEUED now, or SCHEDULED for a future ``scheduled_at``) and say if it was a replay.
 
@@ -188,8 +190,12 @@ def enqueue_request(
     ``trusted`` (project code only, never a request's choice) also accepts the job types of
     ``registry.resolve`` (Django task paths) and ``max_retries`` 0.
 
-    Raises UnknownJobType, InvalidJob (400), PayloadTooLarge (413), IdempotencyConflict (409:
-    same key, different request).
+    ``unique`` (``{"keys": [...], "period": s, "states": [...]}``, ``scheduler.flow.unique``):
+    when a job with the same content is live, return it with ``duplicate=True`` instead of
+    creating one. Not combinable with ``idempotency_key``.
+
+    Raises UnknownJobType, InvalidJob (400), InvalidUnique (400), PayloadTooLarge (413),
+    IdempotencyConflict (409: same key, different request).
     """
     payload = {} if payload is None else payload
     valid = _validated(
@@ -224,6 +230,20 @@ def enqueue_request(
         timeout_seconds=valid["timeout_seconds"],
         idempotency_key=idempotency_key,
     )
+    # --- flow control (issue 17): unique jobs ---
+    if unique is not None:
+        from scheduler.exceptions import InvalidUnique
+        from scheduler.flow import unique as flow_unique
+
+        spec = flow_unique.parse(unique)
+        if idempotency_key is not None:
+            raise InvalidUnique(
+                "unique and an Idempotency-Key cannot be combined",
+                details={"unique": ["Send either unique or an Idempotency-Key, not both."]},
+            )
+        job, duplicate = flow_unique.enqueue_unique(new, spec, insert=_insert)
+        return EnqueueOutcome(job=job, replayed=False, duplicate=duplicate)
+    # --- end flow control ---
     if idempotency_key is None:
         with transaction.atomic():
             _insert([new])
@@ -303,7 +323,8 @@ def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
     Options and errors as ``enqueue_request``: ``priority`` ("HIGH", "MEDIUM", "LOW", or a whole
     number from -100 to 100, higher first; the names are 50, 0 and -50),
     ``queue``, ``scheduled_at`` (aware datetime), ``max_retries``, ``timeout_seconds``,
-    ``idempotency_key``, ``owner`` (a user or user id), ``name``.
+    ``idempotency_key``, ``owner`` (a user or user id), ``name``, ``unique`` (a live duplicate
+    is returned instead of a new job: ``scheduler.flow.unique``).
     """
     return enqueue_request(type_, payload, **options).job
 
@@ -429,16 +450,19 @@ def job_retry(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     ``STINT_OWNERS_MAY_RETRY_DEAD``, its owner's retry makes the same move as ``job_recover``
     (DEAD -> QUEUED with a fresh budget, JOB_RECOVERED with reason ``owner_retry``). Raises
     JobNotFound, or IllegalTransition (409) from any other state, whose message says who may
-    recover a DEAD job.
+    recover a DEAD job, or UniqueConflict (409) for a unique job whose live duplicate exists.
     """
     _authorize(job_id=job_id, actor=actor)
-    moved = lifecycle.transition_one(
-        job_id=job_id,
-        to=JobStatus.RETRYING,
-        expected=JobStatus.FAILED,
-        assign=_FRESH_RUN,
-        event_payload={"reason": "manual_retry"},
-    )
+    from scheduler.flow.unique import guard  # a unique job's live duplicate: 409, not a database error
+
+    with guard():
+        moved = lifecycle.transition_one(
+            job_id=job_id,
+            to=JobStatus.RETRYING,
+            expected=JobStatus.FAILED,
+            assign=_FRESH_RUN,
+            event_payload={"reason": "manual_retry"},
+        )
     if moved is None and dead_retry_allowed():
         return _recover(job_id=job_id, reason="owner_retry")
     if moved is None:
@@ -464,14 +488,17 @@ def job_recover(*, job_id: uuid.UUID, actor: Any = None) -> Job:
 
 def _recover(*, job_id: uuid.UUID, reason: str | None) -> Job:
     """DEAD -> QUEUED (the table's recover transition) with a fresh budget; raise IllegalTransition otherwise."""
-    moved = lifecycle.transition_one(
-        job_id=job_id,
-        to=JobStatus.QUEUED,
-        expected=JobStatus.DEAD,
-        event=EventType.JOB_RECOVERED,
-        assign=_FRESH_RUN,
-        event_payload={"reason": reason} if reason else None,
-    )
+    from scheduler.flow.unique import guard  # a unique job's live duplicate: 409, not a database error
+
+    with guard():
+        moved = lifecycle.transition_one(
+            job_id=job_id,
+            to=JobStatus.QUEUED,
+            expected=JobStatus.DEAD,
+            event=EventType.JOB_RECOVERED,
+            assign=_FRESH_RUN,
+            event_payload={"reason": reason} if reason else None,
+        )
     if moved is None:
         status = _current_status(job_id)
         raise IllegalTransition(

@@ -105,6 +105,13 @@ class JobCreateSerializer(StrictSerializer):
         min_value=MAX_RETRIES_RANGE[0], max_value=MAX_RETRIES_RANGE[1], required=False
     )
     timeout_seconds = serializers.IntegerField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], required=False)
+    unique = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Unique job: {keys: [payload fields], period: seconds, states: [statuses]}. A live duplicate "
+        "is returned with 200 and `Unique-Duplicate: true` instead of a new job.",
+    )
 
     def validate_type(self, value: str) -> str:
         """Refuse a type no handler is registered for."""
@@ -122,6 +129,10 @@ class JobSerializer(serializers.ModelSerializer):
     priority = PriorityLabelField(source="priority_name")
     owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
     schedule = serializers.IntegerField(source="schedule_id", read_only=True, allow_null=True)
+    progress = serializers.JSONField(
+        read_only=True, help_text="The handler's last ctx.progress: {percent, message, at}; null if none."
+    )
+    waiting = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -146,8 +157,27 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "last_error",
+            "progress",
+            "waiting",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "Why a QUEUED job is not running yet: {code, message} (queue_paused, "
+            "concurrency_limit, partition_limit, rate_limit); null otherwise.",
+        }
+    )
+    def get_waiting(self, job: Job) -> dict[str, str] | None:
+        """Why a QUEUED job waits (``scheduler.flow.explain``), else None."""
+        from scheduler.flow.explain import Explainer
+
+        if job.status != JobStatus.QUEUED:
+            return None
+        explainer = self.context.setdefault("flow_explainer", Explainer()) if self.context is not None else None
+        return (explainer or Explainer()).reason(job)
 
 
 class JobAttemptSerializer(serializers.ModelSerializer):

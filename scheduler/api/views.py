@@ -32,6 +32,7 @@ from scheduler.states import JobStatus
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
+UNIQUE_DUPLICATE_HEADER = "Unique-Duplicate"  # a unique job's live duplicate was returned (scheduler.flow.unique)
 
 
 class JobPagination(KeysetPagination):
@@ -94,7 +95,8 @@ class JobListCreateView(generics.ListAPIView):
         description=(
             "201 with the new job. With an `Idempotency-Key`, repeating the same body returns the "
             "original job with 200 and `Idempotent-Replayed: true`; the same key with a different "
-            "body is a 409. Unknown fields are a 400; a payload over 10 KB is a 413."
+            "body is a 409. With `unique`, a live job of the same content is returned with 200 and "
+            "`Unique-Duplicate: true`. Unknown fields are a 400; a payload over 10 KB is a 413."
         ),
         tags=["jobs"],
         request=JobCreateSerializer,
@@ -108,6 +110,13 @@ class JobListCreateView(generics.ListAPIView):
             OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[200, 201], description="The job."),
             OpenApiParameter(
                 REPLAYED_HEADER, str, OpenApiParameter.HEADER, response=[200], description="`true` on a replay."
+            ),
+            OpenApiParameter(
+                UNIQUE_DUPLICATE_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                response=[200],
+                description="`true` when `unique` found a live duplicate: the body is that job.",
             ),
         ],
         responses={
@@ -133,11 +142,14 @@ class JobListCreateView(generics.ListAPIView):
             idempotency_key=request.headers.get(IDEMPOTENCY_HEADER),
             owner=request.user,
             name=data["name"],
+            unique=data["unique"],
         )
         headers = {"Location": request.build_absolute_uri(reverse("job-detail", kwargs={"job_id": outcome.job.id}))}
         if outcome.replayed:
             headers[REPLAYED_HEADER] = "true"
-        code = status.HTTP_200_OK if outcome.replayed else status.HTTP_201_CREATED
+        if outcome.duplicate:
+            headers[UNIQUE_DUPLICATE_HEADER] = "true"
+        code = status.HTTP_200_OK if outcome.replayed or outcome.duplicate else status.HTTP_201_CREATED
         return Response(JobSerializer(outcome.job).data, status=code, headers=headers)
 
 

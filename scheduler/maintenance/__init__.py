@@ -84,6 +84,10 @@ def default_services() -> list[Service]:
     services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
     # The cron firer needs leadership: see leader_services().
     services += [OutboxRelay(), OutboxPruner(), AuditReconciler()]
+    from scheduler.flow.aging import Reprioritizer  # flow control (issue 17): off unless AGING_SECONDS
+    from scheduler.flow.pruner import AdmissionPruner
+
+    services += [Reprioritizer(), AdmissionPruner()]
     return services + [factory() for factory in _registered]
 
 

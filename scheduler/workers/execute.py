@@ -46,6 +46,7 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         owner_id=job.owner_id,
         logger=logging.LoggerAdapter(logger, {"job_id": str(job.id), "attempt": job.attempt}),
         cancel_flag=cancel_flag,
+        lease_token=job.lease_token,  # ctx.progress writes are fenced by it (scheduler.flow.progress)
     )
     try:
         spec = resolve(job.type)

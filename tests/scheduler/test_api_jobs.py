@@ -20,6 +20,8 @@ pytestmark = pytest.mark.django_db
 JOBS = "/api/jobs"
 READ_FIELDS = {
     "id",
+    "progress",  # ctx.progress (scheduler.flow.progress)
+    "waiting",  # why a QUEUED job waits (scheduler.flow.explain)
     "name",
     "type",
     "payload",

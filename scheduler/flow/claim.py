@@ -1,0 +1,329 @@
+"""The claim under flow limits: unlimited jobs as usual, limited ones only while their limits have room.
+
+How a limit holds across any number of workers and hosts: every claim of a job that a limit
+governs happens inside a transaction holding that limit's advisory transaction lock
+(``pg_advisory_xact_lock``, taken in key order). Under the lock, a *later statement* counts
+the RUNNING jobs and the rate window's admissions: in READ COMMITTED each statement takes a new snapshot, so
+it sees every claim committed by the lock's previous holder (a count inside the locking
+statement would not). Only a claim makes a job RUNNING, so the count can only be too high
+between our statements (a job finishing), never too low. A rescued or finished job frees its
+unit by leaving RUNNING; no counter has to be kept in step.
+
+Rate limits are a sliding window: ``stint_flow_admission`` logs each claim a rate limit
+admitted; at most ``rate_limit`` rows are younger than ``rate_period_seconds``. So that the
+window's count is not claimed in one burst (and then, a period later, in the next), claims are
+also paced: GCRA (the generic cell rate algorithm) spaces them ``period / rate_limit`` apart,
+with a catch-up of ``burst()`` claims after a late poll; its state is one timestamp per limit
+(``stint_flow_pace``). A job held back waits QUEUED: no attempt, no retry budget spent.
+
+Ordering: the unlimited jobs are claimed first (their statement only gains a filter that
+leaves limited jobs out), then the limited ones with the slots left. So that a saturated
+unlimited backlog cannot starve limited jobs, the limited phase goes first when it last
+left admissible jobs behind, and at least every ``LIMITED_FIRST_EVERY`` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.db import connection, transaction
+
+from scheduler import lifecycle
+from scheduler.conf import conf
+from scheduler.flow.limits import Limit, effective_limits
+from scheduler.lifecycle import Claimed
+
+LIMITED_FIRST_EVERY = 1.0  # seconds: the limited phase runs before the unlimited one at least this often
+# Seconds a worker trusts "no limited job waits" before looking again after an unfilled claim: a limited
+# job enqueued meanwhile waits at most this long more (or until LIMITED_FIRST_EVERY comes round).
+EMPTY_MEMO_SECONDS = 0.1
+SCAN_FACTOR = 8  # candidates read per free slot (partition limits may skip many)
+SCAN_MIN = 100  # candidates read at least
+CATCH_UP_SECONDS = 2.0  # a rate limit's pacing lets this many seconds' worth of claims through at once
+
+
+def burst(limit: Limit) -> int:
+    """Claims a rate limit admits at once after a pause: ``CATCH_UP_SECONDS`` worth, at least 2."""
+    return max(2, math.ceil(CATCH_UP_SECONDS * limit.rate_limit / limit.rate_period_seconds))
+
+
+def paced_allowance(limit: Limit, tat_in: float | None) -> tuple[int, float]:
+    """GCRA: how many claims may start now, and the arrival time they start from.
+
+    ``tat_in``: seconds from now (database clock) to the limit's theoretical arrival time, None
+    when it has none yet. Returns (allowance, start) where ``start`` (seconds from now) plus one
+    emission interval per claim is the new arrival time. Pure; source: GCRA as in ITU-T I.371.
+    """
+    interval = limit.rate_period_seconds / limit.rate_limit
+    start = max(tat_in if tat_in is not None else 0.0, 0.0)
+    tolerance = (burst(limit) - 1) * interval
+    if start > tolerance + 1e-9:
+        return 0, start
+    return int((tolerance - start) / interval + 1e-9) + 1, start
+
+
+@dataclass(slots=True)
+class _PhaseState:
+    """Per process: whether the limited phase should go first next time, and when it found nothing."""
+
+    pending: bool = False
+    last_first: float = 0.0
+    empty_until: float = 0.0  # monotonic: no limited job was waiting at the last look
+
+
+_state = _PhaseState()
+
+
+def reset_state() -> None:
+    """Forget this process's phase state (tests that claim many times within a second)."""
+    global _state
+    _state = _PhaseState()
+
+
+def limits_apply() -> bool:
+    """True when any flow limit is in effect (handlers, settings or database; cached about a second)."""
+    return bool(effective_limits())
+
+
+def claim_jobs(
+    *, worker_id: str, limit: int, queues: Sequence[str] | None, paused: Sequence[str] = (), isolated: bool = False
+) -> list[Claimed]:
+    """Claim up to ``limit`` jobs as ``leasing.claim_jobs`` does, honouring every effective flow limit.
+
+    Returns the claimed jobs (unlimited ones first unless the limited phase went first). Each
+    phase is its own short transaction. Raises what the database raises.
+    """
+    limits = effective_limits()
+    types = sorted(lim.name for lim in limits.values() if lim.scope == "type")
+    queue_names = sorted(lim.name for lim in limits.values() if lim.scope == "queue")
+    unlimited_filter = (
+        "AND NOT (type = ANY(%(flow_types)s::text[]) OR queue = ANY(%(flow_queues)s::text[]))",
+        {"flow_types": types, "flow_queues": queue_names},
+    )
+    relevant = [lim for lim in limits.values() if lim.scope == "type" or not queues or lim.name in queues]
+    now = time.monotonic()
+    first = bool(relevant) and (_state.pending or now - _state.last_first >= LIMITED_FIRST_EVERY)
+    claimed: list[Claimed] = []
+    if first:
+        _state.last_first = now
+        claimed += _claim_limited(
+            worker_id=worker_id,
+            slots=limit,
+            limits=limits,
+            relevant=relevant,
+            queues=queues,
+            paused=paused,
+            isolated=isolated,
+        )
+    if limit - len(claimed) > 0:
+        with transaction.atomic():
+            claimed += lifecycle.claim(
+                worker_id=worker_id,
+                limit=limit - len(claimed),
+                lease_seconds=conf().lease_seconds,
+                queues=queues,
+                paused=paused,
+                isolated=isolated,
+                flow=unlimited_filter,
+            )
+    if not first and relevant and limit - len(claimed) > 0 and time.monotonic() >= _state.empty_until:
+        claimed += _claim_limited(
+            worker_id=worker_id,
+            slots=limit - len(claimed),
+            limits=limits,
+            relevant=relevant,
+            queues=queues,
+            paused=paused,
+            isolated=isolated,
+        )
+    return claimed
+
+
+@dataclass(slots=True)
+class _Room:
+    """What one locked limit still admits in this claim."""
+
+    limit: Limit
+    running: int = 0
+    by_partition: dict[str | None, int] = field(default_factory=dict)
+    admitted: int = 0  # in the current rate window
+    paced: int = 0  # claims the pacing still allows now
+    pace_start: float = 0.0  # seconds from now of the pacing's arrival time before this claim
+    taken: int = 0
+
+    def admits(self, partition: str | None) -> bool:
+        lim = self.limit
+        if lim.concurrency is not None and self.running >= lim.concurrency:
+            return False
+        if lim.partition_key and self.by_partition.get(partition, 0) >= (lim.partition_concurrency or 1):
+            return False
+        return not (lim.rate_limit is not None and (self.admitted >= lim.rate_limit or self.taken >= self.paced))
+
+    def take(self, partition: str | None) -> None:
+        self.running += 1
+        self.admitted += 1
+        self.taken += 1
+        if self.limit.partition_key:
+            self.by_partition[partition] = self.by_partition.get(partition, 0) + 1
+
+
+def _claim_limited(
+    *,
+    worker_id: str,
+    slots: int,
+    limits: dict[str, Limit],
+    relevant: list[Limit],
+    queues: Sequence[str] | None,
+    paused: Sequence[str],
+    isolated: bool,
+) -> list[Claimed]:
+    """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks."""
+    partition_keys = sorted({lim.partition_key for lim in relevant if lim.partition_key})
+    part_cols = "".join(f", j.payload ->> %(pk{i})s" for i in range(len(partition_keys)))
+    part_params = {f"pk{i}": k for i, k in enumerate(partition_keys)}
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The candidates first, without any lock: when no limited job waits (a limit on a type with
+        # nothing queued) the claim costs this one read. Read before the lock they may be stale; the
+        # claim below re-checks each under FOR UPDATE SKIP LOCKED, and the counts are read after it.
+        queue_filter = "AND j.queue = ANY(%(wq)s::text[])" if queues else ""
+        paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
+        cursor.execute(
+            f"""
+            SELECT j.id, j.type, j.queue {part_cols} FROM stint_job j
+            WHERE j.status = 'QUEUED' AND {"j.isolated" if isolated else "NOT j.isolated"}
+              AND (j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))
+              {queue_filter} {paused_filter}
+            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+            LIMIT %(scan)s
+            """,  # noqa: S608 - only constant filters and placeholders are interpolated
+            {
+                "types": [lim.name for lim in relevant if lim.scope == "type"],
+                "queues": [lim.name for lim in relevant if lim.scope == "queue"],
+                "wq": list(queues or []),
+                "paused": list(paused),
+                "scan": max(SCAN_MIN, SCAN_FACTOR * slots),
+                **part_params,
+            },
+        )
+        candidates = cursor.fetchall()
+        if not candidates:
+            _state.pending = False
+            _state.empty_until = time.monotonic() + EMPTY_MEMO_SECONDS
+            return []
+        # Every claimer takes the locks in the same (sorted) order and holds no row lock yet, and a
+        # holder never waits on anything while holding them (its claim is SKIP LOCKED): no deadlock,
+        # and the wait is one short claim transaction. (A try-lock left the loser idle until its next
+        # poll: measured 40% less throughput on a limited type.) Only the limits over the candidates.
+        keys = sorted({k for row in candidates for k in (f"type:{row[1]}", f"queue:{row[2]}") if k in limits})
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(hashtextextended('stint.flow:' || k, 0)))"
+            " FROM (SELECT k FROM unnest(%s::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n) AS ordered",
+            [keys],
+        )
+        locked = set(keys)
+        rooms = {key: _Room(limits[key]) for key in locked}
+        locked_types = [r.limit.name for r in rooms.values() if r.limit.scope == "type"]
+        locked_queues = [r.limit.name for r in rooms.values() if r.limit.scope == "queue"]
+        # A new statement, so a new snapshot: it sees every claim the lock's previous holder committed.
+        cursor.execute(
+            f"""
+            SELECT j.type, j.queue {part_cols}, count(*) FROM stint_job j
+            WHERE j.status = 'RUNNING' AND (j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))
+            GROUP BY 1, 2 {"".join(f", {i + 3}" for i in range(len(partition_keys)))}
+            """,  # noqa: S608 - only placeholders are interpolated
+            {"types": locked_types, "queues": locked_queues, **part_params},
+        )
+        for row in cursor.fetchall():
+            job_type, job_queue, parts, n = row[0], row[1], row[2:-1], row[-1]
+            for room in _rooms_for(rooms, job_type, job_queue):
+                room.running += n
+                if room.limit.partition_key:
+                    value = parts[partition_keys.index(room.limit.partition_key)]
+                    room.by_partition[value] = room.by_partition.get(value, 0) + n
+        rated = [r.limit for r in rooms.values() if r.limit.rate_limit is not None]
+        if rated:
+            cursor.execute(
+                """
+                DELETE FROM stint_flow_admission a USING unnest(%s::text[], %s::float8[]) AS v(k, p)
+                WHERE a.key = v.k AND a.admitted_at <= now() - make_interval(secs => v.p)
+                """,
+                [[lim.key for lim in rated], [lim.rate_period_seconds for lim in rated]],
+            )
+            cursor.execute(
+                "SELECT key, count(*) FROM stint_flow_admission WHERE key = ANY(%s::text[]) GROUP BY key",
+                [[lim.key for lim in rated]],
+            )
+            for key, n in cursor.fetchall():
+                rooms[key].admitted = n
+            cursor.execute(
+                "SELECT key, extract(epoch FROM tat - now())::float8 FROM stint_flow_pace WHERE key = ANY(%s::text[])",
+                [[lim.key for lim in rated]],
+            )
+            tats = dict(cursor.fetchall())
+            for lim in rated:
+                rooms[lim.key].paced, rooms[lim.key].pace_start = paced_allowance(lim, tats.get(lim.key))
+        chosen: list[uuid.UUID] = []
+        left_behind = False
+        for row in candidates:
+            job_id, job_type, job_queue, parts = row[0], row[1], row[2], row[3:]
+            governing = [k for k in (f"type:{job_type}", f"queue:{job_queue}") if k in limits]
+            if any(k not in locked for k in governing):
+                continue  # another worker holds one of its limits this round
+            job_rooms = [rooms[k] for k in governing]
+            values = [
+                parts[partition_keys.index(r.limit.partition_key)] if r.limit.partition_key else None for r in job_rooms
+            ]
+            if not all(r.admits(v) for r, v in zip(job_rooms, values, strict=True)):
+                continue
+            if len(chosen) >= slots:
+                left_behind = True
+                break
+            for r, v in zip(job_rooms, values, strict=True):
+                r.take(v)
+            chosen.append(job_id)
+        _state.pending = left_behind
+        if not chosen:
+            return []
+        claimed = lifecycle.claim(
+            worker_id=worker_id,
+            limit=len(chosen),
+            lease_seconds=conf().lease_seconds,
+            queues=None,
+            paused=(),
+            isolated=isolated,
+            flow=("AND id = ANY(%(flow_ids)s::uuid[])", {"flow_ids": chosen}),
+        )
+        admitted = [
+            key
+            for job in claimed
+            for key in (f"type:{job.type}", f"queue:{job.queue}")
+            if key in rooms and rooms[key].limit.rate_limit is not None
+        ]
+        if admitted:
+            cursor.execute(
+                "INSERT INTO stint_flow_admission (key, admitted_at) SELECT k, now() FROM unnest(%s::text[]) AS k",
+                [admitted],
+            )
+            counts = {k: admitted.count(k) for k in set(admitted)}
+            keys = sorted(counts)
+            tats = [
+                rooms[k].pace_start + counts[k] * rooms[k].limit.rate_period_seconds / rooms[k].limit.rate_limit
+                for k in keys
+            ]
+            cursor.execute(
+                """
+                INSERT INTO stint_flow_pace (key, tat)
+                SELECT k, now() + make_interval(secs => t) FROM unnest(%s::text[], %s::float8[]) AS v(k, t)
+                ON CONFLICT (key) DO UPDATE SET tat = EXCLUDED.tat
+                """,
+                [keys, tats],
+            )
+        return claimed
+
+
+def _rooms_for(rooms: dict[str, _Room], job_type: str, job_queue: str) -> list[_Room]:
+    return [rooms[k] for k in (f"type:{job_type}", f"queue:{job_queue}") if k in rooms]

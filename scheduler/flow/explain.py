@@ -1,0 +1,148 @@
+"""Why a QUEUED job is not running: its queue is paused, or a flow limit it falls under is full.
+
+Read by the API (``waiting`` on a job), the user job page and the console. Figures come from
+the same sources the claim uses (RUNNING jobs, the rate window's admission log), read without
+the limit's lock: a snapshot, good for a person, not for a decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from scheduler.flow.limits import Limit, effective_limits
+from scheduler.models import Job, Queue
+from scheduler.states import JobStatus
+
+
+@dataclass(slots=True)
+class Explainer:
+    """Explains many jobs with one read per queue set, limit and partition value (a page of jobs)."""
+
+    _paused: set[str] | None = None
+    _counts: dict[tuple[str, Any], int] = field(default_factory=dict)
+    _paces: dict[str, float | None] = field(default_factory=dict)
+
+    def paused(self) -> set[str]:
+        if self._paused is None:
+            self._paused = set(Queue.objects.filter(paused=True).values_list("name", flat=True))
+        return self._paused
+
+    def _count(self, what: tuple[str, Any], sql: str, params: list[Any]) -> int:
+        if what not in self._counts:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                self._counts[what] = cursor.fetchone()[0]
+        return self._counts[what]
+
+    def _running(self, limit: Limit, partition: Any = None, *, by_partition: bool = False) -> int:
+        column = "type" if limit.scope == "type" else "queue"
+        if not by_partition:
+            return self._count(
+                (limit.key, None),
+                f"SELECT count(*) FROM stint_job WHERE status = 'RUNNING' AND {column} = %s",  # noqa: S608
+                [limit.name],
+            )
+        return self._count(
+            (limit.key, ("p", partition)),
+            f"SELECT count(*) FROM stint_job WHERE status = 'RUNNING' AND {column} = %s"  # noqa: S608
+            " AND (payload ->> %s) IS NOT DISTINCT FROM %s",
+            [limit.name, limit.partition_key, partition],
+        )
+
+    def _admitted(self, limit: Limit) -> int:
+        return self._count(
+            (limit.key, "rate"),
+            "SELECT count(*) FROM stint_flow_admission WHERE key = %s"
+            " AND admitted_at > now() - make_interval(secs => %s)",
+            [limit.key, limit.rate_period_seconds],
+        )
+
+    def _pace_ahead(self, limit: Limit) -> float | None:
+        """Seconds until the rate limit's pacing admits a claim (<= 0: now), or None without pacing state."""
+        from scheduler.flow.claim import burst
+
+        if limit.key in self._paces:
+            return self._paces[limit.key]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT extract(epoch FROM tat - now())::float8 FROM stint_flow_pace WHERE key = %s", [limit.key]
+            )
+            row = cursor.fetchone()
+        tolerance = (burst(limit) - 1) * limit.rate_period_seconds / limit.rate_limit
+        self._paces[limit.key] = None if row is None else row[0] - tolerance
+        return self._paces[limit.key]
+
+    def reason(self, job: Job) -> dict[str, str] | None:
+        """Return ``{"code", "message"}`` for why QUEUED ``job`` waits, or None (not QUEUED, or only its turn)."""
+        if job.status != JobStatus.QUEUED:
+            return None
+        if job.queue in self.paused():
+            return {"code": "queue_paused", "message": f"Queue {job.queue} is paused."}
+        limits = effective_limits()
+        for key in (f"type:{job.type}", f"queue:{job.queue}"):
+            limit = limits.get(key)
+            if limit is None:
+                continue
+            what = f"{limit.scope} {limit.name}"
+            if limit.concurrency is not None:
+                running = self._running(limit)
+                if running >= limit.concurrency:
+                    return {
+                        "code": "concurrency_limit",
+                        "message": f"Concurrency limit of {what}: {running} of {limit.concurrency} running.",
+                    }
+            if limit.partition_key:
+                payload = job.payload if isinstance(job.payload, dict) else {}
+                value = payload.get(limit.partition_key)
+                value = None if value is None else (value if isinstance(value, str) else _json_text(value))
+                running = self._running(limit, value, by_partition=True)
+                if running >= (limit.partition_concurrency or 1):
+                    return {
+                        "code": "partition_limit",
+                        "message": f"Concurrency limit of {what} per {limit.partition_key} ({value}): "
+                        f"{running} of {limit.partition_concurrency} running.",
+                    }
+            if limit.rate_limit is not None:
+                admitted = self._admitted(limit)
+                if admitted >= limit.rate_limit:
+                    return {
+                        "code": "rate_limit",
+                        "message": f"Rate limit of {what}: {admitted} of {limit.rate_limit} started in the last "
+                        f"{limit.rate_period_seconds:g} s.",
+                    }
+                ahead = self._pace_ahead(limit)
+                if ahead is not None and ahead > 0:
+                    return {
+                        "code": "rate_limit",
+                        "message": f"Rate limit of {what}: starts are spaced "
+                        f"{limit.rate_period_seconds / limit.rate_limit:g} s apart; the next in about {ahead:.1f} s.",
+                    }
+        return None
+
+
+def _json_text(value: Any) -> str:
+    """The text PostgreSQL's ``->>`` gives for a non-string JSON value."""
+    import json
+
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def waiting_reason(job: Job, explainer: Explainer | None = None) -> dict[str, str] | None:
+    """Return why QUEUED ``job`` waits as ``{"code", "message"}``, or None. Codes: queue_paused,
+    concurrency_limit, partition_limit, rate_limit. Pass one ``explainer`` for a page of jobs."""
+    return (explainer or Explainer()).reason(job)
+
+
+def limit_usage(limit: Limit) -> dict[str, int | None]:
+    """Return ``{"running": int, "admitted_in_window": int | None}``: what ``limit`` counts now.
+
+    ``admitted_in_window`` is None for a limit without a rate. A snapshot read without the lock.
+    """
+    explainer = Explainer()
+    return {
+        "running": explainer._running(limit),
+        "admitted_in_window": explainer._admitted(limit) if limit.rate_limit is not None else None,
+    }

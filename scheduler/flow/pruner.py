@@ -1,0 +1,39 @@
+"""Retention of the rate limits' admission log: rows past the longest window go, in bounded batches.
+
+A claim under a rate limit deletes that limit's rows older than its window; this service
+(``run_scheduler``) removes what no claim will: rows of a limit since removed or shortened,
+older than ``flow.limits.MAX_PERIOD_SECONDS`` (the longest window a limit may have).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import connection
+
+from scheduler.flow.limits import MAX_PERIOD_SECONDS
+
+BATCH = 10_000  # rows deleted per run at most
+
+
+class AdmissionPruner:
+    """Delete admission-log rows older than the longest possible window; ``run_once(now) -> rows deleted``."""
+
+    name = "flow-admission-pruner"
+    interval_seconds = 60.0
+    leader_only = False
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Delete up to ``BATCH`` rows older than a day; ``now`` (aware) defaults to the database clock."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                DELETE FROM stint_flow_admission WHERE id IN (
+                    SELECT id FROM stint_flow_admission
+                    WHERE admitted_at < coalesce(%s, now()) - make_interval(secs => %s)
+                    LIMIT %s
+                )
+                """,
+                [now, MAX_PERIOD_SECONDS, BATCH],
+            )
+            return cursor.rowcount

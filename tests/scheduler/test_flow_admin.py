@@ -1,0 +1,69 @@
+"""The console's flow control: ADMINs set limits (the API's validation); job pages show progress and waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler import leasing
+from scheduler.flow import limits as flow_limits
+from scheduler.flow.models import FlowLimit
+from scheduler.models import Job
+from scheduler.services import enqueue
+
+pytestmark = pytest.mark.django_db
+
+ADD = "/admin/scheduler/flowlimit/add/"
+LIST = "/admin/scheduler/flowlimit/"
+
+
+@pytest.fixture
+def operator(client, admin_user):
+    client.force_login(admin_user)
+    flow_limits.forget_cache()
+    yield client
+    flow_limits.forget_cache()
+
+
+def test_an_admin_adds_a_queue_limit_that_the_claim_then_enforces(operator):
+    response = operator.post(ADD, {"scope": "queue", "name": "slow", "concurrency": "1"})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert FlowLimit.objects.get(scope="queue", name="slow").concurrency == 1
+    enqueue("DEMO_TASK", queue="slow")
+    enqueue("DEMO_TASK", queue="slow")
+    assert len(leasing.claim_jobs(worker_id="w", limit=5, queues=None)) == 1
+    page = operator.get(LIST).content.decode()
+    assert 'data-limit="queue:slow"' in page
+    assert "Oldest waiting job per priority" in page
+    assert 'data-priority="MEDIUM"' in page
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        {"scope": "queue", "name": "slow"},
+        {"scope": "queue", "name": "a b", "concurrency": "1"},
+        {"scope": "queue", "name": "slow", "rate_limit": "5"},
+        {"scope": "queue", "name": "slow", "partition_key": "1x"},
+    ],
+)
+def test_the_form_refuses_what_the_api_refuses(operator, form):
+    response = operator.post(ADD, form)
+    assert response.status_code == 200  # the form again, with its errors
+    assert not FlowLimit.objects.exists()
+
+
+def test_a_user_cannot_reach_the_limits(client, user):
+    client.force_login(user)
+    assert client.get(LIST).status_code == 302  # to the login page
+
+
+def test_the_job_page_shows_progress_and_the_waiting_reason(operator, user):
+    flow_limits.limit_set(scope="type", name="DEMO_TASK", data={"concurrency": 1})
+    running = enqueue("DEMO_TASK", owner=user)
+    held = enqueue("DEMO_TASK", owner=user)
+    leasing.claim_jobs(worker_id="w", limit=5, queues=None)
+    Job.objects.filter(id=running.id).update(progress={"percent": 40, "message": "halfway-ish", "at": "now"})
+    page = operator.get(f"/admin/scheduler/job/{running.id}/change/").content.decode()
+    assert "halfway-ish" in page and 'value="40"' in page
+    page = operator.get(f"/admin/scheduler/job/{held.id}/change/").content.decode()
+    assert "Concurrency limit of type DEMO_TASK: 1 of 1 running." in page

@@ -1,0 +1,119 @@
+"""The flow-limit API (scheduler.api.flow): ADMIN only, every bad input a 400, never a 500."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.flow import limits as flow_limits
+from scheduler.services import enqueue
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits():
+    flow_limits.forget_cache()
+    yield
+    flow_limits.forget_cache()
+
+
+def test_an_admin_sets_reads_lists_and_removes_a_queue_limit(admin_api):
+    body = {"concurrency": 5, "partition_key": "customer", "rate_limit": 100, "rate_period_seconds": 60}
+    put = admin_api.put("/api/admin/queues/invoices/limits", body, format="json")
+    assert put.status_code == 200, put.json()
+    assert put.json() | {} == {
+        **body,
+        "partition_concurrency": 1,
+        "rate_period_seconds": 60.0,
+        "scope": "queue",
+        "name": "invoices",
+        "key": "queue:invoices",
+        "source": "database",
+        "running": 0,
+        "admitted_in_window": 0,
+    }
+    assert admin_api.get("/api/admin/queues/invoices/limits").json()["concurrency"] == 5
+    assert [item["key"] for item in admin_api.get("/api/admin/limits").json()] == ["queue:invoices"]
+    assert admin_api.delete("/api/admin/queues/invoices/limits").status_code == 204
+    assert admin_api.get("/api/admin/queues/invoices/limits").status_code == 404
+    assert admin_api.delete("/api/admin/queues/invoices/limits").status_code == 404
+
+
+def test_a_type_limit_and_the_waiting_reason_of_a_held_job(admin_api, user_api, user):
+    assert admin_api.put("/api/admin/types/DEMO_TASK/limits", {"concurrency": 1}, format="json").status_code == 200
+    from scheduler import leasing
+
+    first = enqueue("DEMO_TASK", owner=user)
+    held = enqueue("DEMO_TASK", owner=user)
+    leasing.claim_jobs(worker_id="w", limit=5, queues=None)
+    waiting = user_api.get(f"/api/jobs/{held.id}").json()["waiting"]
+    assert waiting["code"] == "concurrency_limit"
+    assert "1 of 1 running" in waiting["message"]
+    assert user_api.get(f"/api/jobs/{first.id}").json()["waiting"] is None
+    assert admin_api.get("/api/admin/types/DEMO_TASK/limits").json()["running"] == 1
+
+
+def test_users_may_not_touch_limits(user_api):
+    assert user_api.put("/api/admin/queues/q/limits", {"concurrency": 1}, format="json").status_code == 403
+    assert user_api.get("/api/admin/limits").status_code == 403
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        [],
+        "5",
+        {"concurrency": 0},
+        {"concurrency": "1"},
+        {"concurrency": 1.5},
+        {"rate_limit": 3},
+        {"rate_limit": 3, "rate_period_seconds": -1},
+        {"partition_key": "a.b"},
+        {"concurrency": 1, "owner": 3},
+    ],
+)
+def test_bad_limits_are_400_with_details(admin_api, body):
+    response = admin_api.put("/api/admin/queues/q/limits", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_error"
+
+
+def test_a_bad_name_is_400(admin_api):
+    assert admin_api.put("/api/admin/queues/a%20b/limits", {"concurrency": 1}, format="json").status_code == 400
+    assert admin_api.get("/api/admin/types/" + "x" * 101 + "/limits").status_code == 400
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3),
+    max_leaves=8,
+)
+FIELDS = st.sampled_from([*flow_limits.FIELDS, "other"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.dictionaries(FIELDS, JSON, max_size=5) | JSON, name=st.text(min_size=1, max_size=30))
+def test_fuzzed_limit_bodies_and_names_are_200_or_400_never_500(admin_api, body, name):
+    from urllib.parse import quote
+
+    url = f"/api/admin/types/{quote(name, safe='')}/limits"
+    response = admin_api.put(url, body, format="json")
+    assert response.status_code in (200, 400, 404), (body, name, response.content[:300])
+
+
+def test_the_waiting_reason_names_the_rate_limit_and_a_paused_queue(admin_api, user_api, user):
+    from scheduler import leasing, queues
+
+    body = {"rate_limit": 4, "rate_period_seconds": 60}
+    assert admin_api.put("/api/admin/types/DEMO_TASK/limits", body, format="json").status_code == 200
+    jobs = [enqueue("DEMO_TASK", owner=user) for _ in range(3)]
+    assert len(leasing.claim_jobs(worker_id="w", limit=5, queues=None)) == 2  # a burst of 2, then paced
+    waiting = user_api.get(f"/api/jobs/{jobs[2].id}").json()["waiting"]
+    assert waiting["code"] == "rate_limit"
+    assert "spaced 15 s apart" in waiting["message"]
+    queues.queue_pause(name="default")
+    assert user_api.get(f"/api/jobs/{jobs[2].id}").json()["waiting"]["code"] == "queue_paused"
+    assert admin_api.get("/api/admin/types/DEMO_TASK/limits").json()["admitted_in_window"] == 2

@@ -1,0 +1,75 @@
+"""ctx.progress (scheduler.flow.progress): rate-limited, fenced writes that the API and job page show."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from scheduler import leasing
+from scheduler.flow.progress import ProgressWriter, checked, writer
+from scheduler.models import Job
+from scheduler.registry import handler
+from scheduler.services import enqueue
+from scheduler.workers.execute import run_handler
+
+PROGRESSING = "TEST_FLOW_PROGRESS"
+HEARTBEAT_SECONDS = 10.0  # the default heartbeat interval: progress must show within one
+
+
+@handler(PROGRESSING)
+def _progressing(payload: Any, ctx: Any) -> str:
+    """Report a burst of progress; the last value must still reach the database."""
+    for step in range(1, 6):
+        ctx.progress(step * 10, f"step {step}")
+    return "done"
+
+
+def _wait(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_last_progress_of_a_burst_reaches_the_api_within_one_heartbeat(user, user_api, client):
+    job = enqueue(PROGRESSING, owner=user)
+    (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
+    started = time.monotonic()
+    report = run_handler(claimed, threading.Event())
+    assert report.outcome == leasing.Outcome.SUCCEEDED
+    # The job is still RUNNING (its outcome not recorded): the pending last value gets written.
+    _wait(lambda: (Job.objects.get(id=job.id).progress or {}).get("percent") == 50, HEARTBEAT_SECONDS)
+    assert time.monotonic() - started < HEARTBEAT_SECONDS
+    writer.join(HEARTBEAT_SECONDS)
+    body = user_api.get(f"/api/jobs/{job.id}").json()
+    assert body["progress"]["percent"] == 50
+    assert body["progress"]["message"] == "step 5"
+    assert body["progress"]["at"]
+    client.force_login(user)
+    page = client.get(f"/jobs/{job.id}/live/")
+    assert b"step 5" in page.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_progress_of_a_run_that_lost_its_lease_is_not_written(user):
+    job = enqueue(PROGRESSING, owner=user)
+    (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
+    leasing.record_outcomes([leasing.Report(job=claimed, outcome=leasing.Outcome.HANDED_BACK)])
+    stale = ProgressWriter(interval=3600.0)
+    stale.report(job_id=job.id, lease_token=claimed.lease_token, percent=99, message="stale")
+    assert stale.flush() == 1
+    assert Job.objects.get(id=job.id).progress is None
+
+
+@pytest.mark.parametrize("percent,message", [(-1, ""), (101, ""), (float("nan"), ""), (True, ""), ("5", ""), (5, 3)])
+def test_bad_progress_is_the_handlers_error(percent, message):
+    with pytest.raises(ValueError):
+        checked(percent, message)
+
+
+def test_a_long_message_is_cut_and_nul_removed():
+    assert checked(12.345, "a\x00" + "b" * 1000) == {"percent": 12.35, "message": "a" + "b" * 498}
