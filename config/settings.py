@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # ArrayField (Job.unique_states); Django 6 checks that it is installed
     "rest_framework",
     "rest_framework_simplejwt.token_blacklist",
     "django_filters",
