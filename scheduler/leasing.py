@@ -436,20 +436,28 @@ def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
 
 
 def _finish_attempts(reports: Sequence[Report]) -> None:
+    # The attempt's one write: inserted at its outcome, not at the claim (no insert-then-update).
+    # An attempt row already there (written RUNNING by a worker of an earlier release) is finished.
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            UPDATE stint_job_attempt a
-            SET status = v.status, finished_at = coalesce(v.finished_at, now()), error = v.error,
-                traceback = v.tb
-            FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
-                 AS v(job_id, attempt, status, finished_at, error, tb)
-            WHERE a.job_id = v.job_id AND a.attempt_number = v.attempt
+            INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token, started_at,
+                                                finished_at, error, traceback)
+            SELECT job_id, attempt, status, worker, token, started_at, coalesce(finished_at, now()), error, tb
+            FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[], %s::uuid[], %s::timestamptz[],
+                        %s::timestamptz[], %s::text[], %s::text[])
+                 AS v(job_id, attempt, status, worker, token, started_at, finished_at, error, tb)
+            ON CONFLICT (job_id, attempt_number) DO UPDATE
+            SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at, error = EXCLUDED.error,
+                traceback = EXCLUDED.traceback
             """,
             [
                 [r.job.id for r in reports],
                 [r.job.attempt for r in reports],
                 [str(_ATTEMPT_STATUS[r.outcome]) for r in reports],
+                [r.job.worker for r in reports],
+                [r.job.lease_token for r in reports],
+                [r.job.started_at for r in reports],
                 [r.finished_at for r in reports],
                 [r.error for r in reports],
                 [r.traceback for r in reports],

@@ -1,0 +1,58 @@
+"""Run the job path's big statements with server-side binding, prepared once per connection.
+
+Django's psycopg backend binds parameters on the client (``ClientCursor``): every call quotes
+each array element into the SQL text, and PostgreSQL parses and plans the whole CTE again.
+The enqueue, claim and outcome statements are few, fixed texts run thousands of times a
+second, so they go through a plain psycopg ``Cursor`` on Django's own connection (same
+transaction, same type adapters): parameters travel separately in the extended protocol, and
+with ``prepare=True`` each text is parsed and planned once per connection.
+
+Behind a pooler in transaction mode (PgBouncer before 1.21, or without
+``max_prepared_statements``) named prepared statements break: ``SCHEDULER["PREPARED_STATEMENTS"]``
+(``STINT_DB_PREPARED_STATEMENTS``) False keeps server-side binding with unnamed statements,
+which every pooler supports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+from scheduler.conf import conf
+
+
+def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Execute ``sql`` (``%s`` or ``%(name)s`` placeholders) with server-side binding; return its rows.
+
+    Runs on Django's connection, inside whatever transaction the caller holds (autocommit
+    outside ``transaction.atomic``: the statement is then its own transaction). A statement that
+    returns no rows gives ``[]``. Raises Django's wrapped database errors, as ``connection.cursor()``
+    does, so callers catch ``django.db.OperationalError`` and friends as before. Logged in
+    ``connection.queries`` when Django logs queries (DEBUG, ``CaptureQueriesContext``).
+    """
+    rows, _ = _run(sql, params, fetch=True)
+    return rows
+
+
+def execute(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:
+    """Execute ``sql`` as ``fetchall`` does, for a statement without rows; return its row count."""
+    _, count = _run(sql, params, fetch=False)
+    return count
+
+
+def _run(sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool) -> tuple[list[tuple[Any, ...]], int]:
+    connection.ensure_connection()
+    logged = connection.queries_logged
+    started = time.monotonic() if logged else 0.0
+    with connection.wrap_database_errors:
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params, prepare=True if conf().prepared_statements else False)
+            rows = cursor.fetchall() if fetch and cursor.description is not None else []
+            count = cursor.rowcount
+    if logged:
+        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    return rows, count
