@@ -22,7 +22,7 @@ import psycopg
 from django.db import InterfaceError, OperationalError, connection, transaction
 from psycopg.types.json import Jsonb
 
-from scheduler import lifecycle
+from scheduler import lifecycle, prepared
 from scheduler.conf import conf
 from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import NOW, NULL, Claimed, Sql
@@ -125,7 +125,7 @@ def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) ->
     """
     if not jobs:
         return set(), set()
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             """
             WITH locked AS (
@@ -421,7 +421,7 @@ def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
     """
     if not reports:
         return set()
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             """
             SELECT j.id, j.cancel_requested FROM stint_job j
@@ -438,7 +438,7 @@ def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
 def _finish_attempts(reports: Sequence[Report]) -> None:
     # The attempt's one write: inserted at its outcome, not at the claim (no insert-then-update).
     # An attempt row already there (written RUNNING by a worker of an earlier release) is finished.
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token, started_at,
@@ -466,7 +466,7 @@ def _finish_attempts(reports: Sequence[Report]) -> None:
 
 
 def _store_results(reports: Sequence[Report]) -> None:
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO stint_job_result (job_id, attempt, status, result, created_at)

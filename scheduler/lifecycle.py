@@ -15,7 +15,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from psycopg.types.json import Jsonb
 
 from scheduler import prepared
@@ -179,7 +178,7 @@ def transition(
         )
         SELECT id, old_status, event_sequence, attempts FROM moved
     """  # noqa: S608 - identifiers are whitelisted above; values are bound parameters
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [Moved(job_id=r[0], from_status=r[1], sequence=r[2], attempts=r[3]) for r in rows]
@@ -440,7 +439,7 @@ def claim(
         "paused": list(paused),
         "event": str(TRANSITIONS[(JobStatus.QUEUED, JobStatus.RUNNING)]),
     }
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [

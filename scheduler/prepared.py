@@ -56,3 +56,48 @@ def _run(sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool) ->
     if logged:
         connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
     return rows, count
+
+
+class PreparedCursor:
+    """A cursor over Django's connection whose ``execute`` binds server-side and prepares (see module).
+
+    Use as ``with prepared.cursor() as cursor: cursor.execute(sql, params); cursor.fetchall()``,
+    where code used ``connection.cursor()``.
+    """
+
+    def __init__(self) -> None:
+        connection.ensure_connection()
+        self._cursor = psycopg.Cursor(connection.connection)
+
+    def __enter__(self) -> PreparedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cursor.close()
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
+        """Execute ``sql`` with ``params`` (prepared unless ``SCHEDULER["PREPARED_STATEMENTS"]`` is off)."""
+        logged = connection.queries_logged
+        started = time.monotonic() if logged else 0.0
+        with connection.wrap_database_errors:
+            self._cursor.execute(sql, params, prepare=True if conf().prepared_statements else False)
+        if logged:
+            connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        """The statement's rows."""
+        return self._cursor.fetchall()
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        """The statement's next row, or None."""
+        return self._cursor.fetchone()
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the statement returned or changed."""
+        return self._cursor.rowcount
+
+
+def cursor() -> PreparedCursor:
+    """Return a ``PreparedCursor`` on Django's connection (a context manager)."""
+    return PreparedCursor()
