@@ -1,0 +1,65 @@
+"""The worker's claim loop, in-process: when it claims (scheduler.workers.runner)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+
+from scheduler import leasing
+from scheduler.models import Job
+from scheduler.services import enqueue
+from scheduler.states import JobStatus
+from scheduler.workers.runner import Worker, WorkerOptions
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT = 20.0  # seconds any one awaited condition may take
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def test_a_worker_claims_when_notified_never_merely_because_a_slot_freed(monkeypatch) -> None:
+    claims: list[int] = []  # jobs each claim transaction got
+    real_claim = leasing.claim_jobs
+
+    def counted(**kwargs):
+        jobs = real_claim(**kwargs)
+        claims.append(len(jobs))
+        return jobs
+
+    monkeypatch.setattr(leasing, "claim_jobs", counted)
+    ready = threading.Event()
+    # No poll falls due during the test: only NOTIFY (or a full claim) may start a claim.
+    worker = Worker(WorkerOptions(concurrency=4, poll_seconds=3600, heartbeat_seconds=3600), ready=ready.set)
+
+    def run() -> None:
+        worker.run()
+        connection.close()  # the test's thread plays the worker process's main thread
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert ready.wait(WAIT)
+        for _ in range(5):
+            job = enqueue("DEMO_TASK")
+            wait_until(lambda job=job: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)
+    finally:
+        worker.stop()
+        thread.join(WAIT)
+        # Its listener and heartbeat threads close their connections as they end.
+        wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("stint-")])
+
+    assert sum(claims) == 5
+    # At most the start-up claim and the one when LISTEN begins find nothing; each of the five
+    # completions freed a slot and claimed nothing.
+    assert claims.count(0) <= 2, claims
