@@ -81,16 +81,19 @@ def claim_jobs(
     paused: Sequence[str] = (),
     isolated: bool = False,
 ) -> list[Claimed]:
-    """Claim up to ``limit`` due jobs for ``worker_id`` in one short transaction (see ``lifecycle.claim``)."""
-    with transaction.atomic():
-        return lifecycle.claim(
-            worker_id=worker_id,
-            limit=limit,
-            lease_seconds=conf().lease_seconds,
-            queues=queues,
-            paused=paused,
-            isolated=isolated,
-        )
+    """Claim up to ``limit`` due jobs for ``worker_id`` in one short transaction (see ``lifecycle.claim``).
+
+    The claim is one statement: in autocommit (a worker's connection) it is its own transaction,
+    one round trip with no BEGIN or COMMIT; inside the caller's ``transaction.atomic`` it joins it.
+    """
+    return lifecycle.claim(
+        worker_id=worker_id,
+        limit=limit,
+        lease_seconds=conf().lease_seconds,
+        queues=queues,
+        paused=paused,
+        isolated=isolated,
+    )
 
 
 def isolated_jobs_waiting(*, queues: Sequence[str] | None) -> bool:

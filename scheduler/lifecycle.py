@@ -392,7 +392,8 @@ def claim(
     until then the job row itself (attempts, lease_owner, started_at) is the running attempt.
     ``queues`` None means every queue; ``paused`` queues are skipped. ``isolated`` False
     (ordinary workers) claims only jobs that are not isolated; True (a supervisor's isolation
-    slot) only isolated ones, through their own small partial index. Must run inside the caller's (short) transaction.
+    slot) only isolated ones, through their own small partial index. One statement: its own
+    transaction in autocommit, or part of the caller's.
     """
     if limit <= 0:
         return []

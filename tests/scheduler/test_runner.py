@@ -6,14 +6,17 @@ import threading
 import time
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing
 from scheduler.models import Job
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from scheduler.workers.runner import Worker, WorkerOptions
+from tests.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,3 +66,16 @@ def test_a_worker_claims_when_notified_never_merely_because_a_slot_freed(monkeyp
     # At most the start-up claim and the one when LISTEN begins find nothing; each of the five
     # completions freed a slot and claimed nothing.
     assert claims.count(0) <= 2, claims
+
+
+def test_a_claim_in_autocommit_is_one_statement_and_commits_by_itself() -> None:
+    job = enqueue("DEMO_TASK")
+    assert connection.get_autocommit()
+    with CaptureQueriesContext(connection) as queries:
+        (claimed,) = leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)
+    assert len(queries) == 1
+    assert not connection.in_atomic_block
+    # Committed: another connection sees the lease at once.
+    with psycopg.connect(database_url(), autocommit=True) as other:
+        row = other.execute("SELECT status, lease_token FROM stint_job WHERE id = %s", [job.id]).fetchone()
+    assert row == (JobStatus.RUNNING, claimed.lease_token)
