@@ -47,8 +47,21 @@ FLUSH_WINDOW = 0.002  # seconds a flush waits to gather more reports
 CLAIM_COOLDOWN = 0.003
 FLUSH_MAX = 1000  # reports per outcome transaction
 DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
+# Default slots per worker process. A claim takes at most the free slots, so the slots bound the
+# batch that one claim and one outcome transaction carry: with short jobs, throughput grows with
+# them (a no-op drain, one process: about 750 jobs/s at 5 slots, 2,000 at 20, 4,500-5,600 at 50,
+# 4,700-8,800 at 100, on a loaded 2-core box). 50 threads keep most of that while a handler
+# that uses the ORM holds at most 50 database connections per process; a process slot is a
+# child process, so that pool keeps 5.
+DEFAULT_THREAD_SLOTS = 50
+DEFAULT_PROCESS_SLOTS = 5
 _DJANGO_ONLY_OPTIONS = frozenset({"server_side_binding", "pool", "isolation_level", "assume_role", "cursor_factory"})
 _DB_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
+
+
+def default_concurrency(pool: str) -> int:
+    """Return the default slots per worker process for ``pool`` ("threads" or "processes")."""
+    return DEFAULT_PROCESS_SLOTS if pool == "processes" else DEFAULT_THREAD_SLOTS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +73,7 @@ class WorkerOptions:
     ``supervisor_pid``: the ``run_workers`` supervisor that started this process, if any.
     """
 
-    concurrency: int = 5
+    concurrency: int = DEFAULT_THREAD_SLOTS
     queues: Sequence[str] | None = None
     pool: str = "threads"
     poll_seconds: float = 1.0
