@@ -89,6 +89,7 @@ def transition(
     per_row: Mapping[str, tuple[str, Sequence[Any]]] | None = None,
     lease_tokens: Sequence[uuid.UUID] | None = None,
     event_payloads: Sequence[Mapping[str, Any]] | None = None,
+    also: Sequence[str] = (),
 ) -> list[Moved]:
     """Move each job in ``job_ids`` whose status is in ``expected`` to ``to``; return the winners.
 
@@ -101,6 +102,9 @@ def transition(
     - ``lease_tokens``: when given (aligned with ``job_ids``), a job moves only while it still
       holds that token (the fencing rule of DESIGN.md).
     - ``event_payloads``: per-row JSON merged into each event's payload.
+    - ``also``: further data-modifying CTEs (``"name AS (INSERT ...)"``, constant SQL from our
+      own code) written by the same statement; they read ``moved`` (the jobs that moved: ``id``,
+      ``attempts``...) and ``v`` (the per-row inputs), so they touch exactly the winners.
 
     Returns ``Moved`` rows in no particular order; a job absent from them lost the race or was
     not in an expected state. Rows are locked in id order so concurrent batches cannot deadlock.
@@ -175,7 +179,7 @@ def transition(
                                       'priority', {PRIORITY_NAME.format("priority")}) || evp,
                    now()
             FROM moved
-        )
+        ){"".join(f", {cte}" for cte in also)}
         SELECT id, old_status, event_sequence, attempts FROM moved
     """  # noqa: S608 - identifiers are whitelisted above; values are bound parameters
     with prepared.cursor() as cursor:

@@ -12,7 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing
-from scheduler.models import Job
+from scheduler.leasing import Outcome, Report
+from scheduler.models import Job, JobAttempt, JobResult
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from scheduler.workers.runner import Worker, WorkerOptions
@@ -79,3 +80,32 @@ def test_a_claim_in_autocommit_is_one_statement_and_commits_by_itself() -> None:
     with psycopg.connect(database_url(), autocommit=True) as other:
         row = other.execute("SELECT status, lease_token FROM stint_job WHERE id = %s", [job.id]).fetchone()
     assert row == (JobStatus.RUNNING, claimed.lease_token)
+
+
+def test_a_batch_of_successes_in_autocommit_is_one_statement_with_attempts_and_results() -> None:
+    for _ in range(3):
+        enqueue("DEMO_TASK")
+    claimed = leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)
+    with CaptureQueriesContext(connection) as queries:
+        done = leasing.record_batch(
+            [Report(job=c, outcome=Outcome.SUCCEEDED, result={"n": i}) for i, c in enumerate(claimed)]
+        )
+    assert len(queries) == 1  # job moves, events, attempts and results: one statement, its own transaction
+    assert done.accepted == {c.id for c in claimed}
+    for i, c in enumerate(claimed):
+        assert JobResult.objects.get(job_id=c.id).result == {"n": i}
+        attempt = JobAttempt.objects.get(job_id=c.id)
+        assert (attempt.status, attempt.worker, attempt.started_at) == ("SUCCEEDED", "w-test", c.started_at)
+
+
+def test_a_refused_single_statement_batch_in_autocommit_still_records_the_others() -> None:
+    good, bad = enqueue("DEMO_TASK"), enqueue("DEMO_TASK")
+    claimed = {c.id: c for c in leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)}
+    done = leasing.record_batch(
+        [
+            Report(job=claimed[good.id], outcome=Outcome.SUCCEEDED, result={"ok": 1}),
+            Report(job=claimed[bad.id], outcome=Outcome.SUCCEEDED, result={"text": "a\u0000b"}),  # jsonb refuses
+        ]
+    )
+    assert done.final == {good.id: JobStatus.SUCCESS, bad.id: JobStatus.FAILED}
+    assert JobAttempt.objects.filter(job_id__in=[good.id, bad.id]).count() == 2
