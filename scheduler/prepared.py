@@ -24,6 +24,8 @@ from django.db import connection
 
 from scheduler.conf import conf
 
+NEVER_AUTO = 2**31 - 1  # a psycopg prepare_threshold no statement reaches: only prepare=True prepares
+
 
 def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Execute ``sql`` (``%s`` or ``%(name)s`` placeholders) with server-side binding; return its rows.
@@ -44,13 +46,29 @@ def execute(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:
     return count
 
 
+def _prepare_flag() -> bool:
+    """Whether to prepare, after making sure psycopg will when asked.
+
+    Django opens its connections with ``prepare_threshold=None`` (unless ``OPTIONS`` names one),
+    and with ``None`` psycopg ignores even ``prepare=True``. A threshold psycopg never reaches
+    (``NEVER_AUTO``) lets our explicit ``prepare=True`` work while nothing else is prepared
+    behind our back: Django's own cursors bind on the client and never prepare anyway.
+    """
+    if not conf().prepared_statements:
+        return False
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = NEVER_AUTO
+    return True
+
+
 def _run(sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool) -> tuple[list[tuple[Any, ...]], int]:
     connection.ensure_connection()
     logged = connection.queries_logged
     started = time.monotonic() if logged else 0.0
     with connection.wrap_database_errors:
         with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(sql, params, prepare=True if conf().prepared_statements else False)
+            cursor.execute(sql, params, prepare=_prepare_flag())
             rows = cursor.fetchall() if fetch and cursor.description is not None else []
             count = cursor.rowcount
     if logged:
@@ -80,7 +98,7 @@ class PreparedCursor:
         logged = connection.queries_logged
         started = time.monotonic() if logged else 0.0
         with connection.wrap_database_errors:
-            self._cursor.execute(sql, params, prepare=True if conf().prepared_statements else False)
+            self._cursor.execute(sql, params, prepare=_prepare_flag())
         if logged:
             connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
 
