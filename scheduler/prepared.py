@@ -83,9 +83,10 @@ class PreparedCursor:
     where code used ``connection.cursor()``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, prepare: bool = True) -> None:
         connection.ensure_connection()
         self._cursor = psycopg.Cursor(connection.connection)
+        self._prepare = prepare
 
     def __enter__(self) -> PreparedCursor:
         return self
@@ -98,7 +99,7 @@ class PreparedCursor:
         logged = connection.queries_logged
         started = time.monotonic() if logged else 0.0
         with connection.wrap_database_errors:
-            self._cursor.execute(sql, params, prepare=_prepare_flag())
+            self._cursor.execute(sql, params, prepare=_prepare_flag() if self._prepare else False)
         if logged:
             connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
 
@@ -116,6 +117,10 @@ class PreparedCursor:
         return self._cursor.rowcount
 
 
-def cursor() -> PreparedCursor:
-    """Return a ``PreparedCursor`` on Django's connection (a context manager)."""
-    return PreparedCursor()
+def cursor(*, prepare: bool = True) -> PreparedCursor:
+    """Return a ``PreparedCursor`` on Django's connection (a context manager).
+
+    ``prepare`` False binds server-side without preparing: for a statement whose best plan
+    depends on the size of its array parameters (see ``lifecycle.transition``).
+    """
+    return PreparedCursor(prepare=prepare)
