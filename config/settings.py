@@ -256,7 +256,7 @@ SCHEDULER = {
     "RETENTION_DEAD_DAYS": env.int("STINT_RETENTION_DEAD_DAYS", default=30),
     # Let owners retry their own dead-lettered jobs (the recover transition); off: only ADMINs recover.
     "OWNERS_MAY_RETRY_DEAD": env.bool("STINT_OWNERS_MAY_RETRY_DEAD", default=False),
-    # Enqueue, claim and outcome statements prepared once per connection (scheduler.prepared). Off
+    # Enqueue and claim statements prepared once per connection (scheduler.prepared). Off
     # behind a pooler in transaction mode without prepared-statement support (PgBouncer < 1.21).
     "PREPARED_STATEMENTS": env.bool("STINT_DB_PREPARED_STATEMENTS", default=True),
 }

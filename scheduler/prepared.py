@@ -5,7 +5,8 @@ each array element into the SQL text, and PostgreSQL parses and plans the whole 
 The enqueue, claim and outcome statements are few, fixed texts run thousands of times a
 second, so they go through a plain psycopg ``Cursor`` on Django's own connection (same
 transaction, same type adapters): parameters travel separately in the extended protocol, and
-with ``prepare=True`` each text is parsed and planned once per connection.
+the enqueue and claim texts are parsed and planned once per connection (the outcome
+transitions are not prepared: see ``lifecycle.transition``).
 
 Behind a pooler in transaction mode (PgBouncer before 1.21, or without
 ``max_prepared_statements``) named prepared statements break: ``SCHEDULER["PREPARED_STATEMENTS"]``
