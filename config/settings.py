@@ -276,6 +276,9 @@ SCHEDULER = {
     "AGING_SECONDS": env.int("STINT_AGING_SECONDS", default=0),
     "AGING_STEP": env.int("STINT_AGING_STEP", default=50),
     "AGING_MAX_PRIORITY": env.int("STINT_AGING_MAX_PRIORITY", default=50),
+    # Enqueue and claim statements prepared once per connection (scheduler.prepared). Off
+    # behind a pooler in transaction mode without prepared-statement support (PgBouncer < 1.21).
+    "PREPARED_STATEMENTS": env.bool("STINT_DB_PREPARED_STATEMENTS", default=True),
 }
 
 for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", *(k for k in SCHEDULER if k.startswith("RETENTION_"))):

@@ -170,6 +170,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
 
 def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     attempts = list(selectors.job_attempt_list(job_id=job.id, actor=request.user))
+    running = selectors.job_running_attempt(job_id=job.id)  # no row until its outcome
+    if running is not None:
+        attempts.append(running)
     result = JobResult.objects.filter(job_id=job.id).first()
     return {
         "job": job,

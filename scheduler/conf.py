@@ -30,6 +30,9 @@ class SchedulerConf:
     retention_dead_days: int = 0
     # Owners may retry their own DEAD jobs (DEAD -> QUEUED, the recover transition); off: ADMINs only.
     owners_may_retry_dead: bool = False
+    # The job path's statements as named prepared statements (scheduler.prepared); False behind a
+    # pooler in transaction mode that cannot keep them (PgBouncer < 1.21).
+    prepared_statements: bool = True
 
 
 _cache: tuple[object, SchedulerConf] | None = None

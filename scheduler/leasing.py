@@ -10,6 +10,7 @@ worker's entry point: it makes sure one outcome PostgreSQL refuses never blocks 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import logging
@@ -22,7 +23,7 @@ import psycopg
 from django.db import InterfaceError, OperationalError, connection, transaction
 from psycopg.types.json import Jsonb
 
-from scheduler import lifecycle
+from scheduler import lifecycle, prepared
 from scheduler.conf import conf
 from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import NOW, NULL, Claimed, Sql
@@ -83,6 +84,8 @@ def claim_jobs(
 ) -> list[Claimed]:
     """Claim up to ``limit`` due jobs for ``worker_id`` in one short transaction (see ``lifecycle.claim``).
 
+    The claim is one statement: in autocommit (a worker's connection) it is its own transaction,
+    one round trip with no BEGIN or COMMIT; inside the caller's ``transaction.atomic`` it joins it.
     While flow limits exist (``scheduler.flow``), ``flow.claim.claim_jobs`` claims instead: the
     unlimited jobs as here, the limited ones under their limits, each in a short transaction.
     """
@@ -92,15 +95,14 @@ def claim_jobs(
     if flow_claim.limits_apply():
         return flow_claim.claim_jobs(worker_id=worker_id, limit=limit, queues=queues, paused=paused, isolated=isolated)
     # --- end flow control ---
-    with transaction.atomic():
-        return lifecycle.claim(
-            worker_id=worker_id,
-            limit=limit,
-            lease_seconds=conf().lease_seconds,
-            queues=queues,
-            paused=paused,
-            isolated=isolated,
-        )
+    return lifecycle.claim(
+        worker_id=worker_id,
+        limit=limit,
+        lease_seconds=conf().lease_seconds,
+        queues=queues,
+        paused=paused,
+        isolated=isolated,
+    )
 
 
 def isolated_jobs_waiting(*, queues: Sequence[str] | None) -> bool:
@@ -135,7 +137,7 @@ def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) ->
     """
     if not jobs:
         return set(), set()
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             """
             WITH locked AS (
@@ -213,11 +215,14 @@ def _plan(report: Report) -> tuple[JobStatus, EventType | None]:
 def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStatus] | None = None) -> set[uuid.UUID]:
     """Write a batch of outcomes in one transaction; return the ids whose outcome was accepted.
 
+    A batch of one kind of outcome without retries (the common case) is a single statement;
+    any other batch is a transaction of one statement per target status, after a row lock.
+
     ``final``, when given, is filled with the status each accepted job moved to.
 
     For each target status, one fenced ``lifecycle.transition`` moves every job of that group
     (RUNNING -> SUCCESS / RETRYING with ``scheduled_at = now() + backoff`` / DEAD / FAILED /
-    CANCELLED), then one statement updates their attempts and one upserts their results. A
+    CANCELLED) and, in the same statement, writes their attempts' rows and their results. A
     report whose lease token lost (rescued, or already reported) is dropped. A HANDED_BACK run
     becomes due at once and does not consume the attempt budget. A run that would be retried
     or dead-lettered ends CANCELLED instead when its cancellation was requested. A CRASHED run
@@ -237,8 +242,13 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
         if report.traceback:
             report.traceback = storable_text(report.traceback[-MAX_TRACEBACK_CHARS:])
     accepted: set[uuid.UUID] = set()
-    with transaction.atomic():
-        stopping = _locked_cancel_requests([r for r in reports if r.outcome in _RETRY_OUTCOMES])
+    retries = [r for r in reports if r.outcome in _RETRY_OUTCOMES]
+    # The common batch (every run succeeded, say) is one statement: in autocommit its own
+    # transaction, one round trip. Retries first lock their rows to read cancel requests. Inside
+    # a caller's transaction a savepoint stays, so that a refused batch leaves it usable.
+    one_statement = not retries and len({_plan(r) for r in reports}) == 1 and not connection.in_atomic_block
+    with contextlib.nullcontext() if one_statement else transaction.atomic():
+        stopping = _locked_cancel_requests(retries)
         groups: dict[tuple[JobStatus, EventType | None], list[Report]] = {}
         for report in reports:
             plan = (JobStatus.CANCELLED, None) if report.job.id in stopping else _plan(report)
@@ -257,7 +267,14 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
             per_row: dict[str, tuple[str, Sequence[Any]]] = {
                 "err": ("text", errors),
                 "iso": ("bool", [_ISOLATED_AFTER.get(r.outcome, False) for r in group]),
+                # The attempt's one row, written by the same statement (_ATTEMPT_ROW).
+                "ast": ("text", [_ATTEMPT_STATUS[r.outcome].value for r in group]),
+                "worker": ("text", [r.job.worker for r in group]),
+                "started": ("timestamptz", [r.job.started_at for r in group]),
+                "fin": ("timestamptz", [r.finished_at for r in group]),
+                "tb": ("text", [r.traceback for r in group]),
             }
+            also = [_ATTEMPT_ROW]
             payloads = [{"error": e} if e else {} for e in errors]
             if to == JobStatus.RETRYING:
                 delays = [
@@ -277,6 +294,8 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
                 ]
             else:
                 assign["finished_at"] = NOW
+                per_row["res"] = ("jsonb", [Jsonb(r.result) if r.outcome == Outcome.SUCCEEDED else None for r in group])
+                also.append(_RESULT_ROW)
             moved = lifecycle.transition(
                 job_ids=ids,
                 to=to,
@@ -286,18 +305,36 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
                 per_row=per_row,
                 lease_tokens=tokens,
                 event_payloads=payloads,
+                also=also,
             )
             won = {m.job_id for m in moved}
-            if not won:
-                continue
             accepted |= won
             if final is not None:
                 final.update(dict.fromkeys(won, to))
-            mine = [r for r in group if r.job.id in won]
-            _finish_attempts(mine)
-            if to != JobStatus.RETRYING:
-                _store_results(mine)
     return accepted
+
+
+# Written by the outcome's transition statement for the jobs that moved (``moved``), from the
+# per-row inputs (``v``): the attempt's one row (an attempt already there, written RUNNING by a
+# worker of an earlier release, is finished), and, for a finished job, its result.
+_ATTEMPT_ROW = """att AS (
+    INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token, started_at,
+                                        finished_at, error, traceback)
+    SELECT m.id, m.attempts, v.ast, coalesce(v.worker, ''), v.token, coalesce(v.started, now()),
+           coalesce(v.fin, now()), v.err, v.tb
+    FROM moved m JOIN v ON v.id = m.id
+    ON CONFLICT (job_id, attempt_number) DO UPDATE
+    SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at, error = EXCLUDED.error,
+        traceback = EXCLUDED.traceback
+)"""
+_RESULT_ROW = """res AS (
+    INSERT INTO stint_job_result (job_id, attempt, status, result, created_at)
+    SELECT m.id, m.attempts, v.ast, v.res, now()
+    FROM moved m JOIN v ON v.id = m.id
+    ON CONFLICT (job_id) DO UPDATE
+    SET attempt = EXCLUDED.attempt, status = EXCLUDED.status, result = EXCLUDED.result,
+        created_at = EXCLUDED.created_at
+)"""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -431,7 +468,7 @@ def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
     """
     if not reports:
         return set()
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             """
             SELECT j.id, j.cancel_requested FROM stint_job j
@@ -443,45 +480,3 @@ def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
             [[r.job.id for r in reports], [r.job.lease_token for r in reports]],
         )
         return {r[0] for r in cursor.fetchall() if r[1]}
-
-
-def _finish_attempts(reports: Sequence[Report]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE stint_job_attempt a
-            SET status = v.status, finished_at = coalesce(v.finished_at, now()), error = v.error,
-                traceback = v.tb
-            FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
-                 AS v(job_id, attempt, status, finished_at, error, tb)
-            WHERE a.job_id = v.job_id AND a.attempt_number = v.attempt
-            """,
-            [
-                [r.job.id for r in reports],
-                [r.job.attempt for r in reports],
-                [str(_ATTEMPT_STATUS[r.outcome]) for r in reports],
-                [r.finished_at for r in reports],
-                [r.error for r in reports],
-                [r.traceback for r in reports],
-            ],
-        )
-
-
-def _store_results(reports: Sequence[Report]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO stint_job_result (job_id, attempt, status, result, created_at)
-            SELECT job_id, attempt, status, result, now()
-            FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::jsonb[]) AS v(job_id, attempt, status, result)
-            ON CONFLICT (job_id) DO UPDATE
-            SET attempt = EXCLUDED.attempt, status = EXCLUDED.status, result = EXCLUDED.result,
-                created_at = EXCLUDED.created_at
-            """,
-            [
-                [r.job.id for r in reports],
-                [r.job.attempt for r in reports],
-                [str(_ATTEMPT_STATUS[r.outcome]) for r in reports],
-                [Jsonb(r.result) if r.outcome == Outcome.SUCCEEDED else None for r in reports],
-            ],
-        )

@@ -15,10 +15,11 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from psycopg.types.json import Jsonb
 
+from scheduler import prepared
 from scheduler.exceptions import IllegalTransition
+from scheduler.notify import CHANNEL
 from scheduler.states import TRANSITIONS, EventType, JobStatus, Priority
 
 SCHEMA_VERSION = 1
@@ -88,6 +89,7 @@ def transition(
     per_row: Mapping[str, tuple[str, Sequence[Any]]] | None = None,
     lease_tokens: Sequence[uuid.UUID] | None = None,
     event_payloads: Sequence[Mapping[str, Any]] | None = None,
+    also: Sequence[str] = (),
 ) -> list[Moved]:
     """Move each job in ``job_ids`` whose status is in ``expected`` to ``to``; return the winners.
 
@@ -100,6 +102,9 @@ def transition(
     - ``lease_tokens``: when given (aligned with ``job_ids``), a job moves only while it still
       holds that token (the fencing rule of DESIGN.md).
     - ``event_payloads``: per-row JSON merged into each event's payload.
+    - ``also``: further data-modifying CTEs (``"name AS (INSERT ...)"``, constant SQL from our
+      own code) written by the same statement; they read ``moved`` (the jobs that moved: ``id``,
+      ``attempts``...) and ``v`` (the per-row inputs), so they touch exactly the winners.
 
     Returns ``Moved`` rows in no particular order; a job absent from them lost the race or was
     not in an expected state. Rows are locked in id order so concurrent batches cannot deadlock.
@@ -174,10 +179,13 @@ def transition(
                                       'priority', {PRIORITY_NAME.format("priority")}) || evp,
                    now()
             FROM moved
-        )
+        ){"".join(f", {cte}" for cte in also)}
         SELECT id, old_status, event_sequence, attempts FROM moved
     """  # noqa: S608 - identifiers are whitelisted above; values are bound parameters
-    with connection.cursor() as cursor:
+    # Bound server-side but not prepared: its batches range from 1 to 1,000 jobs, and the generic
+    # plan PostgreSQL settles on after a few small batches made large ones about twice as slow (a
+    # 10,000-job drain, measured); planned per batch, the planning costs little per job.
+    with prepared.cursor(prepare=False) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [Moved(job_id=r[0], from_status=r[1], sequence=r[2], attempts=r[3]) for r in rows]
@@ -223,15 +231,35 @@ class NewJob:
     idempotency_key: str | None = None
     schedule_id: int | None = None
     fire_time: Any = None  # aware datetime or None
+    trace_context: dict[str, str] | None = None  # W3C context of the creating span (scheduler.tracing)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inserted:
+    """A job ``insert_jobs`` created: its id, status and the database clock's times."""
+
+    id: uuid.UUID
+    status: str
+    scheduled_at: Any  # aware datetime
+    created_at: Any  # aware datetime
 
 
 def create_jobs(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
+    """Insert ``jobs`` as ``insert_jobs`` does (no queue rows, no NOTIFY); return (id, status) of each inserted."""
+    return [(row.id, row.status) for row in insert_jobs(jobs)]
+
+
+def insert_jobs(jobs: Sequence[NewJob], *, ensure_queues: bool = False, notify: bool = False) -> list[Inserted]:
     """Insert ``jobs`` in one statement with their JOB_CREATED and JOB_QUEUED/JOB_SCHEDULED events.
 
     A job whose ``scheduled_at`` is missing or already due (by the database's ``now()``) is
     inserted QUEUED, otherwise SCHEDULED; ``scheduled_at`` defaults to ``now()``. A job whose
-    (schedule, fire_time) already exists is skipped (the cron guard). Returns (id, status) for
-    each inserted job. Must run inside the caller's transaction.
+    (schedule, fire_time) already exists is skipped (the cron guard). ``ensure_queues`` also
+    inserts the ``stint_queue`` rows of new queue names (sorted, so two batches naming the same
+    new queues wait on each other instead of deadlocking); ``notify`` sends one NOTIFY on
+    ``notify.CHANNEL`` naming the queues that gained QUEUED jobs (PostgreSQL delivers it at
+    commit). Outside ``transaction.atomic`` the statement is its own transaction: one round trip.
+    Returns an ``Inserted`` row for each inserted job, in no particular order.
     """
     if not jobs:
         return []
@@ -249,36 +277,69 @@ def create_jobs(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
         "keys": [j.idempotency_key for j in jobs],
         "schedules": [j.schedule_id for j in jobs],
         "fires": [j.fire_time for j in jobs],
-        "created": str(EventType.JOB_CREATED),
-        "ev_queued": str(TRANSITIONS[(JobStatus.CREATED, JobStatus.QUEUED)]),
-        "ev_scheduled": str(TRANSITIONS[(JobStatus.CREATED, JobStatus.SCHEDULED)]),
+        "traces": [Jsonb(j.trace_context) if j.trace_context is not None else None for j in jobs],
     }
-    sql = f"""
+    return [
+        Inserted(id=r[0], status=r[1], scheduled_at=r[2], created_at=r[3])
+        for r in prepared.fetchall(_insert_sql(ensure_queues=ensure_queues, notify=notify), params)
+    ]
+
+
+def _insert_sql(*, ensure_queues: bool, notify: bool) -> str:
+    """The one INSERT statement of new jobs (``insert_jobs``): built here, and only here."""
+    created = EventType.JOB_CREATED
+    queued = TRANSITIONS[(JobStatus.CREATED, JobStatus.QUEUED)]
+    scheduled = TRANSITIONS[(JobStatus.CREATED, JobStatus.SCHEDULED)]
+    # Data-modifying CTEs always run; a SELECT CTE runs only when the final SELECT reads it.
+    queues_cte = (
+        """, q AS (
+            INSERT INTO stint_queue (name, paused, created_at, updated_at)
+            SELECT DISTINCT queue, false, now(), now() FROM v ORDER BY 1
+            ON CONFLICT (name) DO NOTHING
+        )"""
+        if ensure_queues
+        else ""
+    )
+    notify_cte = (
+        f""", n AS (
+            SELECT true AS sent FROM (
+                SELECT pg_notify('{CHANNEL}', left(string_agg(DISTINCT queue, ',' ORDER BY queue), 7900))
+                FROM ins WHERE status = 'QUEUED'
+                HAVING count(*) > 0
+            ) notified
+        )"""  # noqa: S608 - only a constant is interpolated
+        if notify
+        else ""
+    )
+    # The final SELECT reads n's column, so PostgreSQL cannot leave the NOTIFY out.
+    notify_join = ", n.sent FROM ins LEFT JOIN n ON true" if notify else " FROM ins"
+    return f"""
         WITH v AS (
             SELECT * FROM unnest(%(ids)s::uuid[], %(owners)s::bigint[], %(names)s::text[], %(types)s::text[],
                                  %(payloads)s::jsonb[], %(prios)s::smallint[], %(queues)s::text[],
                                  %(sched)s::timestamptz[], %(maxr)s::smallint[], %(tmo)s::int[],
-                                 %(keys)s::text[], %(schedules)s::bigint[], %(fires)s::timestamptz[])
+                                 %(keys)s::text[], %(schedules)s::bigint[], %(fires)s::timestamptz[],
+                                 %(traces)s::jsonb[])
                 AS v(id, owner_id, name, type, payload, priority, queue, sched, max_retries, timeout_seconds,
-                     idem, schedule_id, fire_time)
-        ), ins AS (
+                     idem, schedule_id, fire_time, trace_context)
+        ){queues_cte}, ins AS (
             INSERT INTO stint_job (id, owner_id, name, type, payload, status, priority, queue, scheduled_at,
                                    attempts, attempts_base, max_retries, timeout_seconds, cancel_requested,
                                    idempotency_key, schedule_id, fire_time, event_sequence, created_at,
-                                   updated_at, last_error)
+                                   updated_at, last_error, trace_context)
             SELECT id, owner_id, name, type, payload,
                    CASE WHEN sched IS NULL OR sched <= now() THEN 'QUEUED' ELSE 'SCHEDULED' END,
                    priority, queue, coalesce(sched, now()), 0, 0, max_retries, timeout_seconds, false,
-                   idem, schedule_id, fire_time, 2, now(), now(), ''
+                   idem, schedule_id, fire_time, 2, now(), now(), '', trace_context
             FROM v
             ON CONFLICT (schedule_id, fire_time) WHERE schedule_id IS NOT NULL DO NOTHING
-            RETURNING id, owner_id, status, type, queue, priority
+            RETURNING id, owner_id, status, type, queue, priority, scheduled_at, created_at
         ), ev AS (
             INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status,
                                       to_status, schema_version, payload, occurred_at)
             SELECT gen_random_uuid(),
-                   CASE WHEN s.n = 1 THEN %(created)s
-                        WHEN ins.status = 'QUEUED' THEN %(ev_queued)s ELSE %(ev_scheduled)s END,
+                   CASE WHEN s.n = 1 THEN '{created}'
+                        WHEN ins.status = 'QUEUED' THEN '{queued}' ELSE '{scheduled}' END,
                    ins.id, ins.owner_id, s.n, 0,
                    CASE WHEN s.n = 1 THEN '' ELSE 'CREATED' END,
                    CASE WHEN s.n = 1 THEN 'CREATED' ELSE ins.status END,
@@ -287,12 +348,9 @@ def create_jobs(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
                                       'priority', {PRIORITY_NAME.format("ins.priority")}),
                    now()
             FROM ins CROSS JOIN (VALUES (1), (2)) AS s(n)
-        )
-        SELECT id, status FROM ins
-    """  # noqa: S608 - only a constant is interpolated
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [(r[0], r[1]) for r in cursor.fetchall()]
+        ){notify_cte}
+        SELECT ins.id, ins.status, ins.scheduled_at, ins.created_at{notify_join}
+    """  # noqa: S608 - only constants are interpolated
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -312,6 +370,7 @@ class Claimed:
     priority: int
     scheduled_at: Any  # aware datetime: when it became due
     started_at: Any  # aware datetime, database clock
+    worker: str = ""  # the worker id holding the lease (written with the attempt at its outcome)
 
     @property
     def attempts_left(self) -> int:
@@ -336,13 +395,15 @@ def claim(
     ``job_claim_scan_desc`` serves exactly this order), and
     locked with ``FOR UPDATE SKIP LOCKED`` so concurrent workers never claim the same job. Each
     claimed job gets attempts + 1, a new fencing ``lease_token``, ``lease_owner = worker_id``
-    and ``lease_expires_at = now() + lease_seconds``; its RUNNING ``JobAttempt`` row and its
-    JOB_STARTED event are written by the same statement. ``queues`` None means every queue;
-    ``paused`` queues are skipped. ``isolated`` False (ordinary workers) claims only jobs that
-    are not isolated; True (a supervisor's isolation slot) only isolated ones, through their own
-    small partial index. ``flow`` (``scheduler.flow.claim``): an extra ``AND ...`` filter on the
-    candidates and its named parameters (flow-limited jobs left out, or exactly the admitted
-    ones). Must run inside the caller's (short) transaction.
+    and ``lease_expires_at = now() + lease_seconds``; its JOB_STARTED event is written by the
+    same statement. Its ``JobAttempt`` row is written once, at its outcome (``leasing``) or rescue:
+    until then the job row itself (attempts, lease_owner, started_at) is the running attempt.
+    ``queues`` None means every queue; ``paused`` queues are skipped. ``isolated`` False
+    (ordinary workers) claims only jobs that are not isolated; True (a supervisor's isolation
+    slot) only isolated ones, through their own small partial index. ``flow``
+    (``scheduler.flow.claim``): an extra ``AND ...`` filter on the candidates and its named
+    parameters (flow-limited jobs left out, or exactly the admitted ones). One statement: its own
+    transaction in autocommit, or part of the caller's.
     """
     if limit <= 0:
         return []
@@ -368,10 +429,6 @@ def claim(
             RETURNING j.id, j.type, j.payload, j.attempts, j.lease_token, j.timeout_seconds, j.owner_id,
                       j.max_retries, j.attempts_base, j.queue, j.priority, j.scheduled_at, j.started_at,
                       j.event_sequence
-        ), att AS (
-            INSERT INTO stint_job_attempt (job_id, attempt_number, status, worker, lease_token, started_at,
-                                           error, traceback)
-            SELECT id, attempts, 'RUNNING', %(worker)s, lease_token, started_at, '', '' FROM moved
         ), ev AS (
             INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status,
                                       to_status, schema_version, payload, occurred_at)
@@ -395,7 +452,7 @@ def claim(
         "event": str(TRANSITIONS[(JobStatus.QUEUED, JobStatus.RUNNING)]),
         **flow_params,
     }
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [
@@ -414,6 +471,7 @@ def claim(
             priority=r[10],
             scheduled_at=r[11],
             started_at=r[12],
+            worker=worker_id,
         )
         for r in rows
     ]

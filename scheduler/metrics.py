@@ -206,6 +206,23 @@ class _NewJob(Protocol):
     priority: int
 
 
+_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """Return ``metric.labels(*labels)``, looked up once per process and label set, then reused.
+
+    The job path counts and observes per job: prometheus-client's ``labels()`` validates, locks
+    and looks up on every call, a dict lookup here does not. Label sets are low-cardinality
+    (type, queue, priority), so the cache stays small.
+    """
+    key = (metric, labels)
+    bound = _children.get(key)
+    if bound is None:
+        bound = _children[key] = metric.labels(*labels)
+    return bound
+
+
 def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) -> None:
     """Count ``created_ids`` (a subset of ``jobs``) in ``jobs_created_total`` once the transaction commits.
 
@@ -226,7 +243,7 @@ def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) 
 
     def count() -> None:
         for labels, n in counts.items():
-            jobs_created_total.labels(*labels).inc(n)
+            child(jobs_created_total, *labels).inc(n)
 
     transaction.on_commit(count)
 

@@ -23,8 +23,12 @@ class Job(models.Model):
     """One unit of work. ``scheduled_at`` is when it becomes due (creation time for immediate jobs)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No single-column indexes on the two foreign keys: every job row version (insert, claim,
+    # outcome: none can be HOT, status is in the partial indexes' predicates) writes an entry in
+    # each index, and job_owner_recent (owner, created_at) and job_unique_schedule_fire
+    # (schedule, fire_time) already serve lookups and cascades by owner and by schedule.
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs", db_index=False
     )
     name = models.CharField(max_length=200, blank=True, default="")
     type = models.CharField(max_length=100)
@@ -45,7 +49,12 @@ class Job(models.Model):
     cancel_requested = models.BooleanField(default=False)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     schedule = models.ForeignKey(
-        "scheduler.CronSchedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        "scheduler.CronSchedule",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        db_index=False,
     )
     fire_time = models.DateTimeField(null=True, blank=True)
     # Last lifecycle event sequence written for this job; incremented by the same UPDATE.

@@ -32,7 +32,7 @@ from django.db.models.functions import Coalesce, Now
 from scheduler.conf import conf
 from scheduler.exceptions import JobNotFound, NoResult
 from scheduler.models import Job, JobAttempt, JobResult, Queue, WorkerNode
-from scheduler.states import JobStatus
+from scheduler.states import AttemptStatus, JobStatus
 
 # Stable order for paging: created_at ties (jobs inserted by one statement share now()) break on id.
 NEWEST_FIRST = ("-created_at", "-id")
@@ -64,10 +64,39 @@ def job_get(*, job_id: uuid.UUID, actor: Any) -> Job:
 
 
 def job_attempt_list(*, job_id: uuid.UUID, actor: Any) -> QuerySet[JobAttempt]:
-    """Return the attempts of a job ``actor`` may see, first attempt first; raise ``JobNotFound`` otherwise."""
+    """Return the attempts of a job ``actor`` may see, first attempt first; raise ``JobNotFound`` otherwise.
+
+    The finished attempts only: a RUNNING job's current attempt has no row until its outcome
+    (``job_running_attempt`` describes it).
+    """
     if not job_visible_to(actor=actor).filter(id=job_id).exists():
         raise JobNotFound()
     return JobAttempt.objects.filter(job_id=job_id).order_by("attempt_number")
+
+
+def job_running_attempt(*, job_id: uuid.UUID) -> JobAttempt | None:
+    """Return the attempt a RUNNING job is making now, as an unsaved ``JobAttempt``, or None.
+
+    Attempts are written once, at their outcome (``scheduler.leasing``); until then the job row
+    (``attempts``, ``lease_owner``, ``started_at``) describes the running one. No access check:
+    callers check the job first (``job_attempt_list``).
+    """
+    row = (
+        Job.objects.filter(id=job_id, status=JobStatus.RUNNING)
+        .values_list("attempts", "lease_owner", "lease_token", "started_at")
+        .first()
+    )
+    if row is None or not row[0] or JobAttempt.objects.filter(job_id=job_id, attempt_number=row[0]).exists():
+        return None
+    attempts, worker, token, started_at = row
+    return JobAttempt(
+        job_id=job_id,
+        attempt_number=attempts,
+        status=AttemptStatus.RUNNING,
+        worker=worker or "",
+        lease_token=token,
+        started_at=started_at,
+    )
 
 
 def job_result_get(*, job_id: uuid.UUID, actor: Any) -> JobResult:

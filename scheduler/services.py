@@ -8,7 +8,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from config.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth
+from core.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth
 from scheduler import lifecycle, metrics, selectors, tracing
 from scheduler.conf import conf
 from scheduler.exceptions import (
@@ -27,7 +27,7 @@ from scheduler.exceptions import (
     PayloadTooLarge,
 )
 from scheduler.lifecycle import NOW, NULL, NewJob
-from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_SECONDS, Job, Queue
+from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_SECONDS, Job
 from scheduler.notify import notify_queued
 from scheduler.registry import get_handler, resolve
 from scheduler.states import CANCELLABLE, PRIORITY_MAX, PRIORITY_MIN, EventType, JobStatus, Priority, priority_value
@@ -156,13 +156,6 @@ def fingerprint(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _ensure_queues(names: Iterable[str]) -> None:
-    # In the inserting transaction, not cached per process: a rolled-back enqueue leaves no row
-    # and a committed one always has its row. Sorted, so two batches naming the same new queues
-    # wait on each other instead of deadlocking.
-    Queue.objects.bulk_create([Queue(name=n) for n in sorted(set(names))], ignore_conflicts=True)
-
-
 def enqueue_request(
     type_: str,
     payload: Any = None,
@@ -229,6 +222,7 @@ def enqueue_request(
         max_retries=valid["max_retries"],
         timeout_seconds=valid["timeout_seconds"],
         idempotency_key=idempotency_key,
+        trace_context=tracing.current_context(),  # None while tracing is off
     )
     # --- flow control (issue 17): unique jobs ---
     if unique is not None:
@@ -245,9 +239,10 @@ def enqueue_request(
         return EnqueueOutcome(job=job, replayed=False, duplicate=duplicate)
     # --- end flow control ---
     if idempotency_key is None:
-        with transaction.atomic():
-            _insert([new])
-        return EnqueueOutcome(job=Job.objects.get(id=new.id), replayed=False)
+        # One statement: in autocommit its own transaction, one round trip; in the caller's
+        # transaction.atomic() its NOTIFY and on-commit metrics wait for that commit.
+        (row,) = _insert([new])
+        return EnqueueOutcome(job=_job_from(new, row), replayed=False)
 
     digest = fingerprint(
         {
@@ -279,9 +274,9 @@ def enqueue_request(
                 )
                 won = cursor.fetchone()
                 if won is not None:
-                    _insert([new])
+                    (row,) = _insert([new])
                     cursor.execute("UPDATE stint_idempotency SET job_id = %s WHERE id = %s", [new.id, won[0]])
-                    return EnqueueOutcome(job=Job.objects.get(id=new.id), replayed=False)
+                    return EnqueueOutcome(job=_job_from(new, row), replayed=False)
                 cursor.execute(
                     "SELECT fingerprint, job_id, expires_at <= now() FROM stint_idempotency"
                     " WHERE owner_id = %s AND key = %s",
@@ -307,14 +302,43 @@ def enqueue_request(
     raise IntegrityError("could not settle the idempotency key after 3 tries")
 
 
-def _insert(jobs: Sequence[NewJob]) -> list[tuple[uuid.UUID, str]]:
-    _ensure_queues(j.queue for j in jobs)
-    created = lifecycle.create_jobs(jobs)
-    tracing.attach_current(created)  # the trace-context hook: a None check while off
-    metrics.jobs_created_on_commit(jobs, (i for i, _ in created))
-    by_id = {j.id: j.queue for j in jobs}
-    notify_queued(by_id[i] for i, status in created if status == JobStatus.QUEUED)
+def _insert(jobs: Sequence[NewJob]) -> list[lifecycle.Inserted]:
+    # One statement: queue rows, jobs, their events and the NOTIFY (lifecycle.insert_jobs).
+    created = lifecycle.insert_jobs(jobs, ensure_queues=True, notify=True)
+    metrics.jobs_created_on_commit(jobs, (row.id for row in created))
     return created
+
+
+def _job_from(new: NewJob, row: lifecycle.Inserted) -> Job:
+    """The ``Job`` that ``row`` inserted for ``new``, built without reading it back."""
+    job = Job(
+        id=new.id,
+        owner_id=new.owner_id,
+        name=new.name,
+        type=new.type,
+        payload=new.payload,
+        status=row.status,
+        priority=new.priority,
+        queue=new.queue,
+        scheduled_at=row.scheduled_at,
+        attempts=0,
+        attempts_base=0,
+        max_retries=new.max_retries,
+        timeout_seconds=new.timeout_seconds,
+        cancel_requested=False,
+        idempotency_key=new.idempotency_key,
+        schedule_id=new.schedule_id,
+        fire_time=new.fire_time,
+        event_sequence=2,
+        created_at=row.created_at,
+        updated_at=row.created_at,
+        last_error="",
+        isolated=False,
+        trace_context=new.trace_context,
+    )
+    job._state.adding = False
+    job._state.db = connection.alias
+    return job
 
 
 def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
@@ -336,6 +360,7 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
     ``max_retries``, ``timeout_seconds``, ``name`` (no idempotency keys). Raises as ``enqueue``.
     """
     owner_id = getattr(owner, "pk", owner)
+    trace_context = tracing.current_context()  # None while tracing is off
     rows = []
     for item in jobs:
         payload = item.get("payload")
@@ -362,11 +387,11 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
                 scheduled_at=item.get("scheduled_at"),
                 max_retries=valid["max_retries"],
                 timeout_seconds=valid["timeout_seconds"],
+                trace_context=trace_context,
             )
         )
-    with transaction.atomic():
-        created = _insert(rows)
-    return [i for i, _ in created]
+    created = _insert(rows)  # one statement: its own transaction in autocommit
+    return [row.id for row in created]
 
 
 def _current_status(job_id: uuid.UUID) -> str:

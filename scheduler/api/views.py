@@ -285,6 +285,16 @@ class JobAttemptListView(generics.ListAPIView):
             return JobAttempt.objects.none()
         return selectors.job_attempt_list(job_id=self.kwargs["job_id"], actor=self.request.user)
 
+    def paginate_queryset(self, queryset: QuerySet[JobAttempt]) -> list[JobAttempt] | None:
+        """The page of finished attempts; the last page also shows a RUNNING job's current attempt."""
+        page = super().paginate_queryset(queryset)
+        running = selectors.job_running_attempt(job_id=self.kwargs["job_id"])
+        if running is not None and page is not None:
+            self.paginator.count += 1
+            if self.paginator.next is None:
+                page.append(running)
+        return page
+
 
 class JobResultView(APIView):
     """GET /api/jobs/{id}/result."""

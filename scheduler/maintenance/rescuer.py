@@ -20,7 +20,9 @@ BATCH = 500  # jobs per transaction
 
 
 # Columns ``rescue`` needs of each job, in this order.
-RESCUE_COLUMNS = "id, type, lease_token, attempts, attempts_base, max_retries, cancel_requested, queue"
+RESCUE_COLUMNS = (
+    "id, type, lease_token, attempts, attempts_base, max_retries, cancel_requested, queue, lease_owner, started_at"
+)
 LOCK_TIMEOUT_MS = 5000  # how long a rescue of a dead process's jobs waits for a row lock
 
 
@@ -40,7 +42,7 @@ def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = Fa
     """
     retry, dead, cancel = [], [], []
     for row in rows:
-        _, _, _, attempts, base, max_retries, cancelled, _ = row
+        attempts, base, max_retries, cancelled = row[3:7]
         if cancelled:
             cancel.append(row)
         elif 1 + max_retries - (attempts - base) > 0:
@@ -82,14 +84,28 @@ def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = Fa
             event_payloads=[{"reason": reason}] * len(cancel),
         )
     if moved:
+        # The lost attempt's one row (attempts are written at their end); one already finished stays.
+        held = {r[0]: r for r in rows}
         with connection.cursor() as cursor:
             cursor.execute(
                 """
-                UPDATE stint_job_attempt a SET status = 'LOST', finished_at = now(), error = %s
-                FROM unnest(%s::uuid[], %s::int[]) AS v(job_id, attempt)
-                WHERE a.job_id = v.job_id AND a.attempt_number = v.attempt AND a.status = 'RUNNING'
+                INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token,
+                                                    started_at, finished_at, error, traceback)
+                SELECT job_id, attempt, 'LOST', coalesce(worker, ''), token, coalesce(started_at, now()), now(), %s, ''
+                FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::uuid[], %s::timestamptz[])
+                     AS v(job_id, attempt, worker, token, started_at)
+                ON CONFLICT (job_id, attempt_number) DO UPDATE
+                SET status = 'LOST', finished_at = now(), error = EXCLUDED.error
+                WHERE a.status = 'RUNNING'
                 """,
-                [error, [m.job_id for m in moved], [m.attempts for m in moved]],
+                [
+                    error,
+                    [m.job_id for m in moved],
+                    [m.attempts for m in moved],
+                    [held[m.job_id][8] for m in moved],
+                    [held[m.job_id][2] for m in moved],
+                    [held[m.job_id][9] for m in moved],
+                ],
             )
     _count(moved, {r[0]: (r[1], r[7]) for r in rows}, retry, dead)
     return moved

@@ -49,10 +49,13 @@ def worker_process_main(control: Connection, options: dict[str, Any], token: str
     import django
 
     django.setup()
-    from config.db_role import set_process_role
+    from core.db_role import set_process_role
 
     set_process_role("worker-isolation" if options.get("isolation") else "worker")
-    logging.getLogger().setLevel(log_level)
+    from core.command_line import STINT_LOGGERS
+
+    for name in STINT_LOGGERS:  # the supervisor's -v level, on the project's loggers (not the root's)
+        logging.getLogger(name).setLevel(log_level)
     from scheduler.workers.runner import Worker, WorkerOptions
 
     worker = Worker(

@@ -8,7 +8,7 @@ import traceback
 
 from django.db import close_old_connections
 
-from config.log_context import log_context
+from core.log_context import log_context
 from scheduler import tracing
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
 from scheduler.leasing import Outcome, Report

@@ -207,7 +207,7 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
     os.environ.pop(PROMETHEUS_DIR_VARIABLE, None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
-    from config.db_role import set_process_role
+    from core.db_role import set_process_role
     from scheduler.workers.execute import run_handler
 
     set_process_role("worker-child")

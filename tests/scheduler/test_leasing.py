@@ -20,7 +20,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import leasing
+from scheduler import leasing, selectors
 from scheduler.exceptions import RetryableError
 from scheduler.flow import limits as flow_limits
 from scheduler.leasing import Outcome, Report
@@ -97,7 +97,10 @@ def reload(job: Job | Claimed) -> Job:
 
 
 def attempts(job: Job | Claimed) -> list[tuple[int, str]]:
-    return list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    """The job's attempts as the API lists them: the finished rows, then a RUNNING job's current one."""
+    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    running = selectors.job_running_attempt(job_id=job.id)
+    return rows + ([(running.attempt_number, running.status)] if running else [])
 
 
 def events(job: Job | Claimed) -> list[str]:
@@ -151,7 +154,7 @@ def test_claim_orders_integer_priorities_between_the_named_points_highest_first(
     assert [e.payload["priority"] for e in started] == ["100", "HIGH", "37", "MEDIUM", "-5", "LOW", "-100"]
 
 
-def test_claim_takes_at_most_limit_and_writes_attempt_lease_and_event() -> None:
+def test_claim_takes_at_most_limit_and_writes_lease_and_event_and_the_attempt_shows_running() -> None:
     jobs = [make_job() for _ in range(5)]
 
     claimed = claim(limit=3)
@@ -167,8 +170,10 @@ def test_claim_takes_at_most_limit_and_writes_attempt_lease_and_event() -> None:
         assert job.lease_token == c.lease_token is not None
         assert job.lease_expires_at == now + dt.timedelta(seconds=30)
         assert job.started_at == now
-        assert attempts(job) == [(1, AttemptStatus.RUNNING)]
-        assert JobAttempt.objects.get(job_id=job.id).worker == WORKER
+        assert not JobAttempt.objects.filter(job_id=job.id).exists()  # its row is written once, at its outcome
+        running = selectors.job_running_attempt(job_id=job.id)
+        assert (running.attempt_number, running.status, running.worker) == (1, AttemptStatus.RUNNING, WORKER)
+        assert (running.started_at, running.lease_token) == (now, c.lease_token)
         assert events(job)[-1] == EventType.JOB_STARTED
     assert len({c.lease_token for c in claimed}) == 3
     assert {c.id for c in claimed} < set(ids(jobs))

@@ -19,7 +19,7 @@ from django.db import connection
 from django.db.models import F
 
 from core.pg_connect import pg_connect
-from scheduler import leasing
+from scheduler import leasing, selectors
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.maintenance import default_services
@@ -79,7 +79,10 @@ def events(job: Job | Claimed) -> list[str]:
 
 
 def attempts(job: Job | Claimed) -> list[tuple[int, str]]:
-    return list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    """The job's attempts as the API lists them: the finished rows, then a RUNNING job's current one."""
+    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    running = selectors.job_running_attempt(job_id=job.id)
+    return rows + ([(running.attempt_number, running.status)] if running else [])
 
 
 def run_on_threads(functions: list[Callable[[], Any]]) -> list[Any]:

@@ -7,7 +7,9 @@ import uuid
 
 import pytest
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import connection, transaction
+from django.forms.models import model_to_dict
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import scheduler
@@ -17,6 +19,7 @@ from scheduler.models import Job, OutboxEvent, Queue
 from scheduler.registry import handler
 from scheduler.states import EventType, JobStatus, Priority
 from tests.factories import JobFactory
+from tests.scheduler.test_maintenance import listener, notifications  # noqa: F401 - a fixture and its reader
 
 pytestmark = pytest.mark.django_db
 
@@ -47,6 +50,52 @@ def test_enqueue_now_is_queued_with_created_and_queued_events(user):
         (2, EventType.JOB_QUEUED, JobStatus.CREATED, JobStatus.QUEUED),
     ]
     assert Queue.objects.filter(name="default").exists()
+
+
+def test_enqueue_is_one_statement_and_returns_the_job_as_stored(user):
+    with CaptureQueriesContext(connection) as queries:
+        job = scheduler.enqueue("DEMO_TASK", {"result": [1, "é"]}, owner=user, queue="fresh", name="n")
+
+    assert len(queries) == 1  # queue row, job, its two events and the NOTIFY: no read-back
+    stored = Job.objects.get(id=job.id)
+    assert model_to_dict(job) == model_to_dict(stored)
+    assert (job.created_at, job.updated_at, job.scheduled_at) == (
+        stored.created_at,
+        stored.updated_at,
+        stored.scheduled_at,
+    )
+    assert Queue.objects.filter(name="fresh").exists()
+    job.name = "renamed"
+    job.save(update_fields=["name"])  # a usable model instance, known to be in the database
+    assert Job.objects.get(id=job.id).name == "renamed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_in_autocommit_is_one_round_trip_and_notifies_at_its_commit(listener):  # noqa: F811
+    with CaptureQueriesContext(connection) as queries:
+        job = scheduler.enqueue("DEMO_TASK", queue="a")
+    assert len(queries) == 1  # no BEGIN/COMMIT around it: the statement is its own transaction
+    assert notifications(listener) == ["a"]
+    assert Job.objects.get(id=job.id).status == JobStatus.QUEUED
+
+    later = timezone.now() + dt.timedelta(hours=1)
+    scheduler.enqueue("DEMO_TASK", queue="a", scheduled_at=later)
+    assert notifications(listener) == []  # a SCHEDULED job wakes no worker
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_in_a_callers_transaction_notifies_only_when_it_commits(listener):  # noqa: F811
+    with pytest.raises(RuntimeError), transaction.atomic():
+        scheduler.enqueue("DEMO_TASK", queue="gone")
+        raise RuntimeError("caller rolls back")
+    assert notifications(listener) == []
+    assert not Job.objects.exists()
+
+    with transaction.atomic():
+        first = scheduler.enqueue("DEMO_TASK", queue="b")
+        second = scheduler.enqueue("DEMO_TASK", queue="c")
+        assert Job.objects.filter(id__in=[first.id, second.id]).count() == 2
+    assert notifications(listener) == ["b", "c"]
 
 
 def test_a_queue_row_exists_exactly_when_a_job_naming_it_committed():

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from scheduler import selectors
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
@@ -210,7 +211,10 @@ def status_is(job: Job, expected: JobStatus) -> Callable[[], bool]:
 
 
 def attempts(job: Job) -> list[tuple[int, str]]:
-    return list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    """The job's attempts as the API lists them: the finished rows, then a RUNNING job's current one."""
+    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    running = selectors.job_running_attempt(job_id=job.id)
+    return rows + ([(running.attempt_number, running.status)] if running else [])
 
 
 def events(job: Job) -> list[str]:

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 from core.command_line import configure_verbosity, port, positive_float, positive_int
 from core.stop_signals import install_stop_handlers
 from scheduler.conf import conf
-from scheduler.workers.runner import WorkerOptions
+from scheduler.workers.runner import DEFAULT_PROCESS_SLOTS, DEFAULT_THREAD_SLOTS, WorkerOptions, default_concurrency
 from scheduler.workers.supervisor import DEFAULT_ISOLATION_SLOTS, Supervisor, SupervisorOptions, default_processes
 
 
@@ -38,7 +38,13 @@ class Command(BaseCommand):
             default=None,
             help=f"worker processes (default: one per CPU core, here {default_processes()})",
         )
-        parser.add_argument("--concurrency", type=positive_int, default=5, help="pool slots per process (default 5)")
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=None,
+            help=f"pool slots per process (default {DEFAULT_THREAD_SLOTS} threads, or {DEFAULT_PROCESS_SLOTS} "
+            "child processes with --pool processes)",
+        )
         parser.add_argument("--queues", type=queue_list, default=None, help="comma-separated (default: all)")
         parser.add_argument("--pool", choices=["threads", "processes"], default="threads")
         parser.add_argument(
@@ -65,7 +71,7 @@ class Command(BaseCommand):
                 log_level=level,
                 metrics_port=options["metrics_port"],
                 worker=WorkerOptions(
-                    concurrency=options["concurrency"],
+                    concurrency=options["concurrency"] or default_concurrency(options["pool"]),
                     queues=options["queues"],
                     pool=options["pool"],
                     poll_seconds=options["poll_seconds"] or c.poll_seconds,

@@ -1,0 +1,127 @@
+"""Run the job path's big statements with server-side binding, prepared once per connection.
+
+Django's psycopg backend binds parameters on the client (``ClientCursor``): every call quotes
+each array element into the SQL text, and PostgreSQL parses and plans the whole CTE again.
+The enqueue, claim and outcome statements are few, fixed texts run thousands of times a
+second, so they go through a plain psycopg ``Cursor`` on Django's own connection (same
+transaction, same type adapters): parameters travel separately in the extended protocol, and
+the enqueue and claim texts are parsed and planned once per connection (the outcome
+transitions are not prepared: see ``lifecycle.transition``).
+
+Behind a pooler in transaction mode (PgBouncer before 1.21, or without
+``max_prepared_statements``) named prepared statements break: ``SCHEDULER["PREPARED_STATEMENTS"]``
+(``STINT_DB_PREPARED_STATEMENTS``) False keeps server-side binding with unnamed statements,
+which every pooler supports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+from scheduler.conf import conf
+
+NEVER_AUTO = 2**31 - 1  # a psycopg prepare_threshold no statement reaches: only prepare=True prepares
+
+
+def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Execute ``sql`` (``%s`` or ``%(name)s`` placeholders) with server-side binding; return its rows.
+
+    Runs on Django's connection, inside whatever transaction the caller holds (autocommit
+    outside ``transaction.atomic``: the statement is then its own transaction). A statement that
+    returns no rows gives ``[]``. Raises Django's wrapped database errors, as ``connection.cursor()``
+    does, so callers catch ``django.db.OperationalError`` and friends as before. Logged in
+    ``connection.queries`` when Django logs queries (DEBUG, ``CaptureQueriesContext``).
+    """
+    rows, _ = _run(sql, params, fetch=True)
+    return rows
+
+
+def execute(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:
+    """Execute ``sql`` as ``fetchall`` does, for a statement without rows; return its row count."""
+    _, count = _run(sql, params, fetch=False)
+    return count
+
+
+def _prepare_flag() -> bool:
+    """Whether to prepare, after making sure psycopg will when asked.
+
+    Django opens its connections with ``prepare_threshold=None`` (unless ``OPTIONS`` names one),
+    and with ``None`` psycopg ignores even ``prepare=True``. A threshold psycopg never reaches
+    (``NEVER_AUTO``) lets our explicit ``prepare=True`` work while nothing else is prepared
+    behind our back: Django's own cursors bind on the client and never prepare anyway.
+    """
+    if not conf().prepared_statements:
+        return False
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = NEVER_AUTO
+    return True
+
+
+def _run(sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool) -> tuple[list[tuple[Any, ...]], int]:
+    connection.ensure_connection()
+    logged = connection.queries_logged
+    started = time.monotonic() if logged else 0.0
+    with connection.wrap_database_errors:
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params, prepare=_prepare_flag())
+            rows = cursor.fetchall() if fetch and cursor.description is not None else []
+            count = cursor.rowcount
+    if logged:
+        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    return rows, count
+
+
+class PreparedCursor:
+    """A cursor over Django's connection whose ``execute`` binds server-side and prepares (see module).
+
+    Use as ``with prepared.cursor() as cursor: cursor.execute(sql, params); cursor.fetchall()``,
+    where code used ``connection.cursor()``.
+    """
+
+    def __init__(self, *, prepare: bool = True) -> None:
+        connection.ensure_connection()
+        self._cursor = psycopg.Cursor(connection.connection)
+        self._prepare = prepare
+
+    def __enter__(self) -> PreparedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cursor.close()
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
+        """Execute ``sql`` with ``params`` (prepared unless ``SCHEDULER["PREPARED_STATEMENTS"]`` is off)."""
+        logged = connection.queries_logged
+        started = time.monotonic() if logged else 0.0
+        with connection.wrap_database_errors:
+            self._cursor.execute(sql, params, prepare=_prepare_flag() if self._prepare else False)
+        if logged:
+            connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        """The statement's rows."""
+        return self._cursor.fetchall()
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        """The statement's next row, or None."""
+        return self._cursor.fetchone()
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the statement returned or changed."""
+        return self._cursor.rowcount
+
+
+def cursor(*, prepare: bool = True) -> PreparedCursor:
+    """Return a ``PreparedCursor`` on Django's connection (a context manager).
+
+    ``prepare`` False binds server-side without preparing: for a statement whose best plan
+    depends on the size of its array parameters (see ``lifecycle.transition``).
+    """
+    return PreparedCursor(prepare=prepare)

@@ -1,0 +1,46 @@
+"""The job path's statements run prepared on Django's connection, or unprepared when turned off."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+import scheduler
+from scheduler import leasing
+from scheduler.models import JobResult
+
+pytestmark = pytest.mark.django_db
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_enqueue_and_claim_statements_are_prepared_once_per_connection() -> None:
+    before = len(prepared_statements())
+    for _ in range(3):
+        scheduler.enqueue("DEMO_TASK")
+    statements = prepared_statements()
+    assert len(statements) == before + 1  # three enqueues, one prepared statement
+    assert any("INSERT INTO stint_job " in s for s in statements)
+
+    (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
+    leasing.record_batch([leasing.Report(job=claimed, outcome=leasing.Outcome.SUCCEEDED, result=None)])
+    statements = prepared_statements()
+    assert any("UPDATE stint_job j" in s and "lease_token = gen_random_uuid()" in s for s in statements)
+    # Outcomes are bound server-side, unprepared: their plan depends on the batch's size.
+    assert not any("INSERT INTO stint_job_result" in s for s in statements)
+    assert JobResult.objects.filter(job_id=claimed.id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_prepared_statements_off_nothing_is_prepared(settings) -> None:
+    settings.SCHEDULER = {**settings.SCHEDULER, "PREPARED_STATEMENTS": False}  # behind PgBouncer < 1.21
+    connection.close()  # a fresh connection: none prepared yet
+    for _ in range(3):
+        scheduler.enqueue("DEMO_TASK")
+    (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
+    leasing.record_batch([leasing.Report(job=claimed, outcome=leasing.Outcome.SUCCEEDED, result=None)])
+    assert prepared_statements() == []

@@ -1,0 +1,111 @@
+"""The worker's claim loop, in-process: when it claims (scheduler.workers.runner)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from scheduler import leasing
+from scheduler.leasing import Outcome, Report
+from scheduler.models import Job, JobAttempt, JobResult
+from scheduler.services import enqueue
+from scheduler.states import JobStatus
+from scheduler.workers.runner import Worker, WorkerOptions
+from tests.subprocess_env import database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT = 20.0  # seconds any one awaited condition may take
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def test_a_worker_claims_when_notified_never_merely_because_a_slot_freed(monkeypatch) -> None:
+    claims: list[int] = []  # jobs each claim transaction got
+    real_claim = leasing.claim_jobs
+
+    def counted(**kwargs):
+        jobs = real_claim(**kwargs)
+        claims.append(len(jobs))
+        return jobs
+
+    monkeypatch.setattr(leasing, "claim_jobs", counted)
+    ready = threading.Event()
+    # No poll falls due during the test: only NOTIFY (or a full claim) may start a claim.
+    worker = Worker(WorkerOptions(concurrency=4, poll_seconds=3600, heartbeat_seconds=3600), ready=ready.set)
+
+    def run() -> None:
+        worker.run()
+        connection.close()  # the test's thread plays the worker process's main thread
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert ready.wait(WAIT)
+        for _ in range(5):
+            job = enqueue("DEMO_TASK")
+            wait_until(lambda job=job: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)
+    finally:
+        worker.stop()
+        thread.join(WAIT)
+        # Its listener and heartbeat threads close their connections as they end.
+        wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("stint-")])
+
+    assert sum(claims) == 5
+    # At most the start-up claim and the one when LISTEN begins find nothing; each of the five
+    # completions freed a slot and claimed nothing.
+    assert claims.count(0) <= 2, claims
+
+
+def test_a_claim_in_autocommit_is_one_statement_and_commits_by_itself() -> None:
+    job = enqueue("DEMO_TASK")
+    assert connection.get_autocommit()
+    with CaptureQueriesContext(connection) as queries:
+        (claimed,) = leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)
+    assert len(queries) == 1
+    assert not connection.in_atomic_block
+    # Committed: another connection sees the lease at once.
+    with psycopg.connect(database_url(), autocommit=True) as other:
+        row = other.execute("SELECT status, lease_token FROM stint_job WHERE id = %s", [job.id]).fetchone()
+    assert row == (JobStatus.RUNNING, claimed.lease_token)
+
+
+def test_a_batch_of_successes_in_autocommit_is_one_statement_with_attempts_and_results() -> None:
+    for _ in range(3):
+        enqueue("DEMO_TASK")
+    claimed = leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)
+    with CaptureQueriesContext(connection) as queries:
+        done = leasing.record_batch(
+            [Report(job=c, outcome=Outcome.SUCCEEDED, result={"n": i}) for i, c in enumerate(claimed)]
+        )
+    assert len(queries) == 1  # job moves, events, attempts and results: one statement, its own transaction
+    assert done.accepted == {c.id for c in claimed}
+    for i, c in enumerate(claimed):
+        assert JobResult.objects.get(job_id=c.id).result == {"n": i}
+        attempt = JobAttempt.objects.get(job_id=c.id)
+        assert (attempt.status, attempt.worker, attempt.started_at) == ("SUCCEEDED", "w-test", c.started_at)
+
+
+def test_a_refused_single_statement_batch_in_autocommit_still_records_the_others() -> None:
+    good, bad = enqueue("DEMO_TASK"), enqueue("DEMO_TASK")
+    claimed = {c.id: c for c in leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)}
+    done = leasing.record_batch(
+        [
+            Report(job=claimed[good.id], outcome=Outcome.SUCCEEDED, result={"ok": 1}),
+            Report(job=claimed[bad.id], outcome=Outcome.SUCCEEDED, result={"text": "a\u0000b"}),  # jsonb refuses
+        ]
+    )
+    assert done.final == {good.id: JobStatus.SUCCESS, bad.id: JobStatus.FAILED}
+    assert JobAttempt.objects.filter(job_id__in=[good.id, bad.id]).count() == 2
