@@ -31,6 +31,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, close_old
 from django.db.models.functions import Now
 
 from core.db_role import application_name_for
+from core.pg_connect import pg_connection_params
 from scheduler import leasing, metrics
 from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
@@ -55,7 +56,6 @@ DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreach
 # child process, so that pool keeps 5.
 DEFAULT_THREAD_SLOTS = 50
 DEFAULT_PROCESS_SLOTS = 5
-_DJANGO_ONLY_OPTIONS = frozenset({"server_side_binding", "pool", "isolation_level", "assume_role", "cursor_factory"})
 _DB_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
 
 
@@ -342,21 +342,12 @@ class Worker:
     # -- background threads ----------------------------------------------------------------
 
     def _listen(self) -> None:
-        params = connection.settings_dict
-        conninfo = {
-            "dbname": params["NAME"],
-            "user": params.get("USER") or None,
-            "password": params.get("PASSWORD") or None,
-            "host": params.get("HOST") or None,
-            "port": params.get("PORT") or None,
-            # libpq options such as sslmode; Django's own keys are not connection parameters.
-            **{k: v for k, v in (params.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY_OPTIONS},
-            "application_name": application_name_for("listen"),  # core.db_role: stint-worker-listen
-        }
+        # Django's own parameters for the alias (libpq options, keepalives), named stint-worker-listen.
+        conninfo = pg_connection_params(application_name=application_name_for("listen"))
         wanted = set(self.options.queues or [])
         while not self._done.is_set():
             try:
-                with psycopg.connect(autocommit=True, **{k: v for k, v in conninfo.items() if v}) as conn:
+                with psycopg.connect(autocommit=True, **conninfo) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._notified.set()  # anything enqueued while we were not listening
                     self._wake.set()
