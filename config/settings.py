@@ -74,6 +74,7 @@ MIDDLEWARE = [
     "core.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
     "scheduler.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
     "core.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
+    "core.failsafe.BadTextMiddleware",  # 400 for NUL or a lone surrogate in a query string or form
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files under gunicorn, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -83,6 +84,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "core.throttling.RateLimitHeadersMiddleware",
+    "core.failsafe.DatabaseUnavailableMiddleware",  # 503, not a 500 page, when the database is down
     "django_prometheus.middleware.PrometheusAfterMiddleware",  # last: sees the view and its response
 ]
 

@@ -204,7 +204,8 @@ def test_any_query_string_on_the_new_endpoints_is_answered_without_a_500(console
     for path in ("/api/jobs", "/api/admin/jobs", f"/api/schedules/{schedule.id}/runs"):
         assert admin_api.get(path, {name: value}).status_code in (200, 400), (path, name, value)
     for path in ("/admin/stint/queues/", "/admin/stint/queues/live/", "/admin/stint/queues/data.json"):
-        assert console.get(path, {"queue": value, name: value}).status_code == 200, (path, value)
+        # 400: a NUL is refused before any view (core.failsafe); anything else is shown or ignored.
+        assert console.get(path, {"queue": value, name: value}).status_code in (200, 400), (path, value)
 
 
 @pytest.mark.parametrize("raw", ["%ED%A0%80", "%FF%FE", "%00", "search=%ED%A0%80", "%C0%AF=1"])
@@ -213,7 +214,7 @@ def test_invalid_utf8_in_a_query_string_is_answered(console, admin_api, raw):
     for path in ("/api/jobs", "/api/admin/jobs"):
         assert admin_api.get(f"{path}?{query}").status_code in (200, 400), (path, raw)
     for path in ("/admin/stint/queues/", "/admin/stint/queues/data.json"):
-        assert console.get(f"{path}?{query}").status_code == 200, (path, raw)
+        assert console.get(f"{path}?{query}").status_code in (200, 400), (path, raw)
 
 
 @pytest.mark.parametrize("schedule_id", ["0", "2147483648", "9223372036854775808", HUGE_INT[:40]])

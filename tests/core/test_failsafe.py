@@ -1,0 +1,54 @@
+"""The last guards before a 500: bad text in parameters (400) and a database that is down (503)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from django.db import connection
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens here once the socket is closed
+
+
+@pytest.fixture
+def database_down():
+    """Point Django's connection at a port where no PostgreSQL listens (a real refused connection)."""
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update(HOST="127.0.0.1", PORT=str(_closed_port()))
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+
+
+def test_an_api_call_while_the_database_is_down_is_a_json_503(client, database_down):
+    response = client.post(
+        "/api/auth/login", {"username": "alice", "password": "x" * 12}, content_type="application/json"
+    )
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "service_unavailable"
+    assert "database is unavailable" in response.json()["error"]["message"]
+    assert response["Retry-After"] == "5"
+
+
+def test_a_page_while_the_database_is_down_is_a_503_that_says_so(client, database_down):
+    response = client.post("/login/", {"username": "alice", "password": "x" * 12})
+    assert response.status_code == 503
+    assert "database is unavailable" in response.content.decode()
+
+
+@pytest.mark.parametrize("query", ["status=%00", "a%00=1", "search=ab%00"])
+def test_a_nul_in_an_api_query_string_is_a_json_400(client, query):
+    response = client.get(f"/api/jobs?{query}")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_error"
