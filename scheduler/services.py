@@ -230,6 +230,11 @@ def enqueue_request(
         from scheduler.flow import unique as flow_unique
 
         spec = flow_unique.parse(unique)
+        if spec.keys and not isinstance(payload, dict):
+            raise InvalidUnique(
+                "unique keys name payload fields, and this payload is not an object",
+                details={"unique.keys": ["Use keys only with an object payload, or leave them out (whole payload)."]},
+            )
         if idempotency_key is not None:
             raise InvalidUnique(
                 "unique and an Idempotency-Key cannot be combined",

@@ -133,3 +133,11 @@ def test_retrying_a_failed_unique_job_while_its_duplicate_is_live_is_a_409(user,
     page = client.post(f"/jobs/{first.id}/retry/")
     assert page.status_code == 409
     assert Job.objects.get(id=first.id).status == JobStatus.FAILED
+
+
+@pytest.mark.parametrize("payload", ["x", 5, [1, 2], True])
+def test_unique_keys_on_a_payload_that_is_not_an_object_are_a_400(user_api, payload):
+    body = {"type": "DEMO_TASK", "payload": payload, "unique": {"keys": ["customer"]}}
+    response = user_api.post("/api/jobs", body, format="json")
+    assert response.status_code == 400, response.content
+    assert "unique.keys" in response.json()["error"]["details"]
