@@ -73,9 +73,15 @@ def zone_for(name: str) -> ZoneInfo:
         raise InvalidSchedule(f"Unknown time zone {name!r}.", details={"timezone": ["Not an IANA time zone."]}) from exc
 
 
+# Files in a system's zoneinfo directory that are not IANA zones: ``localtime`` is whatever the
+# host is set to (two hosts could fire one schedule at different instants), ``Factory`` a
+# placeholder zone, ``posixrules`` a template for POSIX TZ strings.
+NOT_ZONES = frozenset({"localtime", "Factory", "posixrules"})
+
+
 @lru_cache(maxsize=1)
 def _zone_names() -> frozenset[str]:
-    return frozenset(available_timezones() | {"UTC"})
+    return frozenset((available_timezones() | {"UTC"}) - NOT_ZONES)
 
 
 def normalize_cron(expression: str) -> str:
