@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.openapi import ERROR_REF
+from core.query_params import check_known
 from scheduler.api.views import IsAdminRole
 from scheduler.exceptions import JobNotFound
 from scheduler.flow import limits as flow_limits
@@ -87,7 +88,8 @@ class LimitListView(APIView):
         responses={200: LIMIT_READ(many=True), 403: OpenApiResponse(ERROR_REF, description="Not an ADMIN.")},
     )
     def get(self, request: Request) -> Response:
-        """Return the effective limits, by key."""
+        """Return the effective limits, by key; 400 for a query parameter (it takes none)."""
+        check_known(request, self, paging=())
         limits = flow_limits.effective_limits(fresh=True)
         return Response([_read(limits[k]) for k in sorted(limits)])
 
@@ -97,7 +99,8 @@ class _LimitDetailView(APIView):
     scope = ""
 
     def get(self, request: Request, name: str) -> Response:
-        """Return the limit in effect on this name; 404 when there is none."""
+        """Return the limit in effect on this name; 404 when there is none; 400 for a query parameter."""
+        check_known(request, self, paging=())
         flow_limits.validated({"concurrency": 1}, scope=self.scope, name=name)  # 400 for a bad name
         limit = flow_limits.effective_limits(fresh=True).get(f"{self.scope}:{name}")
         if limit is None:

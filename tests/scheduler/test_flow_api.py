@@ -117,3 +117,10 @@ def test_the_waiting_reason_names_the_rate_limit_and_a_paused_queue(admin_api, u
     queues.queue_pause(name="default")
     assert user_api.get(f"/api/jobs/{jobs[2].id}").json()["waiting"]["code"] == "queue_paused"
     assert admin_api.get("/api/admin/types/DEMO_TASK/limits").json()["admitted_in_window"] == 2
+
+
+@pytest.mark.parametrize("path", ["/api/admin/limits", "/api/admin/types/EMAIL/limits"])
+def test_a_query_parameter_on_the_limit_reads_is_a_400_naming_it(admin_api, path):
+    response = admin_api.get(path, {"x": "1"})
+    assert response.status_code == 400
+    assert "x" in response.json()["error"]["details"]
