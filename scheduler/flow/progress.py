@@ -86,6 +86,24 @@ class ProgressWriter:
             _write(batch)
         return len(batch)
 
+    def has_pending(self) -> bool:
+        """True while some job's progress waits to be written (a lock-free read: a hint, not a promise)."""
+        return bool(self._pending)
+
+    def flush_job(self, job_id: uuid.UUID) -> bool:
+        """Write ``job_id``'s pending progress now, if it has any; return whether it had.
+
+        The worker calls it as the handler returns, while the job is still RUNNING under its lease,
+        so the last value a handler reported is not lost to the once-a-second batch (the write is
+        fenced on RUNNING and would miss a job that has already finished).
+        """
+        with self._lock:
+            pending = self._pending.pop(job_id, None)
+        if pending is None:
+            return False
+        _write({job_id: pending})
+        return True
+
     def join(self, timeout: float | None = None) -> None:
         """Wait until the background writer has flushed everything pending and stopped (tests, shutdown)."""
         thread = self._thread

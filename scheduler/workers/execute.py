@@ -11,6 +11,7 @@ from django.db import close_old_connections
 from core.log_context import log_context
 from scheduler import tracing
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
+from scheduler.flow.progress import writer as progress_writer
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.registry import CancelFlag, JobContext, resolve
@@ -23,12 +24,19 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
 
     The tracing hook (``scheduler.tracing``): off, it adds one ``None`` check per job.
     """
-    if not tracing.enabled():
-        return _run_handler(job, cancel_flag)
-    with tracing.attempt_span(job) as span:
-        report = _run_handler(job, cancel_flag)
-        tracing.record_outcome(span, report)
-    return report
+    try:
+        if not tracing.enabled():
+            return _run_handler(job, cancel_flag)
+        with tracing.attempt_span(job) as span:
+            report = _run_handler(job, cancel_flag)
+            tracing.record_outcome(span, report)
+        return report
+    finally:
+        if progress_writer.has_pending():  # the handler's last ctx.progress, before the outcome ends the run
+            try:
+                progress_writer.flush_job(job.id)
+            except Exception:  # never let progress cost the outcome
+                logger.exception("job %s: its last progress was not written", job.id)
 
 
 def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:

@@ -55,6 +55,17 @@ def test_the_last_progress_of_a_burst_reaches_the_api_within_one_heartbeat(user,
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_last_progress_survives_an_outcome_recorded_at_once(user, user_api):
+    job = enqueue(PROGRESSING, owner=user)
+    (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
+    report = run_handler(claimed, threading.Event())
+    leasing.record_outcomes([report])  # at once: before the once-a-second batch could run
+    body = user_api.get(f"/api/jobs/{job.id}").json()
+    assert body["status"] == "SUCCESS"
+    assert body["progress"]["percent"] == 50 and body["progress"]["message"] == "step 5"
+
+
+@pytest.mark.django_db(transaction=True)
 def test_progress_of_a_run_that_lost_its_lease_is_not_written(user):
     job = enqueue(PROGRESSING, owner=user)
     (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
