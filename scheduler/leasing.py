@@ -28,7 +28,7 @@ from scheduler.conf import conf
 from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import NOW, NULL, Claimed, Sql
 from scheduler.registry import resolve
-from scheduler.retry import backoff
+from scheduler.retry import after_failed_attempt, backoff
 from scheduler.states import AttemptStatus, EventType, JobStatus
 
 MAX_ERROR_CHARS = 2000  # characters of an error message kept on the job
@@ -207,9 +207,8 @@ def _plan(report: Report) -> tuple[JobStatus, EventType | None]:
         return JobStatus.CANCELLED, None
     if report.outcome == Outcome.HANDED_BACK:
         return JobStatus.RETRYING, EventType.JOB_RETRIED
-    if report.job.attempts_left > 0:  # RETRYABLE, TIMED_OUT, CRASHED
-        return JobStatus.RETRYING, None
-    return JobStatus.DEAD, None
+    # RETRYABLE, TIMED_OUT, CRASHED (a requested cancellation is applied under the row lock: _locked_cancel_requests)
+    return JobStatus(after_failed_attempt(attempts_left=report.job.attempts_left)), None
 
 
 def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStatus] | None = None) -> set[uuid.UUID]:

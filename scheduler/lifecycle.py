@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from scheduler import prepared
+from scheduler import prepared, retry
 from scheduler.exceptions import IllegalTransition
 from scheduler.notify import CHANNEL
 from scheduler.states import TRANSITIONS, EventType, JobStatus, Priority
@@ -375,7 +375,9 @@ class Claimed:
     @property
     def attempts_left(self) -> int:
         """Attempts remaining after this one in the budget of 1 + max_retries."""
-        return max(0, 1 + self.max_retries - (self.attempt - self.attempts_base))
+        return retry.attempts_left(
+            attempts=self.attempt, attempts_base=self.attempts_base, max_retries=self.max_retries
+        )
 
 
 def claim(

@@ -12,6 +12,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from scheduler import retry
 from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, AttemptStatus, EventType, JobStatus, Priority, priority_label
 
 DEFAULT_QUEUE = "default"
@@ -136,7 +137,9 @@ class Job(models.Model):
     @property
     def attempts_left(self) -> int:
         """Attempts remaining in the current budget of 1 + max_retries."""
-        return max(0, 1 + self.max_retries - (self.attempts - self.attempts_base))
+        return retry.attempts_left(
+            attempts=self.attempts, attempts_base=self.attempts_base, max_retries=self.max_retries
+        )
 
 
 class JobAttempt(models.Model):

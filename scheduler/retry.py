@@ -1,8 +1,10 @@
-"""Pure backoff arithmetic for retries."""
+"""Pure retry rules: the attempt budget, the retry-or-dead-letter decision, and backoff arithmetic."""
 
 from __future__ import annotations
 
 import random
+
+from scheduler.states import JobStatus
 
 
 def backoff(attempt: int, *, base: float, cap: float, jitter: bool = False, rng: random.Random | None = None) -> float:
@@ -21,3 +23,26 @@ def backoff(attempt: int, *, base: float, cap: float, jitter: bool = False, rng:
     if jitter:
         delay = (rng or random).uniform(0, delay)  # noqa: S311 - not cryptographic
     return delay
+
+
+def attempts_left(*, attempts: int, attempts_base: int, max_retries: int) -> int:
+    """Return how many attempts remain after ``attempts`` in the current budget of 1 + ``max_retries``.
+
+    ``attempts`` counts every attempt the job ever made; ``attempts_base`` is where the current
+    budget began (a recovery or manual retry gives a fresh one; a hand-back moves it up, so a
+    handed-back attempt costs nothing). DESIGN.md: a job makes at most 1 + max_retries attempts
+    per budget. Never negative.
+    """
+    return max(0, 1 + max_retries - (attempts - attempts_base))
+
+
+def after_failed_attempt(*, attempts_left: int, cancel_requested: bool = False) -> str:
+    """Decide a job's next status after an attempt that failed or was lost: ``JobStatus`` value.
+
+    CANCELLED when its cancellation was requested, RETRYING while its budget has attempts left,
+    DEAD (dead-lettered) otherwise; DESIGN.md's RUNNING -> RETRYING / DEAD / CANCELLED moves. The
+    one rule for the worker's outcomes (``leasing``) and the lease rescuer.
+    """
+    if cancel_requested:
+        return JobStatus.CANCELLED
+    return JobStatus.RETRYING if attempts_left > 0 else JobStatus.DEAD

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from scheduler import lifecycle, metrics
 from scheduler.leasing import retry_delay
 from scheduler.lifecycle import NOW, NULL, Sql
+from scheduler.retry import after_failed_attempt, attempts_left
 from scheduler.selectors import worker_alive_sql, worker_dead_after_seconds
 from scheduler.states import EventType, JobStatus
 
@@ -43,12 +44,10 @@ def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = Fa
     retry, dead, cancel = [], [], []
     for row in rows:
         attempts, base, max_retries, cancelled = row[3:7]
-        if cancelled:
-            cancel.append(row)
-        elif 1 + max_retries - (attempts - base) > 0:
-            retry.append(row)
-        else:
-            dead.append(row)
+        left = attempts_left(attempts=attempts, attempts_base=base, max_retries=max_retries)
+        {JobStatus.CANCELLED: cancel, JobStatus.RETRYING: retry, JobStatus.DEAD: dead}[
+            after_failed_attempt(attempts_left=left, cancel_requested=cancelled)
+        ].append(row)
     common: dict[str, object] = {"lease_owner": NULL, "lease_token": NULL, "lease_expires_at": NULL}
     if isolate:
         common["isolated"] = True

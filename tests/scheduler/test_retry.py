@@ -1,4 +1,4 @@
-"""Tests for scheduler.retry: the backoff formula of DESIGN.md, its cap and full-jitter bounds."""
+"""scheduler.retry: the backoff formula of DESIGN.md (cap, full jitter), the attempt budget, the retry decision."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.retry import backoff
+from scheduler.retry import after_failed_attempt, attempts_left, backoff
+from scheduler.states import JobStatus
 
 
 @pytest.mark.parametrize(
@@ -71,3 +72,24 @@ def test_jitter_without_an_rng_uses_the_module_random() -> None:
     draws = {backoff(3, base=1.0, cap=30.0, jitter=True) for _ in range(50)}
     assert all(0.0 <= d <= 4.0 for d in draws)
     assert len(draws) > 1
+
+
+@pytest.mark.parametrize(
+    "attempts,base,max_retries,left",
+    [(0, 0, 3, 4), (1, 0, 3, 3), (4, 0, 3, 0), (9, 0, 3, 0), (5, 4, 3, 3), (1, 0, 0, 0)],
+)
+def test_the_attempt_budget_is_one_plus_max_retries_from_its_base(attempts, base, max_retries, left):
+    assert attempts_left(attempts=attempts, attempts_base=base, max_retries=max_retries) == left
+
+
+@pytest.mark.parametrize(
+    "left,cancel,expected",
+    [
+        (1, False, JobStatus.RETRYING),
+        (0, False, JobStatus.DEAD),
+        (1, True, JobStatus.CANCELLED),
+        (0, True, JobStatus.CANCELLED),
+    ],
+)
+def test_a_failed_or_lost_attempt_is_retried_dead_lettered_or_cancelled(left, cancel, expected):
+    assert after_failed_attempt(attempts_left=left, cancel_requested=cancel) == expected
