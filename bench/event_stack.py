@@ -30,6 +30,29 @@ def fresh_database(base_url: str, name: str) -> str:
     return urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
 
 
+def bench_environment(database: str, *, run_with: str, **extra: str) -> dict[str, str] | None:
+    """Return the environment of a benchmark run: ``os.environ`` plus a fresh database and ``extra``.
+
+    ``database`` is (re)created next to ``DATABASE_URL``'s (``fresh_database``) and becomes the
+    run's ``DATABASE_URL``; the ``bench`` app's handlers are installed (``STINT_EXTRA_APPS``), logs
+    are quiet (``LOG_LEVEL=WARNING``) and ``DJANGO_SETTINGS_MODULE`` is set; ``extra`` entries
+    win. Returns None, after saying on stderr how to run it (``run_with``), when ``DATABASE_URL``
+    is not set. Raises ``psycopg.Error`` when the server refuses the database.
+    """
+    base_url = os.environ.get("DATABASE_URL")
+    if not base_url:
+        print(f"DATABASE_URL is not set: {run_with}", file=sys.stderr)
+        return None
+    return {
+        **os.environ,
+        "DATABASE_URL": fresh_database(base_url, database),
+        "STINT_EXTRA_APPS": "bench",
+        "LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        **extra,
+    }
+
+
 def setup_django(env: dict[str, str]) -> None:
     """Point this process at the benchmark's database and topic, set Django up and migrate."""
     os.environ.update(env)

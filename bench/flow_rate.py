@@ -38,21 +38,16 @@ def _args() -> argparse.Namespace:
 
 def main() -> int:
     args = _args()
-    base_url = os.environ.get("DATABASE_URL")
-    if not base_url:
-        print("DATABASE_URL is not set: run through `make flow-rate`", file=sys.stderr)
-        return 2
     sys.path.insert(0, str(ROOT))
-    from bench.event_stack import fresh_database
+    from bench.event_stack import bench_environment
 
-    env = {
-        **os.environ,
-        "DATABASE_URL": fresh_database(base_url, BENCH_DB),
-        "STINT_EXTRA_APPS": "bench",
-        "LOG_LEVEL": "WARNING",
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "KAFKA_TOPIC": f"flow-rate-{os.getpid()}",
-    }
+    env = bench_environment(
+        BENCH_DB,
+        run_with="run through `make flow-rate`",
+        KAFKA_TOPIC=f"flow-rate-{os.getpid()}",
+    )
+    if env is None:
+        return 2
     os.environ.update(env)
     import django
 

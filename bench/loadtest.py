@@ -182,23 +182,18 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def main() -> int:
     args = _args()
-    base_url = os.environ.get("DATABASE_URL")
-    if not base_url:
-        print("DATABASE_URL is not set: run through `make loadtest`", file=sys.stderr)
-        return 2
     sys.path.insert(0, str(ROOT))
-    from bench.event_stack import fresh_database
+    from bench.event_stack import bench_environment
 
-    env = {
-        **os.environ,
-        "DATABASE_URL": fresh_database(base_url, BENCH_DB),
-        "STINT_EXTRA_APPS": "bench",
-        "LOG_LEVEL": "WARNING",
-        "DJANGO_SETTINGS_MODULE": "config.settings",
+    env = bench_environment(
+        BENCH_DB,
+        run_with="run through `make loadtest`",
         # A topic and consumer group of this run's own, so the audit trail holds only its events.
-        "KAFKA_TOPIC": f"loadtest-{os.getpid()}-{int(time.time())}",
-        "KAFKA_AUDIT_GROUP": f"loadtest-{os.getpid()}-{int(time.time())}",
-    }
+        KAFKA_TOPIC=f"loadtest-{os.getpid()}-{int(time.time())}",
+        KAFKA_AUDIT_GROUP=f"loadtest-{os.getpid()}-{int(time.time())}",
+    )
+    if env is None:
+        return 2
     if args.chaos:
         env.update({"STINT_LEASE_SECONDS": "4", "STINT_HEARTBEAT_SECONDS": "1"})
     os.environ.update(env)

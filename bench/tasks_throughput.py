@@ -52,21 +52,16 @@ def _args() -> argparse.Namespace:
 
 def main() -> int:
     args = _args()
-    base_url = os.environ.get("DATABASE_URL")
-    if not base_url:
-        print("DATABASE_URL is not set: run inside the dev stack (python -m devstack run -- ...)", file=sys.stderr)
-        return 2
     sys.path.insert(0, str(ROOT))
-    from bench.event_stack import fresh_database
+    from bench.event_stack import bench_environment
 
-    env = {
-        **os.environ,
-        "DATABASE_URL": fresh_database(base_url, BENCH_DB),
-        "STINT_EXTRA_APPS": "bench",
-        "LOG_LEVEL": "WARNING",
-        "LOG_FORMAT": "plain",
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-    }
+    env = bench_environment(
+        BENCH_DB,
+        run_with="run inside the dev stack (python -m devstack run -- ...)",
+        LOG_FORMAT="plain",
+    )
+    if env is None:
+        return 2
     os.environ.update(env)
     import django
 
