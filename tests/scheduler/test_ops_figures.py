@@ -151,5 +151,6 @@ def test_page_fragment_and_json_for_operators_only(client, admin_user, user, see
 @pytest.mark.parametrize("value", ["", "x" * 101, "a\x00b", "%", "' OR 1=1 --", "\ud800"[:0] + "é" * 50])
 def test_any_chart_queue_value_answers(client, admin_user, value):
     client.force_login(admin_user)
+    expected = 400 if "\x00" in value else 200  # a NUL is refused before any view (core.failsafe)
     for path in ("", "live/", "data.json"):
-        assert client.get(f"{PAGE}{path}", {"queue": value}).status_code == 200
+        assert client.get(f"{PAGE}{path}", {"queue": value}).status_code == expected
