@@ -125,7 +125,7 @@ def _drain(jobs: int) -> float:
 def main() -> int:
     args = _args()
     sys.path.insert(0, str(ROOT))
-    from bench.event_stack import bench_environment
+    from bench.event_stack import bench_environment, setup_django
 
     env = bench_environment(
         BENCH_DB,
@@ -134,14 +134,9 @@ def main() -> int:
     )
     if env is None:
         return 2
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    setup_django(env)  # environment, django.setup(), migrate
     from django.db import connection
 
-    call_command("migrate", verbosity=0)
     workers = [
         subprocess.Popen(  # noqa: S603 - our own manage.py
             [

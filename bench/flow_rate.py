@@ -39,7 +39,7 @@ def _args() -> argparse.Namespace:
 def main() -> int:
     args = _args()
     sys.path.insert(0, str(ROOT))
-    from bench.event_stack import bench_environment
+    from bench.event_stack import bench_environment, setup_django
 
     env = bench_environment(
         BENCH_DB,
@@ -48,17 +48,12 @@ def main() -> int:
     )
     if env is None:
         return 2
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    setup_django(env)  # environment, django.setup(), migrate
     from django.db import connection
 
     from scheduler.flow import limits as flow_limits
     from scheduler.services import enqueue_many
 
-    call_command("migrate", verbosity=0)
     flow_limits.limit_set(
         scope="type", name="BENCH_NOOP", data={"rate_limit": args.count, "rate_period_seconds": args.period}
     )

@@ -53,7 +53,7 @@ def _args() -> argparse.Namespace:
 def main() -> int:
     args = _args()
     sys.path.insert(0, str(ROOT))
-    from bench.event_stack import bench_environment
+    from bench.event_stack import bench_environment, setup_django
 
     env = bench_environment(
         BENCH_DB,
@@ -62,13 +62,7 @@ def main() -> int:
     )
     if env is None:
         return 2
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    setup_django(env)  # environment, django.setup(), migrate
     if args.no_commit_wait:
         from django.db import connection
 
