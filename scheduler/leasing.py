@@ -208,7 +208,7 @@ def _plan(report: Report) -> tuple[JobStatus, EventType | None]:
     if report.outcome == Outcome.HANDED_BACK:
         return JobStatus.RETRYING, EventType.JOB_RETRIED
     # RETRYABLE, TIMED_OUT, CRASHED (a requested cancellation is applied under the row lock: _locked_cancel_requests)
-    return JobStatus(after_failed_attempt(attempts_left=report.job.attempts_left)), None
+    return after_failed_attempt(attempts_left=report.job.attempts_left), None
 
 
 def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStatus] | None = None) -> set[uuid.UUID]:

@@ -36,8 +36,8 @@ def attempts_left(*, attempts: int, attempts_base: int, max_retries: int) -> int
     return max(0, 1 + max_retries - (attempts - attempts_base))
 
 
-def after_failed_attempt(*, attempts_left: int, cancel_requested: bool = False) -> str:
-    """Decide a job's next status after an attempt that failed or was lost: ``JobStatus`` value.
+def after_failed_attempt(*, attempts_left: int, cancel_requested: bool = False) -> JobStatus:
+    """Decide a job's next status after an attempt that failed or was lost.
 
     CANCELLED when its cancellation was requested, RETRYING while its budget has attempts left,
     DEAD (dead-lettered) otherwise; DESIGN.md's RUNNING -> RETRYING / DEAD / CANCELLED moves. The

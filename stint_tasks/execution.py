@@ -33,6 +33,7 @@ from stint_tasks.compat import (
     TaskResult,
     TaskResultStatus,
     normalize_json,
+    task_backends,
     task_finished,
     task_started,
 )
@@ -161,8 +162,6 @@ def _send(signal: Any, task: Any, result: Any) -> None:
     """Send ``signal`` for ``result`` to every receiver; a receiver's exception is logged, never raised."""
     if not signal.receivers:
         return
-    from stint_tasks.compat import task_backends
-
     try:
         responses = signal.send_robust(sender=type(task_backends[task.backend]), task_result=result)
     except Exception:  # e.g. the backend alias left TASKS since the job was enqueued
