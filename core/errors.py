@@ -22,6 +22,7 @@ _CODES_BY_STATUS = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     429: "rate_limited",
+    503: "service_unavailable",
 }
 
 
@@ -107,7 +108,12 @@ def _expired_message(context: dict[str, Any]) -> str:
     )
 
 
-def _json_or_html(request: HttpRequest, status_code: int, message: str, default: Any) -> HttpResponse:
+def json_or_page(request: HttpRequest, status_code: int, message: str, default: Any) -> HttpResponse:
+    """Answer ``status_code`` with the JSON error envelope under /api/, and with ``default`` elsewhere.
+
+    The envelope's code follows the status (``_CODES_BY_STATUS``, e.g. 400 ``validation_error``,
+    503 ``service_unavailable``; ``server_error`` for any other).
+    """
     if request.path.startswith("/api/"):
         code = _CODES_BY_STATUS.get(status_code, "server_error")
         return JsonResponse(error_body(code=code, message=message), status=status_code)
@@ -129,7 +135,7 @@ def handler400(request: HttpRequest, exception: Exception | None = None) -> Http
 
         return payload_too_large(request, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     if request.path.startswith("/api/"):
-        return _json_or_html(request, 400, "Bad request.", None)
+        return json_or_page(request, 400, "Bad request.", None)
     return bad_request(request, exception)
 
 
@@ -138,7 +144,7 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     from django.views.defaults import page_not_found
 
     if request.path.startswith("/api/"):
-        return _json_or_html(request, 404, "Not found.", None)
+        return json_or_page(request, 404, "Not found.", None)
     return page_not_found(request, exception)
 
 

@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, QueryDict
 
-from core.errors import error_body
+from core.errors import json_or_page
 from core.parsers import has_lone_surrogate
 
 logger = logging.getLogger(__name__)
@@ -26,10 +26,9 @@ BAD_TEXT_MESSAGE = "The request's parameters contain a NUL character or an unpai
 UNAVAILABLE_MESSAGE = "The database is unavailable; nothing was changed by this request. Try again shortly."
 
 
-def _answer(request: HttpRequest, *, status: int, code: str, message: str) -> HttpResponse:
-    if request.path.startswith("/api/"):
-        return JsonResponse(error_body(code=code, message=message), status=status)
-    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+def _answer(request: HttpRequest, *, status: int, message: str) -> HttpResponse:
+    page = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    return json_or_page(request, status, message, page)
 
 
 def _bad(items: QueryDict) -> bool:
@@ -45,7 +44,7 @@ class BadTextMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         form = request.content_type == "application/x-www-form-urlencoded" and request.method == "POST"
         if _bad(request.GET) or (form and _bad(request.POST)):
-            return _answer(request, status=400, code="validation_error", message=BAD_TEXT_MESSAGE)
+            return _answer(request, status=400, message=BAD_TEXT_MESSAGE)
         return self.get_response(request)
 
 
@@ -62,7 +61,7 @@ class DatabaseUnavailableMiddleware:
         """Answer 503 for ``OperationalError``/``InterfaceError``; None (Django's handling) otherwise."""
         if isinstance(exception, OperationalError | InterfaceError):
             logger.error("database unavailable while serving %s %s: %s", request.method, request.path, exception)
-            response = _answer(request, status=503, code="service_unavailable", message=UNAVAILABLE_MESSAGE)
+            response = _answer(request, status=503, message=UNAVAILABLE_MESSAGE)
             response["Retry-After"] = "5"
             return response
         return None
