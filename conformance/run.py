@@ -121,7 +121,7 @@ class Worker:
 
         from conformance import backends
         from scheduler.models import WorkerNode
-        from tests.subprocess_env import database_url
+        from tests.support.subprocess_env import database_url
 
         env = {
             **os.environ,

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 from rest_framework_simplejwt.tokens import RefreshToken
 
-from tests.factories import UserFactory
+from tests.support.factories import UserFactory
 
 
 def bearer(user) -> str:

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from rest_framework_simplejwt.tokens import AccessToken, RefreshToken
 
 from accounts.models import Role, User
-from tests.factories import PASSWORD
+from tests.support.factories import PASSWORD
 
 pytestmark = pytest.mark.django_db
 

@@ -30,7 +30,7 @@ from scheduler.kafka import ensure_topic
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
 from scheduler.services import enqueue_many
-from tests.kafka_support import (
+from tests.support.kafka import (
     ROOT,
     Broker,
     committed_offsets,

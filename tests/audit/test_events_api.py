@@ -12,8 +12,8 @@ from audit.models import AuditEvent
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import Job
 from scheduler.services import enqueue, job_cancel
-from tests.factories import JobFactory
-from tests.kafka_support import consume_all
+from tests.support.factories import JobFactory
+from tests.support.kafka import consume_all
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.subprocess_env import database_url
+from tests.support.subprocess_env import database_url
 
 # Debian's Chromium; STINT_CHROMIUM points elsewhere (e.g. to a missing path, to see the "not run" report).
 CHROMIUM = Path(os.environ.get("STINT_CHROMIUM", "/usr/bin/chromium"))

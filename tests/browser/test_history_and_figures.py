@@ -24,7 +24,7 @@ from tests.browser.conftest import (
 )
 from tests.browser.test_operator_console import admin_sign_in
 from tests.browser.test_user_pages import sign_in
-from tests.factories import JobFactory, UserFactory
+from tests.support.factories import JobFactory, UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

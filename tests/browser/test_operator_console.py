@@ -15,7 +15,7 @@ from scheduler.models import Job, JobAttempt, LeaderFence, WorkerNode
 from scheduler.services import enqueue
 from scheduler.states import AttemptStatus, JobStatus
 from tests.browser.conftest import UI_WAIT, accessibility_basics, screenshot, wait_until
-from tests.factories import PASSWORD, JobFactory, UserFactory
+from tests.support.factories import PASSWORD, JobFactory, UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -16,7 +16,7 @@ from scheduler.models import CronSchedule, Job
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from tests.browser.conftest import UI_WAIT, accessibility_basics, screenshot
-from tests.factories import PASSWORD, UserFactory
+from tests.support.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

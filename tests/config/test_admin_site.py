@@ -7,7 +7,7 @@ from django.contrib import admin
 
 from accounts.models import Role
 from config.admin_site import StintAdminSite
-from tests.factories import UserFactory
+from tests.support.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ from core.log_context import ContextFilter, PlainFormatter, log_context
 from core.request_id import RequestIdMiddleware
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
-from tests.scheduler.test_workers import Processes, status_is, wait_until, worker_of
+from tests.e2e.test_workers import Processes, status_is, wait_until, worker_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t" * 40

@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from core import throttling
 from core.throttling import Rate, client_address, rate_parse
 from tests.conftest import bearer
-from tests.factories import UserFactory
+from tests.support.factories import UserFactory
 
 ME = "/api/auth/me"
 LOGIN = "/api/auth/login"

@@ -15,7 +15,7 @@ from scheduler import schedules
 from scheduler.models import CronSchedule, Job, JobAttempt
 from scheduler.services import enqueue
 from scheduler.states import AttemptStatus, JobStatus, Priority
-from tests.factories import PASSWORD, JobFactory, UserFactory
+from tests.support.factories import PASSWORD, JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from scheduler import queues, schedules
 from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, LeaderFence, OutboxEvent, Queue, WorkerNode
 from scheduler.services import enqueue
 from scheduler.states import AttemptStatus, JobStatus
-from tests.factories import JobFactory, UserFactory
+from tests.support.factories import JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

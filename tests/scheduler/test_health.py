@@ -98,7 +98,7 @@ def test_health_reports_the_live_workers_and_the_cron_leader(api):
 
     from scheduler.leadership import advisory_key, lock_key
     from scheduler.models import LeaderFence, WorkerNode
-    from tests.subprocess_env import database_url
+    from tests.support.subprocess_env import database_url
 
     now = timezone.now()
     for name, heartbeat in (("alive", now), ("silent", now - dt.timedelta(hours=1))):

@@ -21,7 +21,7 @@ from scheduler.leadership import (
     token_key,
 )
 from scheduler.models import LeaderFence
-from tests.scheduler.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
 

@@ -31,7 +31,7 @@ from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.registry import handler
 from scheduler.services import enqueue, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus
-from tests.subprocess_env import database_url
+from tests.support.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db
 

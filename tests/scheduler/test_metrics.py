@@ -30,8 +30,8 @@ from scheduler.metrics import ClusterStateCollector, register_cluster_state
 from scheduler.models import Job, OutboxEvent, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import JobStatus
-from tests.factories import JobFactory
-from tests.scheduler.test_workers import Processes, status_is, wait_until
+from tests.e2e.test_workers import Processes, status_is, wait_until
+from tests.support.factories import JobFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 ISSUE_METRICS = (

@@ -9,7 +9,7 @@ from django.db import connection
 
 from scheduler.models import Queue, WorkerNode
 from scheduler.ops_figures import Minute, lag_chart_build, ops_figures
-from tests.factories import JobFactory
+from tests.support.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 

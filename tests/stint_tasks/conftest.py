@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from scheduler.models import WorkerNode
-from tests.subprocess_env import database_url
+from tests.support.subprocess_env import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30.0  # seconds any one awaited condition may take (two busy cores)

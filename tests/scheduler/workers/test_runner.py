@@ -18,7 +18,7 @@ from scheduler.models import Job, JobAttempt, JobResult
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from scheduler.workers.runner import Worker, WorkerOptions
-from tests.subprocess_env import database_url
+from tests.support.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -28,8 +28,8 @@ from scheduler.maintenance.outbox_pruner import OutboxPruner
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
 from scheduler.services import enqueue, enqueue_many, job_cancel
-from tests import kafka_support
-from tests.kafka_support import (
+from tests.support import kafka as kafka_support
+from tests.support.kafka import (
     ROOT,
     Broker,
     consume_all,
@@ -40,7 +40,7 @@ from tests.kafka_support import (
     wait_for,
 )
 
-# Real-Kafka fixtures (tests/kafka_support.py): one session consumer, one topic per test.
+# Real-Kafka fixtures (tests/support/kafka.py): one session consumer, one topic per test.
 audit_pool = kafka_support.audit_pool
 kafka_topic = kafka_support.kafka_topic
 fresh_topic = kafka_support.fresh_topic

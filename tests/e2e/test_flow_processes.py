@@ -20,7 +20,7 @@ from scheduler.flow import limits as flow_limits
 from scheduler.models import Job, JobAttempt, WorkerNode
 from scheduler.services import enqueue_many
 from scheduler.states import JobStatus
-from tests.scheduler.test_workers import Processes, wait_until
+from tests.e2e.test_workers import Processes, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -14,10 +14,10 @@ from scheduler.maintenance.reconciler import _SCAN_SQL, STATE_NAME, AuditReconci
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent, OutboxReconcile
 from scheduler.services import enqueue_many
-from tests import kafka_support
-from tests.kafka_support import consume_all
+from tests.support import kafka as kafka_support
+from tests.support.kafka import consume_all
 
-# Real-Kafka fixtures (tests/kafka_support.py): one session consumer, one topic per test.
+# Real-Kafka fixtures (tests/support/kafka.py): one session consumer, one topic per test.
 audit_pool = kafka_support.audit_pool
 kafka_topic = kafka_support.kafka_topic
 

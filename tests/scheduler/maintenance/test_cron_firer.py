@@ -22,7 +22,7 @@ from scheduler.maintenance.cron_firer import CronFirer
 from scheduler.models import CronSchedule, Job, LeaderFence, OutboxEvent
 from scheduler.services import job_cancel
 from scheduler.states import EventType, JobStatus
-from tests.scheduler.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 UTC = dt.UTC
 MINUTE = dt.timedelta(minutes=1)

@@ -7,7 +7,7 @@ SIGKILL and starts a replacement, so three processes always run. The fence row i
 record each term's token and start (its ``updated_at`` is the database time of the claim).
 
 The suite runs about 40 s (``STINT_CRON_FAILOVER_SECONDS``, default 40: two kills); the issue's full
-scenario is ``STINT_CRON_FAILOVER_SECONDS=180 pytest tests/scheduler/test_cron_failover.py -s``.
+scenario is ``STINT_CRON_FAILOVER_SECONDS=180 pytest tests/e2e/test_cron_failover.py -s``.
 Durations (failover times against TTL + tick) are measured and printed as JSON, not asserted.
 """
 
@@ -32,8 +32,8 @@ from django_redis import get_redis_connection
 from scheduler import schedules
 from scheduler.leadership import DEFAULT_TTL_SECONDS, lock_key, token_key
 from scheduler.models import Job
-from tests.factories import UserFactory
-from tests.subprocess_env import database_url
+from tests.support.factories import UserFactory
+from tests.support.subprocess_env import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduler import services
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.states import AttemptStatus, JobStatus, Priority
-from tests.factories import JobFactory
+from tests.support.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 

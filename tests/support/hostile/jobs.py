@@ -1,6 +1,6 @@
 """Handlers that attack their worker: exit, interrupt, crash the process, return what PostgreSQL refuses.
 
-Discovered like any app's ``jobs.py`` when the app is installed (``STINT_EXTRA_APPS=tests.hostile``):
+Discovered like any app's ``jobs.py`` when the app is installed (``STINT_EXTRA_APPS=tests.support.hostile``):
 the tests install it in the worker processes they start, the way a user plugs in their own app.
 """
 

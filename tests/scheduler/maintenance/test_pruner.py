@@ -15,7 +15,7 @@ from scheduler import metrics
 from scheduler.maintenance.pruner import Pruner, jobs_prune
 from scheduler.models import CronSchedule, IdempotencyRecord, Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.states import AttemptStatus, JobStatus
-from tests.factories import JobFactory, UserFactory
+from tests.support.factories import JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

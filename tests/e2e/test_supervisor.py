@@ -1,6 +1,6 @@
 """The ``run_workers`` supervisor against hostile handlers, as real OS processes.
 
-The handlers come from the test-only app ``tests.hostile``, plugged into the worker processes
+The handlers come from the test-only app ``tests.support.hostile``, plugged into the worker processes
 with ``STINT_EXTRA_APPS`` the way a user plugs in their own app; importing its ``jobs`` module
 here registers the same types in this process, so that ``enqueue`` accepts them.
 """
@@ -17,14 +17,12 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-import tests.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
+import tests.support.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, WorkerNode
 from scheduler.services import enqueue, enqueue_many
 from scheduler.states import AttemptStatus, EventType, JobStatus
-from tests.hostile.jobs import CRASH_TABLE
-from tests.scheduler.test_metrics import free_port, scrape, value
-from tests.scheduler.test_workers import (
+from tests.e2e.test_workers import (
     Processes,
     attempts,
     events,
@@ -37,6 +35,8 @@ from tests.scheduler.test_workers import (
     worker_of,
     worker_pid,
 )
+from tests.scheduler.test_metrics import free_port, scrape, value
+from tests.support.hostile.jobs import CRASH_TABLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -57,8 +57,8 @@ def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
 
 @pytest.fixture
 def hostile(procs: Processes) -> Processes:
-    """``procs`` whose worker processes also load the ``tests.hostile`` handlers."""
-    procs.env["STINT_EXTRA_APPS"] = "tests.hostile"
+    """``procs`` whose worker processes also load the ``tests.support.hostile`` handlers."""
+    procs.env["STINT_EXTRA_APPS"] = "tests.support.hostile"
     return procs
 
 

@@ -26,7 +26,7 @@ from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
-from tests.subprocess_env import database_url
+from tests.support.subprocess_env import database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

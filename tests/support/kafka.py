@@ -31,7 +31,7 @@ from scheduler.kafka import ensure_topic
 
 POOL_SIZE = 16  # topics consumed by the session consumer; raise it when tests need more
 WAIT_SECONDS = 60.0  # upper bound for anything asynchronous; a test that needs it has failed
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def unique_topic(prefix: str = "stint-test") -> str:
@@ -79,7 +79,7 @@ class TopicPool:
 
     def take(self) -> str:
         if self.taken >= len(self.topics):
-            raise RuntimeError("topic pool exhausted: raise tests.kafka_support.POOL_SIZE")
+            raise RuntimeError("topic pool exhausted: raise tests.support.kafka.POOL_SIZE")
         self.taken += 1
         return self.topics[self.taken - 1]
 

@@ -1,1 +1,0 @@
-"""A test-only app of hostile handlers, plugged into worker processes with ``STINT_EXTRA_APPS=tests.hostile``."""
