@@ -1,4 +1,4 @@
-"""Fixtures shared by the whole suite: API clients authenticated by real JWTs."""
+"""Fixtures shared by the whole suite: API clients authenticated by real JWTs, real processes (``procs``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 from rest_framework_simplejwt.tokens import RefreshToken
 
 from tests.support.factories import UserFactory
+from tests.support.processes import fast_backoff, procs  # noqa: F401 - fixtures: real worker/scheduler processes
 
 
 def bearer(user) -> str:

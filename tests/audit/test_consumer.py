@@ -35,11 +35,11 @@ from tests.support.kafka import (
     Broker,
     committed_offsets,
     consume_all,
-    free_port,
     subprocess_env,
     unique_topic,
     wait_for,
 )
+from tests.support.net import free_port
 
 
 def document(**overrides) -> dict:

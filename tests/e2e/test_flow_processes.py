@@ -11,7 +11,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -20,7 +19,7 @@ from scheduler.flow import limits as flow_limits
 from scheduler.models import Job, JobAttempt, WorkerNode
 from scheduler.services import enqueue_many
 from scheduler.states import JobStatus
-from tests.e2e.test_workers import Processes, wait_until
+from tests.support.processes import Processes, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -29,13 +28,11 @@ RUN_WAIT = 60.0  # seconds for every job to finish on two shared cores
 
 
 @pytest.fixture
-def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
-    """Worker and scheduler processes on the test database, all stopped before it is flushed."""
-    processes = Processes(tmp_path)
+def procs(procs: Processes) -> Iterator[Processes]:
+    """The suite's ``procs``; this process's cached flow limits are forgotten afterwards too."""
     try:
-        yield processes
+        yield procs
     finally:
-        processes.stop_all()
         flow_limits.forget_cache()
 
 

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
-import sys
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -22,7 +18,10 @@ from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, WorkerNode
 from scheduler.services import enqueue, enqueue_many
 from scheduler.states import AttemptStatus, EventType, JobStatus
-from tests.e2e.test_workers import (
+from tests.support.hostile.jobs import CRASH_TABLE
+from tests.support.metrics import scrape, scrape_text, value
+from tests.support.net import free_port
+from tests.support.processes import (
     Processes,
     attempts,
     events,
@@ -35,24 +34,11 @@ from tests.e2e.test_workers import (
     worker_of,
     worker_pid,
 )
-from tests.scheduler.test_metrics import free_port, scrape, value
-from tests.support.hostile.jobs import CRASH_TABLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 POISON_WAIT = 90.0  # seconds for a poison job to use up its budget: four process deaths, two cores shared
 TERMINAL = (JobStatus.SUCCESS, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED)
-
-
-@pytest.fixture
-def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
-    """Start commands with ``procs.worker()``; all are stopped before the database is flushed."""
-    processes = Processes(tmp_path)
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
-        sys.stderr.write(processes.report() + "\n")
 
 
 @pytest.fixture
@@ -164,8 +150,7 @@ def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succ
     wait_until(lambda: live_workers([worker.pid]).exclude(pid=first_pid).exists(), what="a replacement registered")
     assert f"worker process {first_pid} ({first_node}) died ({death})" in worker.output()
     # The supervisor serves its processes' metrics and its own, summed, each family once.
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310 - loopback
-        help_lines = [line for line in response.read().decode().splitlines() if line.startswith("# HELP ")]
+    help_lines = [line for line in scrape_text(port).splitlines() if line.startswith("# HELP ")]
     assert len(help_lines) == len(set(help_lines))
     samples = scrape(port)
     assert value(samples, "worker_processes_died_total") == 1

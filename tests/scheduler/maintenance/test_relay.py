@@ -29,16 +29,17 @@ from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from tests.support import kafka as kafka_support
+from tests.support.clock import FakeClock
 from tests.support.kafka import (
     ROOT,
     Broker,
     consume_all,
-    free_port,
     subprocess_env,
     topic_messages,
     unique_topic,
     wait_for,
 )
+from tests.support.net import free_port
 
 # Real-Kafka fixtures (tests/support/kafka.py): one session consumer, one topic per test.
 audit_pool = kafka_support.audit_pool
@@ -47,19 +48,6 @@ fresh_topic = kafka_support.fresh_topic
 private_broker = kafka_support.private_broker
 
 PAUSE_SECONDS = 5.0  # broker SIGSTOP in the suite; bench/outbox_pause.py does 30 s
-
-
-class FakeClock:
-    """A monotonic clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def unpublished() -> int:

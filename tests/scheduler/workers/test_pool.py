@@ -6,21 +6,19 @@ built here (the pool never touches the database itself), and ``on_done`` collect
 
 from __future__ import annotations
 
-import datetime as dt
 import queue
 import signal
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from scheduler.leasing import Outcome, Report
-from scheduler.lifecycle import Claimed
 from scheduler.registry import JobContext, handler
 from scheduler.workers.pool import Running, ThreadPool, describe_exit, died_while_running
+from tests.support.factories import claimed_job
 
 WAIT = 10.0  # seconds any one report may take
 
@@ -46,22 +44,7 @@ def _thread_name(payload: Any, ctx: JobContext) -> str:
 
 
 def running(job_type: str) -> Running:
-    now = dt.datetime.now(dt.UTC)
-    job = Claimed(
-        id=uuid.uuid4(),
-        type=job_type,
-        payload={},
-        attempt=1,
-        lease_token=uuid.uuid4(),
-        timeout_seconds=60,
-        owner_id=None,
-        max_retries=0,
-        attempts_base=0,
-        queue="default",
-        priority=1,
-        scheduled_at=now,
-        started_at=now,
-    )
+    job = claimed_job(job_type, max_retries=0)
     return Running(job=job, deadline=time.monotonic() + 60, started=time.monotonic())
 
 
