@@ -4,7 +4,9 @@ One ``Worker`` runs in each worker process of a ``run_workers`` supervisor
 (``scheduler.workers.supervisor``). Threads of one worker process:
 - main: the claim loop. It wakes on a NOTIFY, on a freed slot or after ``poll_seconds``,
   claims up to the free slots in one statement, enforces deadlines, polls cancellations and
-  paused queues, and replaces pool threads that were lost (``reap_lost``).
+  paused queues, and replaces pool threads that were lost (``reap_lost``). The running set,
+  deadlines, cancellation and each job's one outcome are ``InFlight``'s
+  (``scheduler.workers.inflight``), which reads the time through the worker's ``clock``.
 - listener: ``LISTEN stint_jobs`` on its own connection; a notification wakes the main loop.
 - flusher: collects reports for a few milliseconds and records each batch in one transaction
   (``leasing.record_batch``: a report the database refuses is split out, never retried).
@@ -38,7 +40,8 @@ from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
 from scheduler.states import JobStatus, priority_label
 from scheduler.workers.child import make_worker_id
-from scheduler.workers.pool import PoolFull, ProcessPool, Running, ThreadPool, UnsendableJob
+from scheduler.workers.inflight import Clock, InFlight
+from scheduler.workers.pool import ProcessPool, Running, ThreadPool
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +91,19 @@ class Worker:
     """One worker process. ``run()`` blocks until ``stop()`` and returns the exit code (0)."""
 
     def __init__(
-        self, options: WorkerOptions, *, worker_id: str | None = None, ready: Callable[[], None] | None = None
+        self,
+        options: WorkerOptions,
+        *,
+        worker_id: str | None = None,
+        ready: Callable[[], None] | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
-        """``worker_id`` defaults to a new ``make_worker_id``; ``ready`` is called once it has registered."""
+        """``worker_id`` defaults to a new ``make_worker_id``; ``ready`` is called once it has registered.
+
+        ``clock`` (monotonic seconds, ``time.monotonic`` by default) times the jobs' deadlines, the
+        polls, the idle exit and the shutdown grace period; the claim cooldown and the flush window
+        are waits on real time.
+        """
         if options.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.options = options
@@ -102,16 +115,15 @@ class Worker:
         self._force = threading.Event()
         self._done = threading.Event()
         self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._running: dict[uuid.UUID, Running] = {}
+        self._clock = clock
         self._paused: list[str] = []
-        self._stuck = 0
         self._jobs_done = 0  # outcomes recorded (flusher thread writes, heartbeat reads): WorkerNode.jobs_done
         self._last_claim = 0.0
-        self._last_busy = time.monotonic()
+        self._last_busy = clock()
         pool_cls = ProcessPool if options.pool == "processes" else ThreadPool
         self._pool_cls = pool_cls
         self.pool: ThreadPool | ProcessPool | None = None
+        self.inflight: InFlight | None = None
 
     # -- control ---------------------------------------------------------------------------
 
@@ -125,6 +137,7 @@ class Worker:
     def run(self) -> int:
         """Run until stopped; hand back what did not finish within the grace period; return 0."""
         self.pool = self._pool_cls(self.options.concurrency, self._on_done)
+        self.inflight = InFlight(self.pool, self._reports.put, clock=self._clock, worker_id=self.id)
         metrics.worker_slots_total.set(self.options.concurrency)
         self._register()
         threads = [
@@ -167,14 +180,14 @@ class Worker:
         backlog = True
         while not self._stopping.is_set():
             self._wake.clear()
-            now = time.monotonic()
+            now = self._clock()
             try:
                 poll_due = now >= next_poll
                 if poll_due:
                     self._poll_control()
                     next_poll = now + self.options.poll_seconds
-                self._enforce_deadlines()
-                free = self.options.concurrency - self.pool.busy()
+                self.inflight.enforce_deadlines()
+                free = self.inflight.free()
                 if free > 0 and (poll_due or backlog or self._notified.is_set()):
                     self._notified.clear()  # before the claim: a NOTIFY during it claims again
                     claimed, free = self._claim(free)
@@ -198,26 +211,20 @@ class Worker:
         """True when ``idle_exit_seconds`` is set and this worker ran nothing for that long."""
         if self.options.idle_exit_seconds is None:
             return False
-        now = time.monotonic()
-        if claimed or self.pool.busy() or self._running:
+        now = self._clock()
+        if claimed or self.pool.busy() or self.inflight.pending():
             self._last_busy = now
         return now - self._last_busy > self.options.idle_exit_seconds
 
     def _next_timeout(self, next_poll: float) -> float:
-        now = time.monotonic()
-        timeout = max(0.0, next_poll - now)
-        with self._lock:
-            for entry in self._running.values():
-                if not entry.finalized:
-                    timeout = min(timeout, max(0.0, entry.deadline - now))
-        return timeout
+        return self.inflight.seconds_to_next_deadline(at_most=next_poll - self._clock())
 
     def _claim(self, free: int) -> tuple[int, int]:
         """Claim up to ``free`` jobs (re-counted after the cooldown); return (claimed, asked for)."""
         wait = self._last_claim + CLAIM_COOLDOWN - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-            free = self.options.concurrency - self.pool.busy()
+            free = self.inflight.free()
         self._last_claim = time.monotonic()
         jobs = leasing.claim_jobs(
             worker_id=self.id,
@@ -226,116 +233,37 @@ class Worker:
             paused=self._paused,
             isolated=self.options.isolation,
         )
-        now = time.monotonic()
         for job in jobs:
-            entry = Running(job=job, deadline=now + job.timeout_seconds, started=now)
-            with self._lock:
-                self._running[job.id] = entry
             lag = max(0.0, (job.started_at - job.scheduled_at).total_seconds())
             metrics.child(metrics.jobs_schedule_lag_seconds, job.queue, priority_label(job.priority)).observe(lag)
-            try:
-                self.pool.submit(entry)
-            except PoolFull as exc:
-                # A process-pool child died between busy() and submit(): give the job straight back.
-                if self._finalize(entry):
-                    self._report(Report(job=job, outcome=Outcome.HANDED_BACK, error=str(exc)))
-            except UnsendableJob as exc:
-                if self._finalize(entry):
-                    self._report(Report(job=job, outcome=Outcome.PERMANENT, error=f"cannot run in a child: {exc}"))
+        self.inflight.start(jobs)
         return len(jobs), free
 
     def _poll_control(self) -> None:
         from scheduler.models import Queue
 
-        for entry in self.pool.reap_lost():
-            if self._finalize(entry):
-                self._report(
-                    Report(job=entry.job, outcome=Outcome.RETRYABLE, error="its pool thread died while running it")
-                )
+        self.inflight.reap_lost()
         self._paused = list(Queue.objects.filter(paused=True).values_list("name", flat=True))
-        with self._lock:
-            ids = [i for i, e in self._running.items() if not e.finalized]
+        ids = [e.job.id for e in self.inflight.pending()]
         for job_id in leasing.cancel_requested(ids):
-            self._cancel(job_id)
-
-    def _cancel(self, job_id: uuid.UUID) -> None:
-        with self._lock:
-            entry = self._running.get(job_id)
-        if entry is None or entry.finalized:
-            return
-        entry.cancel_flag.set()
-        if self.pool.kind == "processes" and self._finalize(entry):
-            self.pool.abort(entry)
-            self._report(Report(job=entry.job, outcome=Outcome.CANCELLED, error="cancelled: child process killed"))
-
-    def _enforce_deadlines(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            late = [e for e in self._running.values() if not e.finalized and e.deadline <= now]
-        for entry in late:
-            if not self._finalize(entry):
-                continue
-            job = entry.job
-            metrics.jobs_timed_out_total.labels(job.type, job.queue).inc()
-            killed = self.pool.abort(entry)
-            if not killed:
-                with self._lock:
-                    self._stuck += 1
-                    metrics.worker_stuck_threads.set(self._stuck)
-                logger.warning(
-                    "job %s overran its %d s timeout; its thread keeps its slot until the handler returns",
-                    job.id,
-                    job.timeout_seconds,
-                    extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self.id},
-                )
-            self._report(Report(job=job, outcome=Outcome.TIMED_OUT, error=f"timed out after {job.timeout_seconds} s"))
-
-    def _finalize(self, entry: Running) -> bool:
-        """Mark ``entry`` reported; return False if someone already reported it."""
-        with self._lock:
-            if entry.finalized:
-                return False
-            entry.finalized = True
-            self._running.pop(entry.job.id, None)
-            return True
+            self.inflight.cancel(job_id)
 
     def _on_done(self, entry: Running, report: Report) -> None:
         """Pool callback: a handler returned (possibly after its timeout, then it is discarded)."""
-        late = not self._finalize(entry)
-        if late:
-            if self.pool.kind == "threads" and report.outcome != Outcome.HANDED_BACK:
-                with self._lock:
-                    self._stuck = max(0, self._stuck - 1)
-                    metrics.worker_stuck_threads.set(self._stuck)
-            self._wake.set()
-            return
-        metrics.child(metrics.jobs_execution_duration_seconds, entry.job.type, entry.job.queue).observe(
-            time.monotonic() - entry.started
-        )
-        self._report(report)
+        self.inflight.on_done(entry, report)
         self._wake.set()
-
-    def _report(self, report: Report) -> None:
-        self._reports.put(report)
 
     # -- shutdown --------------------------------------------------------------------------
 
     def _drain(self) -> None:
-        deadline = time.monotonic() + self.options.grace_seconds
+        deadline = self._clock() + self.options.grace_seconds
         while not self._force.is_set():
-            with self._lock:
-                pending = [e for e in self._running.values() if not e.finalized]
-            if not pending or time.monotonic() >= deadline:
+            if not self.inflight.pending() or self._clock() >= deadline:
                 break
-            self._enforce_deadlines()
+            self.inflight.enforce_deadlines()
             self._wake.clear()
-            self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
-        with self._lock:
-            leftovers = [e for e in self._running.values() if not e.finalized]
-        for entry in leftovers:
-            if self._finalize(entry):
-                self.pool.abort(entry)
-                self._report(Report(job=entry.job, outcome=Outcome.HANDED_BACK, error="worker shut down"))
+            self._wake.wait(min(0.05, max(0.0, deadline - self._clock())))
+        leftovers = self.inflight.hand_back_all("worker shut down")
         if leftovers:
             logger.warning("worker %s handed back %d unfinished jobs", self.id, len(leftovers))
 
@@ -457,22 +385,13 @@ class Worker:
         connection.close()  # this thread's own connection
 
     def _heartbeat(self) -> None:
-        with self._lock:
-            held = [(i, e.job.lease_token) for i, e in self._running.items() if not e.finalized]
+        held = self.inflight.held()
         still, cancel = leasing.heartbeat(worker_id=self.id, jobs=held)
         for job_id, _ in held:
             if job_id not in still:
-                with self._lock:
-                    entry = self._running.get(job_id)
-                if entry is not None and self._finalize(entry):
-                    self.pool.abort(entry)
-                    logger.warning(
-                        "job %s: lease lost; its result will be discarded",
-                        job_id,
-                        extra={"job_id": str(job_id), "worker": self.id},
-                    )
+                self.inflight.lease_lost(job_id)
         for job_id in cancel:
-            self._cancel(job_id)
+            self.inflight.cancel(job_id)
         busy = self.pool.busy()
         metrics.worker_slots_busy.set(busy)
         WorkerNode.objects.filter(id=self.id).update(

@@ -1,0 +1,229 @@
+"""The jobs one worker process holds, and the one outcome each of them gets.
+
+``InFlight`` is the worker's bookkeeping, apart from its threads and its database calls: the
+running set (job id -> ``Running``), each job's deadline, cancellation, and finalization (the
+first outcome of a job is reported, any later one is discarded). It reads the time only
+through ``clock`` (monotonic seconds; ``time.monotonic`` in production), so a test can drive
+deadlines with a clock of its own, in-process, without sleeping (tests/scheduler/workers/
+test_inflight.py). Outcomes go to ``report``: the worker's queue, which its flusher records in
+batches (``scheduler.workers.runner``).
+
+Every method is thread-safe: the claim loop, the pool's threads (``on_done``) and the heartbeat
+thread call them concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from scheduler import metrics
+from scheduler.leasing import Outcome, Report
+from scheduler.lifecycle import Claimed
+from scheduler.workers.pool import PoolFull, Running, UnsendableJob
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]  # monotonic seconds
+LOST_THREAD_ERROR = "its pool thread died while running it"
+
+
+class Pool(Protocol):
+    """What ``InFlight`` needs of a pool (``ThreadPool``, ``ProcessPool``)."""
+
+    kind: str
+    slots: int
+
+    def busy(self) -> int: ...
+
+    def submit(self, entry: Running) -> None: ...
+
+    def abort(self, entry: Running) -> bool: ...
+
+    def reap_lost(self) -> list[Running]: ...
+
+
+class InFlight:
+    """The running set of one worker: deadlines, cancellation and exactly one outcome per held job.
+
+    ``pool`` runs the jobs and calls ``on_done`` when a handler returns; ``report`` receives each
+    job's one outcome (a ``Report``); ``clock`` gives monotonic seconds (deadlines are
+    ``clock() + job.timeout_seconds``); ``worker_id`` only names the worker in log lines.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        report: Callable[[Report], None],
+        *,
+        clock: Clock = time.monotonic,
+        worker_id: str = "",
+    ) -> None:
+        self.pool = pool
+        self.clock = clock
+        self._report = report
+        self._worker_id = worker_id
+        self._lock = threading.Lock()
+        self._running: dict[uuid.UUID, Running] = {}
+        self._stuck = 0  # threads still running a handler past its reported timeout
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def free(self) -> int:
+        """Slots that can take a job now: the pool's slots less its busy ones (never below 0)."""
+        return max(0, self.pool.slots - self.pool.busy())
+
+    def pending(self) -> list[Running]:
+        """The held jobs that have no outcome yet."""
+        with self._lock:
+            return [e for e in self._running.values() if not e.finalized]
+
+    def held(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
+        """(job id, lease token) of each held job without an outcome: what the heartbeat extends."""
+        return [(e.job.id, e.job.lease_token) for e in self.pending()]
+
+    def seconds_to_next_deadline(self, at_most: float) -> float:
+        """Seconds (>= 0) until the earliest pending deadline, or ``at_most`` if that is sooner."""
+        now = self.clock()
+        timeout = max(0.0, at_most)
+        for entry in self.pending():
+            timeout = min(timeout, max(0.0, entry.deadline - now))
+        return timeout
+
+    @property
+    def stuck(self) -> int:
+        """Pool threads still running a handler whose job was already reported timed out."""
+        return self._stuck
+
+    # -- jobs entering ---------------------------------------------------------------------
+
+    def start(self, jobs: Sequence[Claimed]) -> list[Running]:
+        """Hold each claimed job with its deadline and hand it to the pool; return the entries.
+
+        A job the pool cannot take is given its outcome at once: HANDED_BACK when no slot was
+        free after all (``PoolFull``: a pool child died since ``free()``), PERMANENT when it
+        cannot be sent to a child process (``UnsendableJob``).
+        """
+        entries = []
+        for job in jobs:
+            now = self.clock()
+            entry = Running(job=job, deadline=now + job.timeout_seconds, started=now)
+            with self._lock:
+                self._running[job.id] = entry
+            entries.append(entry)
+            try:
+                self.pool.submit(entry)
+            except PoolFull as exc:
+                self._conclude(entry, Outcome.HANDED_BACK, str(exc))
+            except UnsendableJob as exc:
+                self._conclude(entry, Outcome.PERMANENT, f"cannot run in a child: {exc}")
+        return entries
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def finalize(self, entry: Running) -> bool:
+        """Mark ``entry`` as given its outcome and drop it from the set; False if it already was."""
+        with self._lock:
+            if entry.finalized:
+                return False
+            entry.finalized = True
+            self._running.pop(entry.job.id, None)
+            return True
+
+    def on_done(self, entry: Running, report: Report) -> bool:
+        """Pool callback: a handler returned ``report``. Report it; False when it came late (discarded).
+
+        Late means the job already has its outcome (timed out, cancelled, lease lost, handed
+        back); a thread that was counted stuck after its timeout is counted free again.
+        """
+        if not self.finalize(entry):
+            if self.pool.kind == "threads" and report.outcome != Outcome.HANDED_BACK:
+                with self._lock:
+                    self._stuck = max(0, self._stuck - 1)
+                    metrics.worker_stuck_threads.set(self._stuck)
+            return False
+        metrics.child(metrics.jobs_execution_duration_seconds, entry.job.type, entry.job.queue).observe(
+            self.clock() - entry.started
+        )
+        self._report(report)
+        return True
+
+    def enforce_deadlines(self) -> list[Running]:
+        """Report TIMED_OUT for every pending job whose deadline is at or before ``clock()``; return them.
+
+        The pool aborts each one: a process slot's child is killed (the slot is free at once); a
+        thread cannot be killed, so its slot stays busy until the handler returns (``stuck``).
+        """
+        now = self.clock()
+        late = [e for e in self.pending() if e.deadline <= now]
+        timed_out = []
+        for entry in late:
+            if not self.finalize(entry):
+                continue
+            job = entry.job
+            metrics.jobs_timed_out_total.labels(job.type, job.queue).inc()
+            if not self.pool.abort(entry):
+                with self._lock:
+                    self._stuck += 1
+                    metrics.worker_stuck_threads.set(self._stuck)
+                logger.warning(
+                    "job %s overran its %d s timeout; its thread keeps its slot until the handler returns",
+                    job.id,
+                    job.timeout_seconds,
+                    extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self._worker_id},
+                )
+            self._report(Report(job=job, outcome=Outcome.TIMED_OUT, error=f"timed out after {job.timeout_seconds} s"))
+            timed_out.append(entry)
+        return timed_out
+
+    def cancel(self, job_id: uuid.UUID) -> None:
+        """A cancel was requested for ``job_id``: set its cancel flag.
+
+        A thread's handler sees the flag (``ctx.cancelled``) and ends CANCELLED through
+        ``on_done``; a process slot's child is killed and the job reported CANCELLED at once.
+        """
+        with self._lock:
+            entry = self._running.get(job_id)
+        if entry is None or entry.finalized:
+            return
+        entry.cancel_flag.set()
+        if self.pool.kind == "processes" and self.finalize(entry):
+            self.pool.abort(entry)
+            self._report(Report(job=entry.job, outcome=Outcome.CANCELLED, error="cancelled: child process killed"))
+
+    def lease_lost(self, job_id: uuid.UUID) -> bool:
+        """The heartbeat found ``job_id``'s lease gone: drop it without an outcome; False if not held."""
+        with self._lock:
+            entry = self._running.get(job_id)
+        if entry is None or not self.finalize(entry):
+            return False
+        self.pool.abort(entry)
+        logger.warning(
+            "job %s: lease lost; its result will be discarded",
+            job_id,
+            extra={"job_id": str(job_id), "worker": self._worker_id},
+        )
+        return True
+
+    def reap_lost(self) -> list[Running]:
+        """Report RETRYABLE for each job whose pool thread died (``pool.reap_lost``); return them."""
+        lost = [e for e in self.pool.reap_lost() if self.finalize(e)]
+        for entry in lost:
+            self._report(Report(job=entry.job, outcome=Outcome.RETRYABLE, error=LOST_THREAD_ERROR))
+        return lost
+
+    def hand_back_all(self, error: str = "worker shut down") -> list[Running]:
+        """Report HANDED_BACK (with ``error``) for every pending job, aborting it; return them."""
+        leftovers = [e for e in self.pending() if self.finalize(e)]
+        for entry in leftovers:
+            self.pool.abort(entry)
+            self._report(Report(job=entry.job, outcome=Outcome.HANDED_BACK, error=error))
+        return leftovers
+
+    def _conclude(self, entry: Running, outcome: Outcome, error: str) -> None:
+        if self.finalize(entry):
+            self._report(Report(job=entry.job, outcome=outcome, error=error))

@@ -1,0 +1,369 @@
+"""The worker's bookkeeping in-process (scheduler.workers.inflight): deadlines, cancellation, one outcome per job.
+
+``InFlight`` reads the time only through the clock it is given, so these tests move a
+``FakeClock`` by hand instead of sleeping. Most run ``ManualPool``, a pool whose handlers
+return when the test says so (``finish``); two run the real ``ThreadPool`` with handlers that
+wait on an event; the last records what ``InFlight`` reported with ``leasing.record_batch``,
+the call the worker's flusher makes, against the test database.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+from scheduler import leasing
+from scheduler.leasing import Outcome, Report
+from scheduler.models import Job, JobAttempt
+from scheduler.registry import JobContext, handler
+from scheduler.services import enqueue, job_cancel
+from scheduler.states import AttemptStatus, JobStatus
+from scheduler.workers.inflight import InFlight
+from scheduler.workers.pool import PoolFull, Running, ThreadPool, UnsendableJob
+from tests.support.clock import FakeClock
+from tests.support.factories import claimed_job
+
+WAIT = 10.0  # seconds a real pool thread may take to return once released
+
+GATE = threading.Event()  # TEST_INFLIGHT_GATED handlers return once it is set
+
+
+@handler("TEST_INFLIGHT_GATED")
+def _gated(payload: Any, ctx: JobContext) -> str:
+    GATE.wait(WAIT)
+    return "done"
+
+
+@handler("TEST_INFLIGHT_UNTIL_CANCELLED")
+def _until_cancelled(payload: Any, ctx: JobContext) -> None:
+    ctx.cancel_flag.wait(WAIT)
+    ctx.check_cancelled()
+
+
+class ManualPool:
+    """A pool whose handlers return when the test calls ``finish``; it never runs a handler.
+
+    ``kind`` "threads": ``abort`` only sets the cancel flag and the slot stays busy until the
+    handler returns, as a thread cannot be killed. "processes": ``abort`` kills the child, so
+    the slot is free at once. ``refuse`` makes the next ``submit`` raise it.
+    """
+
+    def __init__(self, slots: int, kind: str = "threads") -> None:
+        self.slots = slots
+        self.kind = kind
+        self.inflight: InFlight | None = None
+        self.running: dict[uuid.UUID, Running] = {}
+        self.lost: list[Running] = []
+        self.refuse: Exception | None = None
+
+    def busy(self) -> int:
+        return len(self.running)
+
+    def submit(self, entry: Running) -> None:
+        if self.refuse is not None:
+            refuse, self.refuse = self.refuse, None
+            raise refuse
+        if len(self.running) >= self.slots:
+            raise PoolFull("no idle slot")
+        self.running[entry.job.id] = entry
+
+    def abort(self, entry: Running) -> bool:
+        entry.cancel_flag.set()
+        if self.kind == "threads":
+            return False
+        return self.running.pop(entry.job.id, None) is not None
+
+    def reap_lost(self) -> list[Running]:
+        lost, self.lost = self.lost, []
+        for entry in lost:
+            self.running.pop(entry.job.id, None)
+        return lost
+
+    def finish(self, entry: Running, outcome: Outcome, **fields: Any) -> bool:
+        """The handler of ``entry`` returns ``outcome``: its slot frees, then the pool calls back."""
+        del self.running[entry.job.id]
+        return self.inflight.on_done(entry, Report(job=entry.job, outcome=outcome, **fields))
+
+
+def make(slots: int = 2, kind: str = "threads") -> tuple[InFlight, ManualPool, FakeClock, list[Report]]:
+    """An ``InFlight`` on a ``ManualPool`` and a ``FakeClock``; the list collects its reports."""
+    pool, clock, reports = ManualPool(slots, kind), FakeClock(), []
+    pool.inflight = InFlight(pool, reports.append, clock=clock, worker_id="w-test")
+    return pool.inflight, pool, clock, reports
+
+
+def outcomes(reports: list[Report]) -> list[tuple[uuid.UUID, Outcome, str | None]]:
+    return [(r.job.id, r.outcome, r.error) for r in reports]
+
+
+# -- deadlines -------------------------------------------------------------------------------
+
+
+def test_a_job_is_reported_timed_out_exactly_when_the_clock_reaches_its_deadline() -> None:
+    inflight, _, clock, reports = make()
+    (entry,) = inflight.start([claimed_job(timeout_seconds=30)])
+
+    clock.advance(29.5)
+    assert inflight.enforce_deadlines() == []
+    assert reports == []
+    assert inflight.pending() == [entry]
+
+    clock.advance(0.5)
+    assert inflight.enforce_deadlines() == [entry]
+    assert outcomes(reports) == [(entry.job.id, Outcome.TIMED_OUT, "timed out after 30 s")]
+    assert inflight.pending() == []
+    assert entry.cancel_flag.is_set()  # the handler is told to stop
+
+    clock.advance(60)
+    assert inflight.enforce_deadlines() == []  # reported once
+    assert len(reports) == 1
+
+
+def test_the_worker_sleeps_until_the_earliest_pending_deadline_or_its_next_poll() -> None:
+    inflight, pool, clock, _ = make(slots=3)
+    short, long = inflight.start([claimed_job(timeout_seconds=10), claimed_job(timeout_seconds=30)])
+
+    assert inflight.seconds_to_next_deadline(at_most=60) == 10
+    assert inflight.seconds_to_next_deadline(at_most=2) == 2
+    clock.advance(4)
+    assert inflight.seconds_to_next_deadline(at_most=60) == 6
+    pool.finish(short, Outcome.SUCCEEDED)
+    assert inflight.seconds_to_next_deadline(at_most=60) == 26
+    clock.advance(40)
+    assert inflight.seconds_to_next_deadline(at_most=60) == 0  # overdue: enforce at once
+    assert inflight.enforce_deadlines() == [long]
+
+
+def test_a_timed_out_thread_keeps_its_slot_until_its_handler_returns_and_its_late_result_is_discarded() -> None:
+    inflight, pool, clock, reports = make(slots=1, kind="threads")
+    (entry,) = inflight.start([claimed_job(timeout_seconds=5)])
+    clock.advance(5)
+    inflight.enforce_deadlines()
+
+    assert inflight.free() == 0  # a thread cannot be killed
+    assert inflight.stuck == 1
+    assert pool.finish(entry, Outcome.SUCCEEDED, result="too late") is False
+
+    assert [r.outcome for r in reports] == [Outcome.TIMED_OUT]
+    assert inflight.free() == 1
+    assert inflight.stuck == 0
+
+
+def test_a_timed_out_process_slot_is_killed_and_free_at_once() -> None:
+    inflight, pool, clock, reports = make(slots=1, kind="processes")
+    inflight.start([claimed_job(timeout_seconds=5)])
+    clock.advance(5)
+    inflight.enforce_deadlines()
+
+    assert [r.outcome for r in reports] == [Outcome.TIMED_OUT]
+    assert inflight.free() == 1
+    assert inflight.stuck == 0
+
+
+# -- cancellation ----------------------------------------------------------------------------
+
+
+def test_a_cancelled_thread_job_is_told_to_stop_and_reported_cancelled_when_its_handler_returns() -> None:
+    inflight, pool, _, reports = make(kind="threads")
+    (entry,) = inflight.start([claimed_job()])
+
+    inflight.cancel(entry.job.id)
+    assert entry.cancel_flag.is_set()
+    assert reports == []  # the handler decides: it may still finish
+    assert inflight.pending() == [entry]
+
+    assert pool.finish(entry, Outcome.CANCELLED, error="cancelled") is True
+    assert outcomes(reports) == [(entry.job.id, Outcome.CANCELLED, "cancelled")]
+    assert inflight.free() == 2
+
+
+def test_a_cancelled_process_job_has_its_child_killed_and_is_reported_cancelled_at_once() -> None:
+    inflight, _, _, reports = make(slots=1, kind="processes")
+    (entry,) = inflight.start([claimed_job()])
+
+    inflight.cancel(entry.job.id)
+
+    assert outcomes(reports) == [(entry.job.id, Outcome.CANCELLED, "cancelled: child process killed")]
+    assert inflight.pending() == []
+    assert inflight.free() == 1
+
+
+def test_a_cancel_for_a_job_not_held_or_already_reported_changes_nothing() -> None:
+    inflight, pool, clock, reports = make(kind="processes")
+    (entry,) = inflight.start([claimed_job(timeout_seconds=1)])
+    clock.advance(1)
+    inflight.enforce_deadlines()
+
+    inflight.cancel(entry.job.id)
+    inflight.cancel(uuid.uuid4())
+
+    assert [r.outcome for r in reports] == [Outcome.TIMED_OUT]
+
+
+# -- outcomes and slots ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("outcome", [Outcome.SUCCEEDED, Outcome.RETRYABLE, Outcome.PERMANENT, Outcome.CRASHED])
+def test_each_outcome_is_reported_once_and_frees_its_slot(outcome: Outcome) -> None:
+    inflight, pool, _, reports = make(slots=2)
+    first, second = inflight.start([claimed_job(), claimed_job()])
+    assert inflight.free() == 0
+
+    assert pool.finish(first, outcome, error="e") is True
+    assert outcomes(reports) == [(first.job.id, outcome, "e")]
+    assert inflight.free() == 1
+    assert inflight.held() == [(second.job.id, second.job.lease_token)]
+
+    pool.finish(second, Outcome.SUCCEEDED)
+    assert inflight.free() == 2
+    assert inflight.pending() == []
+
+
+def test_a_job_the_pool_cannot_take_gets_its_outcome_at_once_and_holds_no_slot() -> None:
+    inflight, pool, _, reports = make(slots=1)
+    taken, full = inflight.start([claimed_job(), claimed_job()])
+    pool.refuse = UnsendableJob("PicklingError: no")
+    (unsendable,) = inflight.start([claimed_job()])
+
+    assert outcomes(reports) == [
+        (full.job.id, Outcome.HANDED_BACK, "no idle slot"),
+        (unsendable.job.id, Outcome.PERMANENT, "cannot run in a child: PicklingError: no"),
+    ]
+    assert inflight.pending() == [taken]
+
+
+def test_shutdown_hands_back_every_pending_job_once_and_a_late_result_is_discarded() -> None:
+    inflight, pool, _, reports = make(slots=3)
+    done, left, also_left = inflight.start([claimed_job(), claimed_job(), claimed_job()])
+    pool.finish(done, Outcome.SUCCEEDED, result=1)
+
+    assert inflight.hand_back_all("worker shut down") == [left, also_left]
+    assert inflight.hand_back_all("worker shut down") == []
+
+    assert outcomes(reports)[1:] == [
+        (left.job.id, Outcome.HANDED_BACK, "worker shut down"),
+        (also_left.job.id, Outcome.HANDED_BACK, "worker shut down"),
+    ]
+    assert pool.finish(left, Outcome.SUCCEEDED) is False
+    assert len(reports) == 3
+
+
+def test_a_lost_lease_drops_the_job_without_an_outcome() -> None:
+    inflight, pool, _, reports = make()
+    (entry,) = inflight.start([claimed_job()])
+
+    assert inflight.lease_lost(entry.job.id) is True
+    assert inflight.lease_lost(entry.job.id) is False
+
+    assert inflight.held() == []
+    assert entry.cancel_flag.is_set()
+    assert pool.finish(entry, Outcome.SUCCEEDED) is False
+    assert reports == []  # the rescuer owns the job now
+
+
+def test_the_job_of_a_lost_pool_thread_is_reported_retryable() -> None:
+    inflight, pool, _, reports = make()
+    (entry,) = inflight.start([claimed_job()])
+    pool.lost = [entry]
+
+    assert inflight.reap_lost() == [entry]
+
+    assert outcomes(reports) == [(entry.job.id, Outcome.RETRYABLE, "its pool thread died while running it")]
+    assert inflight.free() == 2
+
+
+# -- the real thread pool --------------------------------------------------------------------
+
+
+class Callbacks:
+    """The pool's ``on_done``: hands the call to ``InFlight`` and queues what it answered."""
+
+    def __init__(self) -> None:
+        self.inflight: InFlight | None = None
+        self.answers: queue.SimpleQueue[bool] = queue.SimpleQueue()
+
+    def __call__(self, entry: Running, report: Report) -> None:
+        self.answers.put(self.inflight.on_done(entry, report))
+
+    def next(self) -> bool:
+        return self.answers.get(timeout=WAIT)
+
+
+@pytest.fixture
+def threads() -> Any:
+    """``(InFlight, FakeClock, reports, callbacks)`` on a real one-slot ``ThreadPool``."""
+    GATE.clear()
+    callbacks, clock, reports = Callbacks(), FakeClock(), []
+    pool = ThreadPool(1, callbacks)
+    callbacks.inflight = InFlight(pool, reports.append, clock=clock, worker_id="w-test")
+    try:
+        yield callbacks.inflight, clock, reports, callbacks
+    finally:
+        GATE.set()
+        pool.close()
+
+
+def test_on_the_thread_pool_a_timed_out_handler_holds_its_slot_until_it_returns(threads) -> None:
+    inflight, clock, reports, callbacks = threads
+    inflight.start([claimed_job("TEST_INFLIGHT_GATED", timeout_seconds=5)])
+    clock.advance(5)
+    inflight.enforce_deadlines()
+    assert inflight.free() == 0
+
+    GATE.set()
+    assert callbacks.next() is False  # the late "done" is discarded
+
+    assert [r.outcome for r in reports] == [Outcome.TIMED_OUT]
+    assert inflight.free() == 1
+    assert inflight.stuck == 0
+
+
+def test_on_the_thread_pool_a_cancelled_handler_ends_cancelled_and_frees_its_slot(threads) -> None:
+    inflight, _, reports, callbacks = threads
+    (entry,) = inflight.start([claimed_job("TEST_INFLIGHT_UNTIL_CANCELLED")])
+
+    inflight.cancel(entry.job.id)
+    assert callbacks.next() is True
+
+    assert [(r.outcome, r.error) for r in reports] == [(Outcome.CANCELLED, "cancelled")]
+    assert inflight.free() == 1
+
+
+# -- what the flusher records ----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_reported_outcomes_recorded_as_one_batch_end_each_job_as_its_outcome_says() -> None:
+    timed_out = enqueue("DEMO_TASK", timeout_seconds=5, max_retries=1)
+    cancelled, succeeded, handed_back = (enqueue("DEMO_TASK", timeout_seconds=60) for _ in range(3))
+    inflight, pool, clock, reports = make(slots=4)
+    entries = {e.job.id: e for e in inflight.start(leasing.claim_jobs(worker_id="w-test", limit=4, queues=None))}
+
+    clock.advance(5)
+    inflight.enforce_deadlines()
+    job_cancel(job_id=cancelled.id)  # requested while it runs: the worker's poll passes it on
+    inflight.cancel(cancelled.id)
+    pool.finish(entries[cancelled.id], Outcome.CANCELLED, error="cancelled")
+    pool.finish(entries[succeeded.id], Outcome.SUCCEEDED, result={"ok": True})
+    inflight.hand_back_all("worker shut down")
+    done = leasing.record_batch(reports)
+
+    assert done.accepted == {timed_out.id, cancelled.id, succeeded.id, handed_back.id}
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses == {
+        timed_out.id: JobStatus.RETRYING,
+        cancelled.id: JobStatus.CANCELLED,
+        succeeded.id: JobStatus.SUCCESS,
+        handed_back.id: JobStatus.RETRYING,
+    }
+    attempts = dict(JobAttempt.objects.values_list("job_id", "status"))
+    assert attempts == {
+        timed_out.id: AttemptStatus.TIMED_OUT,
+        cancelled.id: AttemptStatus.CANCELLED,
+        succeeded.id: AttemptStatus.SUCCEEDED,
+        handed_back.id: AttemptStatus.LOST,
+    }
