@@ -19,16 +19,14 @@ from scheduler.models import Job, JobAttempt, JobResult, WorkerNode
 from scheduler.services import enqueue, enqueue_many
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.hostile.jobs import CRASH_TABLE
+from tests.support.jobs import attempts, events, status
 from tests.support.metrics import scrape, scrape_text, value
 from tests.support.net import free_port
 from tests.support.processes import (
     Processes,
-    attempts,
-    events,
     gone,
     live_workers,
     pool_children,
-    status,
     status_is,
     wait_until,
     worker_of,

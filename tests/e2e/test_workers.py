@@ -17,15 +17,13 @@ from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
+from tests.support.jobs import attempts, events, status
 from tests.support.processes import (
     ROOT,
     WAIT,
     Processes,
-    attempts,
-    events,
     gone,
     pool_children,
-    status,
     status_is,
     wait_until,
     worker_of,

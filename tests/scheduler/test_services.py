@@ -18,8 +18,8 @@ from scheduler.exceptions import IllegalTransition, InvalidJob, JobNotFound, Pay
 from scheduler.models import Job, OutboxEvent, Queue
 from scheduler.registry import handler
 from scheduler.states import EventType, JobStatus, Priority
-from tests.scheduler.maintenance.test_rescuer import listener, notifications  # noqa: F401 - a fixture and its reader
 from tests.support.factories import JobFactory
+from tests.support.notify import listener, notifications  # noqa: F401 - a fixture and its reader
 
 pytestmark = pytest.mark.django_db
 

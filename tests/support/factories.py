@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from accounts.models import Role, User
 from scheduler.lifecycle import Claimed
-from scheduler.models import Job
+from scheduler.models import Job, WorkerNode
 from scheduler.states import JobStatus
 
 PASSWORD = "correct-Horse-battery-9"
@@ -105,3 +105,18 @@ def claimed_job(job_type: str = "DEMO_TASK", **fields) -> Claimed:
         "started_at": now,
     }
     return Claimed(**{**values, **fields})
+
+
+def worker_node(*, last_heartbeat_at: dt.datetime, stopped_at: dt.datetime | None = None) -> WorkerNode:
+    """A saved one-slot ``WorkerNode`` that started and last beat at ``last_heartbeat_at``."""
+    return WorkerNode.objects.create(
+        id=f"host:{uuid.uuid4().hex[:8]}",
+        hostname="host",
+        pid=1,
+        queues=[],
+        concurrency=1,
+        pool="threads",
+        started_at=last_heartbeat_at,
+        last_heartbeat_at=last_heartbeat_at,
+        stopped_at=stopped_at,
+    )

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from scheduler import selectors
-from scheduler.models import Job, JobAttempt, OutboxEvent, WorkerNode
+from scheduler.models import Job, WorkerNode
 from scheduler.states import JobStatus
+from tests.support.jobs import status
 from tests.support.subprocess_env import database_url
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: manage.py's directory
@@ -198,23 +198,8 @@ def wait_until(
         time.sleep(0.05)
 
 
-def status(job: Job) -> str:
-    return Job.objects.values_list("status", flat=True).get(id=job.id)
-
-
 def status_is(job: Job, expected: JobStatus) -> Callable[[], bool]:
     return lambda: status(job) == expected
-
-
-def attempts(job: Job) -> list[tuple[int, str]]:
-    """The job's attempts as the API lists them: the finished rows, then a RUNNING job's current one."""
-    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
-    running = selectors.job_running_attempt(job_id=job.id)
-    return rows + ([(running.attempt_number, running.status)] if running else [])
-
-
-def events(job: Job) -> list[str]:
-    return list(OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").values_list("event_type", flat=True))
 
 
 def live_workers(supervisor_pids: Sequence[int]) -> Any:

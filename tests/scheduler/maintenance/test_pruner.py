@@ -12,10 +12,10 @@ import pytest
 
 from audit.models import AuditEvent
 from scheduler import metrics
-from scheduler.maintenance.pruner import Pruner, jobs_prune
-from scheduler.models import CronSchedule, IdempotencyRecord, Job, JobAttempt, JobResult, OutboxEvent
+from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner, jobs_prune
+from scheduler.models import CronSchedule, IdempotencyRecord, Job, JobAttempt, JobResult, OutboxEvent, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
-from tests.support.factories import JobFactory, UserFactory
+from tests.support.factories import JobFactory, UserFactory, worker_node
 
 pytestmark = pytest.mark.django_db
 
@@ -190,3 +190,17 @@ def test_expired_refresh_tokens_and_sessions_are_pruned_and_live_ones_kept() -> 
     assert set(OutstandingToken.objects.values_list("jti", flat=True)) == {"live", "live-blacklisted"}
     assert list(BlacklistedToken.objects.values_list("token__jti", flat=True)) == ["live-blacklisted"]
     assert list(Session.objects.values_list("session_key", flat=True)) == ["new"]
+
+
+@pytest.mark.django_db
+def test_pruner_deletes_only_long_stopped_workers() -> None:
+    now = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
+    keep_for = dt.timedelta(seconds=WORKER_RETENTION_SECONDS)
+    old = worker_node(last_heartbeat_at=now - keep_for * 2, stopped_at=now - keep_for - dt.timedelta(seconds=1))
+    recent = worker_node(last_heartbeat_at=now - keep_for, stopped_at=now - keep_for + dt.timedelta(seconds=1))
+    live = worker_node(last_heartbeat_at=now - keep_for * 2)
+
+    assert Pruner().run_once(now=now) >= 1
+
+    assert set(WorkerNode.objects.values_list("id", flat=True)) == {recent.id, live.id}
+    assert not WorkerNode.objects.filter(id=old.id).exists()
