@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
+import scheduler
 from scheduler import leasing, selectors
 from scheduler.lifecycle import Claimed
 from scheduler.models import Job, JobAttempt, OutboxEvent
-from scheduler.services import enqueue
 
 WORKER = "test-host:1:abc"  # the worker id the tests claim as
 LEASE = 30  # seconds: LEASE_SECONDS under ``maintenance_settings``
@@ -55,7 +55,7 @@ def claim(limit: int = 1) -> list[Claimed]:
 
 def running_job(**options: Any) -> tuple[Job, Claimed]:
     """Enqueue a DEMO_TASK and claim it; it must be the only claimable job."""
-    job = enqueue("DEMO_TASK", {}, **options)
+    job = scheduler.enqueue("DEMO_TASK", {}, **options)
     (claimed,) = claim()
     assert claimed.id == job.id
     return job, claimed

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+import scheduler
 from scheduler import leasing
 from scheduler.leasing import Outcome, Report
 from scheduler.models import Job, JobAttempt
 from scheduler.registry import JobContext, handler
-from scheduler.services import enqueue, job_cancel
+from scheduler.services import job_cancel
 from scheduler.states import AttemptStatus, JobStatus
 from scheduler.workers.inflight import InFlight
 from scheduler.workers.pool import PoolFull, Running, ThreadPool, UnsendableJob
@@ -338,8 +339,8 @@ def test_on_the_thread_pool_a_cancelled_handler_ends_cancelled_and_frees_its_slo
 
 @pytest.mark.django_db
 def test_the_reported_outcomes_recorded_as_one_batch_end_each_job_as_its_outcome_says() -> None:
-    timed_out = enqueue("DEMO_TASK", timeout_seconds=5, max_retries=1)
-    cancelled, succeeded, handed_back = (enqueue("DEMO_TASK", timeout_seconds=60) for _ in range(3))
+    timed_out = scheduler.enqueue("DEMO_TASK", timeout_seconds=5, max_retries=1)
+    cancelled, succeeded, handed_back = (scheduler.enqueue("DEMO_TASK", timeout_seconds=60) for _ in range(3))
     inflight, pool, clock, reports = make(slots=4)
     entries = {e.job.id: e for e in inflight.start(leasing.claim_jobs(worker_id="w-test", limit=4, queues=None))}
 
