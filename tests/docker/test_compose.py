@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from scheduler.metrics import register_cluster_state
-from tests.scheduler.test_metrics import ISSUE_METRICS
+from tests.support.metrics import ISSUE_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -24,17 +23,6 @@ from scheduler.models import LeaderFence
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def role() -> Iterator[str]:
-    """A role of its own per test, so Redis keys never leak between tests."""
-    name = f"test-{uuid.uuid4().hex[:12]}"
-    yield name
-    try:
-        get_redis_connection("default").delete(lock_key(name), token_key(name))
-    except Exception:  # noqa: S110 - the private server of a fallback test may be gone
-        pass
 
 
 @pytest.fixture

@@ -28,32 +28,11 @@ from scheduler.models import Job, OutboxEvent, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import JobStatus
 from tests.support.factories import JobFactory
-from tests.support.metrics import Samples, scrape, value
+from tests.support.metrics import ISSUE_METRICS, Samples, scrape, value
 from tests.support.net import free_port
 from tests.support.processes import Processes, status_is, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-ISSUE_METRICS = (
-    "jobs_created_total",
-    "jobs_completed_total",
-    "jobs_failed_total",
-    "jobs_retried_total",
-    "jobs_dead_total",
-    "jobs_cancelled_total",
-    "jobs_execution_duration_seconds",
-    "jobs_schedule_lag_seconds",
-    "workers_active",
-    "worker_slots_busy",
-    "jobs_queue_depth",
-    "leases_rescued_total",
-    "cron_fires_total",
-    "scheduler_is_leader",
-    "outbox_backlog",
-    "outbox_publish_lag_seconds",
-    "audit_events_stored_total",
-    "rate_limit_rejections_total",
-    "rate_limit_backend_errors_total",
-)
 pytestmark = pytest.mark.usefixtures("fast_backoff")
 
 

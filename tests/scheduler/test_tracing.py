@@ -20,7 +20,7 @@ from scheduler.maintenance.cron_firer import CronFirer
 from scheduler.models import CronSchedule, Job
 from scheduler.services import enqueue
 from scheduler.workers.execute import run_handler
-from tests.scheduler.maintenance.test_cron_firer import an_hour_ago_on_the_minute, leader, leaders, role  # noqa: F401 - fixtures
+from tests.support.leadership import an_hour_ago_on_the_minute
 
 pytestmark = pytest.mark.django_db
 

@@ -6,6 +6,29 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+# The metric families the issue asked for, each served by one Stint process (tests/scheduler/test_metrics.py).
+ISSUE_METRICS = (
+    "jobs_created_total",
+    "jobs_completed_total",
+    "jobs_failed_total",
+    "jobs_retried_total",
+    "jobs_dead_total",
+    "jobs_cancelled_total",
+    "jobs_execution_duration_seconds",
+    "jobs_schedule_lag_seconds",
+    "workers_active",
+    "worker_slots_busy",
+    "jobs_queue_depth",
+    "leases_rescued_total",
+    "cron_fires_total",
+    "scheduler_is_leader",
+    "outbox_backlog",
+    "outbox_publish_lag_seconds",
+    "audit_events_stored_total",
+    "rate_limit_rejections_total",
+    "rate_limit_backend_errors_total",
+)
+
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 

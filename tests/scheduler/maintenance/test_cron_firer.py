@@ -8,68 +8,24 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import uuid
-from collections.abc import Iterator
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django_redis import get_redis_connection
 
 from scheduler import metrics, schedules
-from scheduler.leadership import Leadership, lock_key, token_key
+from scheduler.leadership import Leadership, lock_key
 from scheduler.maintenance import leader_services
 from scheduler.maintenance.cron_firer import CronFirer
 from scheduler.models import CronSchedule, Job, LeaderFence, OutboxEvent
 from scheduler.services import job_cancel
 from scheduler.states import EventType, JobStatus
+from tests.support.jobs import db_now
+from tests.support.leadership import an_hour_ago_on_the_minute
 from tests.support.redis_server import RedisServer
 
 UTC = dt.UTC
 MINUTE = dt.timedelta(minutes=1)
-
-
-def db_now() -> dt.datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
-
-
-def an_hour_ago_on_the_minute() -> dt.datetime:
-    """About an hour before the database's now, on a whole ten minutes (a fire time of "*/5" too)."""
-    t = (db_now() - dt.timedelta(hours=1)).replace(second=0, microsecond=0)
-    return t - dt.timedelta(minutes=t.minute % 10)
-
-
-@pytest.fixture
-def role() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:12]}"
-    yield name
-    try:
-        get_redis_connection("default").delete(lock_key(name), token_key(name))
-    except Exception:  # noqa: S110 - a private server may be gone
-        pass
-
-
-@pytest.fixture
-def leaders(role) -> Iterator:
-    """Build Leadership objects for one role; release them all at the end."""
-    made: list[Leadership] = []
-
-    def build() -> Leadership:
-        lead = Leadership(role=role, ttl_seconds=10, redis_retry_seconds=0)
-        made.append(lead)
-        return lead
-
-    yield build
-    for lead in made:
-        lead.release()
-
-
-@pytest.fixture
-def leader(leaders) -> Leadership:
-    lead = leaders()
-    assert lead.acquire_or_renew()
-    return lead
 
 
 def leading_since(lead: Leadership, since: dt.datetime) -> Leadership:
