@@ -4,9 +4,9 @@
 running set (job id -> ``Running``), each job's deadline, cancellation, and finalization (the
 first outcome of a job is reported, any later one is discarded). It reads the time only
 through ``clock`` (monotonic seconds; ``time.monotonic`` in production), so a test can drive
-deadlines with a clock of its own, in-process, without sleeping (tests/scheduler/workers/
-test_inflight.py). Outcomes go to ``report``: the worker's queue, which its flusher records in
-batches (``scheduler.workers.runner``).
+deadlines with a clock of its own, in-process, without sleeping
+(``tests/scheduler/workers/test_inflight.py``). Outcomes go to ``report``: the worker's queue,
+which its flusher records in batches (``scheduler.workers.runner``).
 
 Every method is thread-safe: the claim loop, the pool's threads (``on_done``) and the heartbeat
 thread call them concurrently.
