@@ -26,11 +26,11 @@ from scheduler.exceptions import (
     JobNotFound,
     PayloadTooLarge,
 )
-from scheduler.lifecycle import NOW, NULL, NewJob
+from scheduler.lifecycle import NewJob
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_SECONDS, Job
 from scheduler.notify import notify_queued
 from scheduler.registry import get_handler, resolve
-from scheduler.states import CANCELLABLE, PRIORITY_MAX, PRIORITY_MIN, EventType, JobStatus, Priority, priority_value
+from scheduler.states import CANCELLABLE, PRIORITY_MAX, PRIORITY_MIN, JobStatus, Priority, priority_value
 
 logger = logging.getLogger(__name__)
 
@@ -431,16 +431,10 @@ def job_cancel(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     """
     _authorize(job_id=job_id, actor=actor)
     for _ in range(CANCEL_TRIES):
-        moved = lifecycle.transition_one(
-            job_id=job_id,
-            to=JobStatus.CANCELLED,
-            expected=CANCELLABLE,
-            assign={"finished_at": NOW},
-        )
-        if moved is not None:
+        if lifecycle.cancel(job_id) is not None:
             break
-        # Not a status write: the worker that holds the lease makes the RUNNING -> CANCELLED move.
-        if Job.objects.filter(id=job_id, status=JobStatus.RUNNING).update(cancel_requested=True):
+        # The worker that holds the lease makes the RUNNING -> CANCELLED move.
+        if lifecycle.request_cancel(job_id):
             break
         status = _current_status(job_id)
         if status not in CANCELLABLE and status != JobStatus.RUNNING:
@@ -452,13 +446,6 @@ def job_cancel(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     return Job.objects.get(id=job_id)
 
 
-# A fresh run: due now, the attempt budget counted from here, no stale cancel request.
-_FRESH_RUN = {
-    "scheduled_at": NOW,
-    "attempts_base": lifecycle.Sql("j.attempts"),
-    "finished_at": NULL,
-    "cancel_requested": False,
-}
 DEAD_RECOVERY_MESSAGE = (
     "This job is DEAD: it used every attempt of its budget (dead-lettered). Only an ADMIN can recover it "
     "(POST /api/jobs/{id}/recover, or the operator console); ask one."
@@ -486,13 +473,7 @@ def job_retry(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     from scheduler.flow.unique import guard  # a unique job's live duplicate: 409, not a database error
 
     with guard():
-        moved = lifecycle.transition_one(
-            job_id=job_id,
-            to=JobStatus.RETRYING,
-            expected=JobStatus.FAILED,
-            assign=_FRESH_RUN,
-            event_payload={"reason": "manual_retry"},
-        )
+        moved = lifecycle.retry_failed(job_id, reason="manual_retry")
     if moved is None and dead_retry_allowed():
         return _recover(job_id=job_id, reason="owner_retry")
     if moved is None:
@@ -521,14 +502,7 @@ def _recover(*, job_id: uuid.UUID, reason: str | None) -> Job:
     from scheduler.flow.unique import guard  # a unique job's live duplicate: 409, not a database error
 
     with guard():
-        moved = lifecycle.transition_one(
-            job_id=job_id,
-            to=JobStatus.QUEUED,
-            expected=JobStatus.DEAD,
-            event=EventType.JOB_RECOVERED,
-            assign=_FRESH_RUN,
-            event_payload={"reason": reason} if reason else None,
-        )
+        moved = lifecycle.recover(job_id, reason=reason)
     if moved is None:
         status = _current_status(job_id)
         raise IllegalTransition(
