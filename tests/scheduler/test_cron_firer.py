@@ -16,11 +16,11 @@ from django.db import connection, connections
 from django_redis import get_redis_connection
 
 from scheduler import metrics, schedules
+from scheduler.job_actions import job_cancel
 from scheduler.leadership import Leadership, lock_key, token_key
 from scheduler.maintenance import leader_services
 from scheduler.maintenance.cron_firer import CronFirer
 from scheduler.models import CronSchedule, Job, LeaderFence, OutboxEvent
-from scheduler.services import job_cancel
 from scheduler.states import EventType, JobStatus
 from tests.scheduler.redis_server import RedisServer
 

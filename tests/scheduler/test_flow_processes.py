@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from scheduler.enqueuing import enqueue_many
 from scheduler.flow import limits as flow_limits
 from scheduler.models import Job, JobAttempt, WorkerNode
-from scheduler.services import enqueue_many
 from scheduler.states import JobStatus
 from tests.scheduler.test_workers import Processes, wait_until
 

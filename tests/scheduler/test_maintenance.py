@@ -20,6 +20,8 @@ from django.db.models import F
 
 from core.pg_connect import pg_connect
 from scheduler import leasing, selectors
+from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.maintenance import default_services
@@ -29,7 +31,6 @@ from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner
 from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper, rescue_held_by
 from scheduler.models import Job, JobAttempt, OutboxEvent, WorkerNode
 from scheduler.notify import CHANNEL
-from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus
 
 WORKER = "test-host:1:abc"

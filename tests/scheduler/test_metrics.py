@@ -25,10 +25,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.pg_connect import pg_connect
 from scheduler import metrics
+from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.metrics import ClusterStateCollector, register_cluster_state
 from scheduler.models import Job, OutboxEvent, WorkerNode
-from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import JobStatus
 from tests.factories import JobFactory
 from tests.scheduler.test_workers import Processes, status_is, wait_until

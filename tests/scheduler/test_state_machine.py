@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 )
 
 from accounts.models import User
-from scheduler import lifecycle, services
+from scheduler import enqueuing, job_actions, lifecycle
 from scheduler.exceptions import IllegalTransition
 from scheduler.lifecycle import AttemptEnd
 from scheduler.models import Job, OutboxEvent
@@ -55,7 +55,7 @@ MAX_JOBS = 4  # per property-based run
 
 
 def _job(owner, status: JobStatus) -> Job:
-    job = services.enqueue("DEMO_TASK", owner=owner)
+    job = enqueuing.enqueue("DEMO_TASK", owner=owner)
     extra = {"attempts": 1, "lease_token": uuid.uuid4(), "lease_owner": "w"} if status == S.RUNNING else {}
     Job.objects.filter(id=job.id).update(status=status, **extra)
     return Job.objects.get(id=job.id)
@@ -203,7 +203,7 @@ class JobMachine(RuleBasedStateMachine):
     def _service(self, job_id: uuid.UUID, call, allowed: dict[JobStatus, JobStatus]) -> None:
         before = self._row(job_id)
         to = allowed.get(JobStatus(before.status))
-        if before.status == S.RUNNING and call is services.job_cancel:
+        if before.status == S.RUNNING and call is job_actions.job_cancel:
             call(job_id=job_id, actor=self.owner)
             assert self._row(job_id).cancel_requested
             self._expect(before, None)
@@ -245,9 +245,10 @@ class JobMachine(RuleBasedStateMachine):
     @rule(later=st.booleans(), max_retries=st.integers(min_value=1, max_value=2))
     def create(self, later: bool, max_retries: int) -> None:
         when = timezone.now() + dt.timedelta(hours=1) if later else None
-        # A queue of its own, so that the real claim (one job of that queue) claims exactly this job.
-        queue = f"pbt-{len(self.status)}"
-        job = services.enqueue("DEMO_TASK", owner=self.owner, scheduled_at=when, max_retries=max_retries, queue=queue)
+        # A queue of its own (earlier examples' jobs stay in the test's transaction), so that the
+        # real claim of one job of that queue claims exactly this job.
+        queue = f"pbt-{uuid.uuid4().hex}"
+        job = enqueuing.enqueue("DEMO_TASK", owner=self.owner, scheduled_at=when, max_retries=max_retries, queue=queue)
         assert job.status == (S.SCHEDULED if later else S.QUEUED)
         self.status[job.id], self.tokens[job.id] = JobStatus(job.status), []
 
@@ -256,15 +257,15 @@ class JobMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         job_id = self._pick_preferring(data, S.RUNNING, *CANCELLABLE)
-        self._service(job_id, services.job_cancel, {s: S.CANCELLED for s in CANCELLABLE})
+        self._service(job_id, job_actions.job_cancel, {s: S.CANCELLED for s in CANCELLABLE})
 
     @rule(data=st.data())
     def retry(self, data: st.DataObject) -> None:
-        self._service(self._pick_preferring(data, S.FAILED), services.job_retry, {S.FAILED: S.RETRYING})
+        self._service(self._pick_preferring(data, S.FAILED), job_actions.job_retry, {S.FAILED: S.RETRYING})
 
     @rule(data=st.data())
     def recover(self, data: st.DataObject) -> None:
-        self._service(self._pick_preferring(data, S.DEAD), services.job_recover, {S.DEAD: S.QUEUED})
+        self._service(self._pick_preferring(data, S.DEAD), job_actions.job_recover, {S.DEAD: S.QUEUED})
 
     # -- any pair of the table on any job: from the wrong state it must change nothing --
 

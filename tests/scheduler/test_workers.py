@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 import pytest
 
 from scheduler import selectors
+from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
-from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
 from tests.subprocess_env import database_url
 
