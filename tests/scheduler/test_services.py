@@ -207,6 +207,16 @@ def test_enqueue_many_inserts_every_job_in_one_statement_with_its_events(user):
     assert all(len(_events(i)) == 2 for i in ids)
 
 
+def test_the_package_api_enqueues_one_or_many(user):
+    import scheduler
+
+    one = scheduler.enqueue("DEMO_TASK", {"n": 1}, owner=user)
+    many = scheduler.enqueue_many([{"type": "DEMO_TASK"}, {"type": "REPORT"}], owner=user)
+
+    assert one.status == JobStatus.QUEUED
+    assert set(Job.objects.filter(owner=user).values_list("id", flat=True)) == {one.id, *many}
+
+
 def test_enqueue_many_is_all_or_nothing():
     with pytest.raises(InvalidJob):
         enqueuing.enqueue_many([{"type": "DEMO_TASK"}, {"type": "DEMO_TASK", "max_retries": 0}])
