@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -48,20 +49,23 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
-def has_lone_surrogate(value: Any) -> bool:
-    """True when any string (key or value) inside ``value`` holds a lone UTF-16 surrogate (U+D800-U+DFFF)."""
+def json_strings(value: Any) -> Iterator[str]:
+    """Yield every string inside JSON ``value`` (object keys included), without recursion."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if _has_surrogate(item):
-                return True
+            yield item
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
-    return False
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """True when any string (key or value) inside ``value`` holds a lone UTF-16 surrogate (U+D800-U+DFFF)."""
+    return any(_has_surrogate(text) for text in json_strings(value))
 
 
 def json_problem(value: Any) -> str | None:

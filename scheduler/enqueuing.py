@@ -65,9 +65,8 @@ def enqueue_request(
     Raises UnknownJobType, InvalidJob (400), InvalidUnique (400), PayloadTooLarge (413),
     IdempotencyConflict (409: same key, different request).
     """
-    payload = {} if payload is None else payload
-    spec = job_spec_validate(
-        trusted=trusted,
+    owner_id = getattr(owner, "pk", owner)
+    new = _new_job(
         type_=type_,
         payload=payload,
         priority=priority,
@@ -76,30 +75,19 @@ def enqueue_request(
         max_retries=max_retries,
         timeout_seconds=timeout_seconds,
         name=name,
-    )
-    owner_id = getattr(owner, "pk", owner)
-    idempotency.idempotency_key_check(idempotency_key, owner_id=owner_id)
-    new = NewJob(
-        id=uuid.uuid4(),
         owner_id=owner_id,
-        name=name,
-        type=type_,
-        payload=payload,
-        priority=spec.priority,
-        queue=queue,
-        scheduled_at=scheduled_at,
-        max_retries=spec.max_retries,
-        timeout_seconds=spec.timeout_seconds,
-        idempotency_key=idempotency_key,
         trace_context=tracing.current_context(),  # None while tracing is off
+        trusted=trusted,
+        idempotency_key=idempotency_key,
     )
+    idempotency.idempotency_key_check(idempotency_key, owner_id=owner_id)
     # --- flow control (issue 17): unique jobs ---
     if unique is not None:
         from scheduler.exceptions import InvalidUnique
         from scheduler.flow import unique as flow_unique
 
         unique_spec = flow_unique.parse(unique)
-        if unique_spec.keys and not isinstance(payload, dict):
+        if unique_spec.keys and not isinstance(new.payload, dict):
             raise InvalidUnique(
                 "unique keys name payload fields, and this payload is not an object",
                 details={"unique.keys": ["Use keys only with an object payload, or leave them out (whole payload)."]},
@@ -121,13 +109,13 @@ def enqueue_request(
     digest = idempotency.fingerprint(
         {
             "type": type_,
-            "payload": payload,
-            "priority": spec.priority,
+            "payload": new.payload,
+            "priority": new.priority,
             "queue": queue,
             # One instant, one fingerprint, whatever offset the caller wrote it in.
             "scheduled_at": scheduled_at.astimezone(dt.UTC).isoformat() if scheduled_at else None,
-            "max_retries": spec.max_retries,
-            "timeout_seconds": spec.timeout_seconds,
+            "max_retries": new.max_retries,
+            "timeout_seconds": new.timeout_seconds,
             "name": name,
         }
     )
@@ -205,34 +193,45 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
     """
     owner_id = getattr(owner, "pk", owner)
     trace_context = tracing.current_context()  # None while tracing is off
-    rows = []
-    for item in jobs:
-        payload = item.get("payload")
-        payload = {} if payload is None else payload
-        spec = job_spec_validate(
+    rows = [
+        _new_job(
             type_=item["type"],
-            payload=payload,
+            payload=item.get("payload"),
             priority=item.get("priority", "MEDIUM"),
             queue=item.get("queue", DEFAULT_QUEUE),
             scheduled_at=item.get("scheduled_at"),
             max_retries=item.get("max_retries"),
             timeout_seconds=item.get("timeout_seconds"),
             name=item.get("name", ""),
+            owner_id=owner_id,
+            trace_context=trace_context,
         )
-        rows.append(
-            NewJob(
-                id=uuid.uuid4(),
-                owner_id=owner_id,
-                name=item.get("name", ""),
-                type=item["type"],
-                payload=payload,
-                priority=spec.priority,
-                queue=item.get("queue", DEFAULT_QUEUE),
-                scheduled_at=item.get("scheduled_at"),
-                max_retries=spec.max_retries,
-                timeout_seconds=spec.timeout_seconds,
-                trace_context=trace_context,
-            )
-        )
+        for item in jobs
+    ]
     created = jobs_insert(rows)  # one statement: its own transaction in autocommit
     return [row.id for row in created]
+
+
+def _new_job(
+    *, owner_id: int | None, trace_context: dict[str, str] | None, idempotency_key: str | None = None, **fields: Any
+) -> NewJob:
+    """Validate one job's ``fields`` (``jobspec.job_spec_validate``'s arguments) and return its row.
+
+    A None payload is ``{}``. Raises what ``job_spec_validate`` raises.
+    """
+    payload = {} if fields["payload"] is None else fields["payload"]
+    spec = job_spec_validate(**{**fields, "payload": payload})
+    return NewJob(
+        id=uuid.uuid4(),
+        owner_id=owner_id,
+        name=fields["name"],
+        type=fields["type_"],
+        payload=payload,
+        priority=spec.priority,
+        queue=fields["queue"],
+        scheduled_at=fields["scheduled_at"],
+        max_retries=spec.max_retries,
+        timeout_seconds=spec.timeout_seconds,
+        idempotency_key=idempotency_key,
+        trace_context=trace_context,
+    )

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth
+from core.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth, json_strings
 from scheduler.conf import conf
 from scheduler.exceptions import InvalidJob, PayloadTooLarge
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS
@@ -123,15 +123,4 @@ def payload_size(payload: Any) -> int:
 
 def has_nul(value: Any) -> bool:
     """True when any string (key or value) inside ``value`` contains U+0000."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return False
+    return any("\x00" in text for text in json_strings(value))
