@@ -690,7 +690,7 @@ def claim(
     locked with ``FOR UPDATE SKIP LOCKED`` so concurrent workers never claim the same job. Each
     claimed job gets attempts + 1, a new fencing ``lease_token``, ``lease_owner = worker_id``
     and ``lease_expires_at = now() + lease_seconds``; its JOB_STARTED event is written by the
-    same statement. Its ``JobAttempt`` row is written once, at its outcome (``leasing``) or rescue:
+    same statement. Its ``JobAttempt`` row is written once, by the verb that ends the attempt:
     until then the job row itself (attempts, lease_owner, started_at) is the running attempt.
     ``queues`` None means every queue; ``paused`` queues are skipped. ``isolated`` False
     (ordinary workers) claims only jobs that are not isolated; True (a supervisor's isolation
