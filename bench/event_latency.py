@@ -61,7 +61,7 @@ def main() -> int:
     setup_django(env)
     from django.db import connection
 
-    from scheduler.services import enqueue_many
+    from scheduler.enqueuing import enqueue_many
 
     processes = Processes(env, workers=args.workers, log=args.log)
     try:

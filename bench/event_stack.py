@@ -154,7 +154,7 @@ def audit_complete() -> bool:
 
 def warm_up(timeout: float = 120.0) -> bool:
     """Enqueue one job and wait until its events are in the audit table (relay and consumer group ready)."""
-    from scheduler.services import enqueue
+    from scheduler.enqueuing import enqueue
 
     enqueue("DEMO_TASK", {}, name="warm-up")
     return wait_until(audit_complete, timeout=timeout)

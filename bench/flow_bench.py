@@ -57,7 +57,7 @@ def _claim_loop(jobs: int) -> tuple[float, float]:
     from django.db import connection
 
     from scheduler import leasing
-    from scheduler.services import enqueue_many
+    from scheduler.enqueuing import enqueue_many
 
     for start in range(0, jobs, 500):
         enqueue_many([{"type": "BENCH_NOOP"} for _ in range(min(500, jobs - start))])
@@ -101,7 +101,7 @@ def _drain(jobs: int) -> float:
     """Enqueue ``jobs`` no-op jobs and wait for all; return jobs/s by the database clock."""
     from django.db import connection
 
-    from scheduler.services import enqueue_many
+    from scheduler.enqueuing import enqueue_many
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")

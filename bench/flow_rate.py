@@ -51,8 +51,8 @@ def main() -> int:
     setup_django(env)  # environment, django.setup(), migrate
     from django.db import connection
 
+    from scheduler.enqueuing import enqueue_many
     from scheduler.flow import limits as flow_limits
-    from scheduler.services import enqueue_many
 
     flow_limits.limit_set(
         scope="type", name="BENCH_NOOP", data={"rate_limit": args.count, "rate_period_seconds": args.period}

@@ -208,7 +208,7 @@ def main() -> int:
     from django.db import connection
 
     from bench.jobs import SIDE_TABLE_DDL
-    from scheduler.services import enqueue_many
+    from scheduler.enqueuing import enqueue_many
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:

@@ -103,7 +103,7 @@ def main() -> int:
         setup_django(env)
         from django.db import connection
 
-        from scheduler.services import enqueue_many
+        from scheduler.enqueuing import enqueue_many
 
         processes = Processes(env, log=args.log)
         if not warm_up():

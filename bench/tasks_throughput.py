@@ -106,7 +106,7 @@ def _reset() -> None:
 
 def _enqueue_rate(kind: str, n: int) -> float:
     from bench.tasks import noop
-    from scheduler.services import enqueue
+    from scheduler.enqueuing import enqueue
 
     start, cpu = time.perf_counter(), time.process_time()
     if kind == "native":
@@ -128,7 +128,7 @@ def _drain_rate(kind: str, n: int, slots: int, env: dict[str, str]) -> float:
     from django.db import connection
 
     from bench.tasks import noop
-    from scheduler.services import enqueue_many
+    from scheduler.enqueuing import enqueue_many
 
     if kind == "native":
         for i in range(0, n, 1000):

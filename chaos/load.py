@@ -80,7 +80,7 @@ class Load:
     def _enqueue_loop(self) -> None:
         from django.db import connection
 
-        from scheduler.services import enqueue_many
+        from scheduler.enqueuing import enqueue_many
 
         jobs = self.enqueue_jobs
         if not jobs:

@@ -182,7 +182,7 @@ class Run:
                     break
             except requests.RequestException:
                 time.sleep(0.5)
-        from scheduler.services import enqueue
+        from scheduler.enqueuing import enqueue
 
         while time.monotonic() < deadline:
             workers = self.scalar(

@@ -283,6 +283,12 @@ SCHEDULER = {
     "PREPARED_STATEMENTS": env.bool("STINT_DB_PREPARED_STATEMENTS", default=True),
 }
 
+# The largest API request body (core.parsers, core.body_limit), in bytes. The payload limit is
+# measured on compact UTF-8 JSON; a raw body may honestly be several times larger (indentation,
+# \uXXXX escapes of up to 6 bytes per character) plus the other fields: six payloads and 4 KB, the
+# exact payload rule left to the job service.
+API_MAX_BODY_BYTES = 6 * SCHEDULER["MAX_PAYLOAD_BYTES"] + 4096
+
 for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", *(k for k in SCHEDULER if k.startswith("RETENTION_"))):
     if SCHEDULER[_key] < 0:
         raise ImproperlyConfigured(f"STINT_{_key} must be 0 or more")

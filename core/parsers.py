@@ -1,8 +1,9 @@
 """The API's JSON parser and the forms' JSON reader: hostile JSON is a 400 or a form error, never a 500.
 
-Every API body is bounded (``api_body_limit()``): an oversized one is the JSON 413, whether it
-declares its length (refused before a byte is read) or streams it chunked (at most limit + 1
-bytes are read). ``core.body_limit`` answers the same 413 before any middleware reads the body.
+Every API body is bounded (``api_body_limit()``, the ``API_MAX_BODY_BYTES`` setting): an oversized
+one is the JSON 413, whether it declares its length (refused before a byte is read) or streams it
+chunked (at most limit + 1 bytes are read). ``core.body_limit`` answers the same 413 before any
+middleware reads the body.
 
 Python's json module accepts text that Stint cannot use: nesting a few KB deep (it recurses per
 level: RecursionError), integers past 4,300 digits (ValueError), and ``\\ud800``-style escapes
@@ -14,17 +15,14 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
-from rest_framework.exceptions import ParseError
+from django.conf import settings
+from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
 
 MAX_JSON_DEPTH = 64  # levels of nested arrays/objects accepted in a request body
-# The payload limit is measured on compact UTF-8 JSON; a raw body may honestly be several times
-# larger (indentation, \uXXXX escapes of up to 6 bytes per character) plus the other fields, so the
-# body limit allows this factor and leaves the exact 10 KB payload rule to the service.
-RAW_BODY_FACTOR = 6
-RAW_BODY_OVERHEAD = 4096  # bytes
 SURROGATE_MESSAGE = "JSON text must be valid Unicode: a lone UTF-16 surrogate (\\ud800-\\udfff) cannot be stored."
 
 
@@ -51,20 +49,23 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
-def has_lone_surrogate(value: Any) -> bool:
-    """True when any string (key or value) inside ``value`` holds a lone UTF-16 surrogate (U+D800-U+DFFF)."""
+def json_strings(value: Any) -> Iterator[str]:
+    """Yield every string inside JSON ``value`` (object keys included), without recursion."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if _has_surrogate(item):
-                return True
+            yield item
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
-    return False
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """True when any string (key or value) inside ``value`` holds a lone UTF-16 surrogate (U+D800-U+DFFF)."""
+    return any(_has_surrogate(text) for text in json_strings(value))
 
 
 def json_problem(value: Any) -> str | None:
@@ -97,20 +98,28 @@ def json_text_load(text: str) -> Any:
 
 
 def api_body_limit() -> int:
-    """Return the largest API request body in bytes: ``RAW_BODY_FACTOR`` payloads plus ``RAW_BODY_OVERHEAD`` (64 KB)."""
-    from scheduler.conf import conf
+    """Return the largest API request body in bytes: ``settings.API_MAX_BODY_BYTES`` (64 KB by default).
 
-    return RAW_BODY_FACTOR * conf().max_payload_bytes + RAW_BODY_OVERHEAD
+    The project derives it from the job payload limit (config/settings.py): the exact payload
+    rule is the job service's, this only bounds what is read.
+    """
+    return settings.API_MAX_BODY_BYTES
 
 
-def body_too_large(declared: int | None = None) -> Exception:
-    """Return the 413 error (``PayloadTooLarge``, code ``payload_too_large``) for an oversized body."""
-    from scheduler.exceptions import PayloadTooLarge
+class RequestBodyTooLarge(APIException):
+    """The request body is over the API's limit."""
 
+    status_code = 413
+    default_detail = "The request body is over the limit."
+    default_code = "payload_too_large"
+
+
+def body_too_large(declared: int | None = None) -> RequestBodyTooLarge:
+    """Return the 413 error (``RequestBodyTooLarge``, code ``payload_too_large``) for an oversized body."""
     limit = api_body_limit()
     if declared is not None:
-        return PayloadTooLarge(f"The request body is {declared} bytes; the limit is {limit} bytes.")
-    return PayloadTooLarge(f"The request body is over the limit of {limit} bytes.")
+        return RequestBodyTooLarge(f"The request body is {declared} bytes; the limit is {limit} bytes.")
+    return RequestBodyTooLarge(f"The request body is over the limit of {limit} bytes.")
 
 
 class SafeJSONParser(JSONParser):

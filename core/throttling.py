@@ -50,7 +50,7 @@ from redis.commands.core import Script
 from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
-from scheduler.metrics import rate_limit_backend_errors_total, rate_limit_rejections_total
+from core.metrics import rate_limit_backend_errors_total, rate_limit_rejections_total
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through DEFAULT_THROTTLE_CLASSES
     from rest_framework.request import Request

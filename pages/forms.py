@@ -1,7 +1,7 @@
 """Forms of the user pages: they check shapes and types; the services check the rules.
 
 A form turns text into the values a service takes (JSON payloads, aware datetimes, choices);
-the service's own validation (``scheduler.services``, ``scheduler.schedules``) is the authority,
+the service's own validation (``scheduler.jobspec``, ``scheduler.schedules``) is the authority,
 and its errors are put back on the form's fields by ``errors_onto_form``.
 """
 
@@ -18,9 +18,9 @@ from accounts.models import User
 from core.parsers import json_text_load
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.exceptions import StintError
+from scheduler.jobspec import MAX_RETRIES_RANGE, TIMEOUT_RANGE
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, OverlapPolicy
 from scheduler.registry import registered_types
-from scheduler.services import MAX_RETRIES_RANGE, TIMEOUT_RANGE
 from scheduler.states import JobStatus, Priority, priority_label
 
 PRIORITY_CHOICES = [(p.name, p.name) for p in Priority]
@@ -186,7 +186,7 @@ class JobForm(forms.Form):
         return value
 
     def service_kwargs(self) -> dict[str, Any]:
-        """Return the keyword arguments of ``scheduler.services.enqueue_request`` (besides the owner)."""
+        """Return the keyword arguments of ``scheduler.enqueuing.enqueue_request`` (besides the owner)."""
         data = self.cleaned_data
         return {
             "type_": data["type"],

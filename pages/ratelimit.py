@@ -15,6 +15,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from core.metrics import rate_limit_rejections_total
 from core.throttling import (
     ADDRESS_SCOPES,
     REQUEST_ATTR,
@@ -23,7 +24,6 @@ from core.throttling import (
     rate_for_scope,
     window_hit,
 )
-from scheduler.metrics import rate_limit_rejections_total
 
 TOO_MANY_REQUESTS = 429
 AUTH_SCOPE = "auth"  # the per-address budget of every view that takes a password (API, pages, admin)

@@ -27,7 +27,7 @@ from accounts.services import user_register
 from audit.timeline import job_timeline
 from pages.forms import JobFilterForm, JobForm, RegisterForm, ScheduleForm, errors_onto_form
 from pages.ratelimit import AUTH_SCOPE, limit_posts
-from scheduler import schedules, selectors, services
+from scheduler import enqueuing, job_actions, schedules, selectors
 from scheduler.exceptions import JobNotFound, ScheduleNotFound, StintError
 from scheduler.flow.explain import waiting_reason
 from scheduler.models import CronSchedule, Job, JobResult
@@ -147,14 +147,14 @@ def job_status(request: HttpRequest) -> JsonResponse:
 @limit_posts(USER_SCOPE)
 @require_http_methods(["GET", "POST"])
 def job_new(request: HttpRequest) -> HttpResponse:
-    """The new-job form; a valid one goes to ``services.enqueue_request`` as the API's POST does."""
+    """The new-job form; a valid one goes to ``enqueuing.enqueue_request`` as the API's POST does."""
     form = JobForm(request.POST or None)
     status = 200
     if request.method == "POST":
         status = 400
         if form.is_valid():
             try:
-                outcome = services.enqueue_request(owner=request.user, **form.service_kwargs())
+                outcome = enqueuing.enqueue_request(owner=request.user, **form.service_kwargs())
             except StintError as exc:
                 errors_onto_form(form, exc)
                 status = exc.http_status
@@ -182,8 +182,9 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "timeline": job_timeline(job_id=job.id),
         "finished": job.status in FINISHED,
         "can_cancel": job.status in CANCELLABLE or (job.status == JobStatus.RUNNING and not job.cancel_requested),
-        "can_retry": job.status == JobStatus.FAILED or (job.status == JobStatus.DEAD and services.dead_retry_allowed()),
-        "dead_needs_admin": job.status == JobStatus.DEAD and not services.dead_retry_allowed(),
+        "can_retry": job.status == JobStatus.FAILED
+        or (job.status == JobStatus.DEAD and job_actions.dead_retry_allowed()),
+        "dead_needs_admin": job.status == JobStatus.DEAD and not job_actions.dead_retry_allowed(),
         "waiting": waiting_reason(job),
     }
 
@@ -212,7 +213,7 @@ def job_live(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
 
 
 def _job_action(request: HttpRequest, job_id: uuid.UUID, action: str) -> HttpResponse:
-    service = services.job_cancel if action == "cancel" else services.job_retry
+    service = job_actions.job_cancel if action == "cancel" else job_actions.job_retry
     try:
         job = service(job_id=job_id, actor=request.user)
     except JobNotFound:
@@ -234,7 +235,7 @@ def _job_action(request: HttpRequest, job_id: uuid.UUID, action: str) -> HttpRes
 @limit_posts(USER_SCOPE)
 @require_POST
 def job_cancel(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
-    """Cancel the job (``services.job_cancel``); a finished job's 409 is shown on its page."""
+    """Cancel the job (``job_actions.job_cancel``); a finished job's 409 is shown on its page."""
     return _job_action(request, job_id, "cancel")
 
 
@@ -242,7 +243,7 @@ def job_cancel(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
 @limit_posts(USER_SCOPE)
 @require_POST
 def job_retry(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
-    """Retry a FAILED job (a DEAD one too when owners may: ``services.job_retry``); a 409 is shown on its page."""
+    """Retry a FAILED job (a DEAD one too when owners may: ``job_actions.job_retry``); a 409 is shown on its page."""
     return _job_action(request, job_id, "retry")
 
 

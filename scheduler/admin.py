@@ -1,7 +1,7 @@
 """The operator console: jobs, schedules, workers, queues and the outbox in Django's admin.
 
 Every model here is read-only in the admin: the only writes are the actions, and each action
-calls the same services as the API (``scheduler.services`` through ``scheduler.bulk``,
+calls the same services as the API (``scheduler.job_actions`` through ``scheduler.bulk``,
 ``scheduler.schedules``, ``scheduler.queues``), so no admin path can set a status by hand.
 Access is the site's rule (``config.admin_site``: active staff with role ADMIN); the
 permission hooks below repeat it so that an ADMIN who is not a superuser needs no Django

@@ -1,6 +1,6 @@
 """Apply cancel, retry or recover to many jobs through the one-job services, counting what happened.
 
-Each job goes through its own service call (``scheduler.services``), in its own short
+Each job goes through its own service call (``scheduler.job_actions``), in its own short
 transaction, so a bulk action obeys exactly the rules of the API and of a single click: a job
 whose state does not allow the action is skipped and counted, never forced. Used by the admin's
 actions and its "all matching jobs" view.
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import services
+from scheduler import job_actions
 from scheduler.exceptions import IllegalTransition, JobNotFound
 from scheduler.models import Job
 from scheduler.states import CANCELLABLE, JobStatus
@@ -39,9 +39,9 @@ ELIGIBLE: dict[BulkAction, frozenset[str]] = {
 }
 
 _SERVICES: dict[BulkAction, Callable[..., Job]] = {
-    BulkAction.CANCEL: services.job_cancel,
-    BulkAction.RETRY: services.job_retry,
-    BulkAction.RECOVER: services.job_recover,
+    BulkAction.CANCEL: job_actions.job_cancel,
+    BulkAction.RETRY: job_actions.job_retry,
+    BulkAction.RECOVER: job_actions.job_recover,
 }
 
 PAST_TENSE = {BulkAction.CANCEL: "Cancelled", BulkAction.RETRY: "Retried", BulkAction.RECOVER: "Recovered"}

@@ -15,21 +15,20 @@ import datetime as dt
 import enum
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from django.db import InterfaceError, OperationalError, connection, transaction
-from psycopg.types.json import Jsonb
 
 from scheduler import lifecycle, prepared
 from scheduler.conf import conf
 from scheduler.exceptions import UnknownJobType
-from scheduler.lifecycle import NOW, NULL, Claimed, Sql
+from scheduler.lifecycle import Claimed
 from scheduler.registry import resolve
 from scheduler.retry import after_failed_attempt, backoff
-from scheduler.states import AttemptStatus, EventType, JobStatus
+from scheduler.states import AttemptStatus, JobStatus
 
 MAX_ERROR_CHARS = 2000  # characters of an error message kept on the job
 MAX_TRACEBACK_CHARS = 20000  # characters of a traceback kept on the attempt
@@ -132,7 +131,7 @@ def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) ->
     Returns (still held, cancel requested): the job ids whose lease this worker still holds,
     and those among them whose cancellation was requested. A job missing from the first set
     was rescued or finished elsewhere; its run must not be reported as the current attempt.
-    The rows are locked in id order, as ``lifecycle.transition`` locks them: two statements
+    The rows are locked in id order, as ``lifecycle`` locks them: two statements
     that lock the same rows in different orders can deadlock.
     """
     if not jobs:
@@ -197,18 +196,58 @@ _ATTEMPT_STATUS = {
 }
 
 
-def _plan(report: Report) -> tuple[JobStatus, EventType | None]:
-    """Decide the job's next status for ``report``."""
-    if report.outcome == Outcome.SUCCEEDED:
-        return JobStatus.SUCCESS, None
-    if report.outcome == Outcome.PERMANENT:
-        return JobStatus.FAILED, None
-    if report.outcome == Outcome.CANCELLED:
-        return JobStatus.CANCELLED, None
-    if report.outcome == Outcome.HANDED_BACK:
-        return JobStatus.RETRYING, EventType.JOB_RETRIED
-    # RETRYABLE, TIMED_OUT, CRASHED (a requested cancellation is applied under the row lock: _locked_cancel_requests)
-    return after_failed_attempt(attempts_left=report.job.attempts_left), None
+# The job's next status for outcomes that need no decision.
+_SETTLED = {
+    Outcome.SUCCEEDED: JobStatus.SUCCESS,
+    Outcome.PERMANENT: JobStatus.FAILED,
+    Outcome.CANCELLED: JobStatus.CANCELLED,
+}
+
+
+def _plan(report: Report, *, cancel_requested: bool = False) -> JobStatus:
+    """Decide the job's next status for ``report`` (the decision after a failure: ``retry.after_failed_attempt``)."""
+    settled = _SETTLED.get(report.outcome)
+    if settled is not None:
+        return settled
+    # RETRYABLE, TIMED_OUT, CRASHED, HANDED_BACK: a requested cancellation is read under the row lock.
+    return after_failed_attempt(
+        attempts_left=report.job.attempts_left,
+        cancel_requested=cancel_requested,
+        handed_back=report.outcome == Outcome.HANDED_BACK,
+    )
+
+
+def _verb(status: JobStatus, outcome: Outcome) -> Callable[..., list[lifecycle.Moved]]:
+    """The writer's verb that moves a job to ``status`` after ``outcome``."""
+    if status == JobStatus.RETRYING:
+        return lifecycle.hand_back if outcome == Outcome.HANDED_BACK else lifecycle.retry_later
+    return _FINISHING[status]
+
+
+_FINISHING: dict[JobStatus, Callable[..., list[lifecycle.Moved]]] = {
+    JobStatus.SUCCESS: lifecycle.complete,
+    JobStatus.FAILED: lifecycle.fail,
+    JobStatus.DEAD: lifecycle.dead_letter,
+    JobStatus.CANCELLED: lifecycle.cancel_running,
+}
+
+
+def _attempt_end(report: Report, to: JobStatus) -> lifecycle.AttemptEnd:
+    """What the writer records of ``report``'s attempt, moving its job to ``to``."""
+    job = report.job
+    return lifecycle.AttemptEnd(
+        job_id=job.id,
+        lease_token=job.lease_token,
+        status=_ATTEMPT_STATUS[report.outcome],
+        worker=job.worker,
+        started_at=job.started_at,
+        finished_at=report.finished_at,
+        error=report.error,
+        traceback=report.traceback,
+        isolated=_ISOLATED_AFTER.get(report.outcome, False),
+        reason=report.outcome.lower() if to == JobStatus.RETRYING else "",
+        result=report.result if report.outcome == Outcome.SUCCEEDED else None,
+    )
 
 
 def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStatus] | None = None) -> set[uuid.UUID]:
@@ -219,14 +258,16 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
 
     ``final``, when given, is filled with the status each accepted job moved to.
 
-    For each target status, one fenced ``lifecycle.transition`` moves every job of that group
-    (RUNNING -> SUCCESS / RETRYING with ``scheduled_at = now() + backoff`` / DEAD / FAILED /
-    CANCELLED) and, in the same statement, writes their attempts' rows and their results. A
-    report whose lease token lost (rescued, or already reported) is dropped. A HANDED_BACK run
-    becomes due at once and does not consume the attempt budget. A run that would be retried
-    or dead-lettered ends CANCELLED instead when its cancellation was requested. A CRASHED run
-    (its process died) counts as an attempt, LOST, and leaves the job ``isolated``; any other
-    recorded run but a hand-back clears ``isolated`` (the job ran without killing its process).
+    Each report's next status is ``_plan``'s; for each target, one ``lifecycle`` verb moves
+    every job of that group, fenced by its lease token: ``complete`` (SUCCESS), ``fail``
+    (FAILED), ``retry_later`` (RETRYING after the type's backoff, ``retry_delay``),
+    ``dead_letter`` (DEAD), ``cancel_running`` (CANCELLED) or ``hand_back`` (RETRYING now),
+    each writing the attempt's row and, for a finished job, its result in the same statement.
+    A report whose lease token lost (rescued, or already reported) is dropped. A HANDED_BACK
+    run does not consume the attempt budget. A run that would be retried or dead-lettered ends
+    CANCELLED instead when its cancellation was requested. A CRASHED run (its process died)
+    counts as an attempt, LOST, and leaves the job ``isolated``; any other recorded run but a
+    hand-back clears ``isolated`` (the job ran without killing its process).
 
     Error texts and tracebacks are cut to their limits and made storable (``storable_text``),
     in place. The batch must hold at most one report per job (``record_batch`` makes sure).
@@ -248,92 +289,21 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
     one_statement = not retries and len({_plan(r) for r in reports}) == 1 and not connection.in_atomic_block
     with contextlib.nullcontext() if one_statement else transaction.atomic():
         stopping = _locked_cancel_requests(retries)
-        groups: dict[tuple[JobStatus, EventType | None], list[Report]] = {}
+        groups: dict[tuple[JobStatus, Callable[..., list[lifecycle.Moved]]], list[Report]] = {}
         for report in reports:
-            plan = (JobStatus.CANCELLED, None) if report.job.id in stopping else _plan(report)
-            groups.setdefault(plan, []).append(report)
-        for (to, event), group in groups.items():
-            ids = [r.job.id for r in group]
-            tokens = [r.job.lease_token for r in group]
-            errors = [r.error for r in group]
-            assign: dict[str, Any] = {
-                "lease_owner": NULL,
-                "lease_token": NULL,
-                "lease_expires_at": NULL,
-                "last_error": Sql("v.err"),
-                "isolated": Sql("coalesce(v.iso, j.isolated)"),
-            }
-            per_row: dict[str, tuple[str, Sequence[Any]]] = {
-                "err": ("text", errors),
-                "iso": ("bool", [_ISOLATED_AFTER.get(r.outcome, False) for r in group]),
-                # The attempt's one row, written by the same statement (_ATTEMPT_ROW).
-                "ast": ("text", [_ATTEMPT_STATUS[r.outcome].value for r in group]),
-                "worker": ("text", [r.job.worker for r in group]),
-                "started": ("timestamptz", [r.job.started_at for r in group]),
-                "fin": ("timestamptz", [r.finished_at for r in group]),
-                "tb": ("text", [r.traceback for r in group]),
-            }
-            also = [_ATTEMPT_ROW]
-            payloads = [{"error": e} if e else {} for e in errors]
-            if to == JobStatus.RETRYING:
-                delays = [
-                    0.0
-                    if r.outcome == Outcome.HANDED_BACK
-                    else retry_delay(r.job.type, r.job.attempt - r.job.attempts_base)
-                    for r in group
-                ]
-                bases = [r.job.attempts_base + (1 if r.outcome == Outcome.HANDED_BACK else 0) for r in group]
-                per_row["delay"] = ("float8", delays)
-                per_row["base"] = ("int", bases)
-                assign["scheduled_at"] = Sql("now() + make_interval(secs => v.delay)")
-                assign["attempts_base"] = Sql("v.base")
-                payloads = [
-                    {**p, "backoff_seconds": d, "reason": r.outcome.lower()}
-                    for p, d, r in zip(payloads, delays, group, strict=True)
-                ]
+            to = _plan(report, cancel_requested=report.job.id in stopping)
+            groups.setdefault((to, _verb(to, report.outcome)), []).append(report)
+        for (to, verb), group in groups.items():
+            ends = [_attempt_end(r, to) for r in group]
+            if verb is lifecycle.retry_later:
+                moved = verb(ends, delays=[retry_delay(r.job.type, r.job.attempt - r.job.attempts_base) for r in group])
             else:
-                assign["finished_at"] = NOW
-                per_row["res"] = ("jsonb", [Jsonb(r.result) if r.outcome == Outcome.SUCCEEDED else None for r in group])
-                also.append(_RESULT_ROW)
-            moved = lifecycle.transition(
-                job_ids=ids,
-                to=to,
-                expected=JobStatus.RUNNING,
-                event=event,
-                assign=assign,
-                per_row=per_row,
-                lease_tokens=tokens,
-                event_payloads=payloads,
-                also=also,
-            )
+                moved = verb(ends)
             won = {m.job_id for m in moved}
             accepted |= won
             if final is not None:
                 final.update(dict.fromkeys(won, to))
     return accepted
-
-
-# Written by the outcome's transition statement for the jobs that moved (``moved``), from the
-# per-row inputs (``v``): the attempt's one row (an attempt already there, written RUNNING by a
-# worker of an earlier release, is finished), and, for a finished job, its result.
-_ATTEMPT_ROW = """att AS (
-    INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token, started_at,
-                                        finished_at, error, traceback)
-    SELECT m.id, m.attempts, v.ast, coalesce(v.worker, ''), v.token, coalesce(v.started, now()),
-           coalesce(v.fin, now()), v.err, v.tb
-    FROM moved m JOIN v ON v.id = m.id
-    ON CONFLICT (job_id, attempt_number) DO UPDATE
-    SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at, error = EXCLUDED.error,
-        traceback = EXCLUDED.traceback
-)"""
-_RESULT_ROW = """res AS (
-    INSERT INTO stint_job_result (job_id, attempt, status, result, created_at)
-    SELECT m.id, m.attempts, v.ast, v.res, now()
-    FROM moved m JOIN v ON v.id = m.id
-    ON CONFLICT (job_id) DO UPDATE
-    SET attempt = EXCLUDED.attempt, status = EXCLUDED.status, result = EXCLUDED.result,
-        created_at = EXCLUDED.created_at
-)"""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -462,7 +432,7 @@ def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
 
     A run that failed, timed out or was handed back after its owner asked to cancel it ends
     CANCELLED, never RETRYING or DEAD (the lease rescuer follows the same rule). ``FOR UPDATE``
-    (in id order, as ``lifecycle.transition`` locks) makes a concurrent ``job_cancel`` either
+    (in id order, as ``lifecycle`` locks) makes a concurrent ``job_cancel`` either
     commit its request before we read it, or wait and then find the job no longer RUNNING.
     """
     if not reports:

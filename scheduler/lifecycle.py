@@ -1,10 +1,28 @@
-"""The one writer of job status: guarded batch transitions that write their outbox events atomically.
+"""The one writer of job status: a named verb per transition, each one guarded statement with its events.
 
-Every status change in Stint is a call into this module. Each call is one SQL statement: a
-conditional ``UPDATE ... WHERE status = ANY(expected)`` (optionally fenced by ``lease_token``)
-whose returned rows say which jobs moved, chained by a data-modifying CTE to the ``INSERT`` of
-one ``OutboxEvent`` per moved job, with the job's ``event_sequence`` incremented in the same
-UPDATE so that per-job sequences have no gaps. The caller supplies the transaction.
+Every status change in Stint is a call to one of this module's verbs, and each verb owns what
+its move writes: the job's columns, the attempt's ``JobAttempt`` row and the result (written
+here and nowhere else), and its events' payloads.
+
+- New jobs: ``insert_jobs`` / ``create_jobs`` (CREATED -> QUEUED or SCHEDULED).
+- The worker: ``claim`` (QUEUED -> RUNNING), then one of ``complete`` (SUCCESS), ``fail``
+  (FAILED: a permanent error), ``retry_later`` (RETRYING after a backoff), ``dead_letter``
+  (DEAD: no attempts left), ``cancel_running`` (CANCELLED: its stop was requested) and
+  ``hand_back`` (RETRYING now: the worker shut down; the attempt costs nothing), fenced by the
+  lease token.
+- The scheduler: ``promote`` (SCHEDULED/RETRYING -> QUEUED when due) and ``rescue_leases``
+  (RUNNING -> RETRYING, DEAD or CANCELLED for a worker that went silent or died).
+- People: ``cancel`` (CREATED/SCHEDULED/QUEUED/RETRYING -> CANCELLED), ``request_cancel`` (a
+  RUNNING job's ``cancel_requested``; its worker makes the move), ``retry_failed`` (FAILED ->
+  RETRYING) and ``recover`` (DEAD -> QUEUED), the last two with a fresh attempt budget.
+
+Which of retry, dead-letter or cancel follows a failed attempt is ``retry.after_failed_attempt``,
+decided by the callers; the verbs only write. Each verb is one SQL statement per target status
+(``_transition``): a conditional ``UPDATE ... WHERE status = ANY(expected)`` (fenced by
+``lease_token`` where a worker holds the job) whose returned rows say which jobs moved, chained
+by data-modifying CTEs to the ``INSERT`` of their ``OutboxEvent`` rows (and attempt and result
+rows), with the job's ``event_sequence`` incremented in the same UPDATE so that per-job
+sequences have no gaps. The caller supplies the transaction.
 """
 
 from __future__ import annotations
@@ -15,12 +33,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from psycopg.types.json import Jsonb
 
 from scheduler import prepared, retry
 from scheduler.exceptions import IllegalTransition
 from scheduler.notify import CHANNEL
-from scheduler.states import TRANSITIONS, EventType, JobStatus, Priority
+from scheduler.states import CANCELLABLE, TRANSITIONS, AttemptStatus, EventType, JobStatus, Priority
 
 SCHEMA_VERSION = 1
 # SQL turning a priority column into its label: the name at a named point (HIGH/MEDIUM/LOW), else
@@ -46,14 +65,14 @@ ASSIGNABLE = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class Sql:
-    """A raw SQL expression to assign, e.g. ``Sql("now()")``; ``v.<name>`` reads a per-row input."""
+class _Sql:
+    """Raw SQL for ``_transition`` to assign, e.g. ``_Sql("now()")``; ``v.<name>`` reads a per-row value."""
 
     text: str
 
 
-NOW = Sql("now()")
-NULL = Sql("NULL")
+_NOW = _Sql("now()")
+_NULL = _Sql("NULL")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +98,7 @@ def _expected_for(to: JobStatus, expected: JobStatus | Iterable[JobStatus] | Non
     return [str(s) for s in sources]
 
 
-def transition(
+def _transition(
     *,
     job_ids: Sequence[uuid.UUID],
     to: JobStatus,
@@ -95,10 +114,10 @@ def transition(
 
     - ``expected``: one status, several, or None for every source the table allows; a pair
       missing from ``TRANSITIONS`` raises ``IllegalTransition`` before touching the database.
-    - ``assign``: column -> a Python value (same for every row) or ``Sql`` expression; columns
+    - ``assign``: column -> a Python value (same for every row) or ``_Sql`` expression; columns
       must be in ``ASSIGNABLE``.
     - ``per_row``: name -> (PostgreSQL type, values aligned with ``job_ids``), readable in
-      ``assign`` as ``Sql("v.<name>")``.
+      ``assign`` as ``_Sql("v.<name>")``.
     - ``lease_tokens``: when given (aligned with ``job_ids``), a job moves only while it still
       holds that token (the fencing rule of DESIGN.md).
     - ``event_payloads``: per-row JSON merged into each event's payload.
@@ -149,7 +168,7 @@ def transition(
     for i, (column, value) in enumerate((assign or {}).items()):
         if column not in ASSIGNABLE:
             raise ValueError(f"column {column!r} is not assignable by a transition")
-        if isinstance(value, Sql):
+        if isinstance(value, _Sql):
             sets.append(f"{column} = {value.text}")
         else:
             params[f"a{i}"] = value
@@ -191,7 +210,7 @@ def transition(
     return [Moved(job_id=r[0], from_status=r[1], sequence=r[2], attempts=r[3]) for r in rows]
 
 
-def transition_one(
+def _transition_one(
     *,
     job_id: uuid.UUID,
     to: JobStatus,
@@ -202,7 +221,7 @@ def transition_one(
     event_payload: Mapping[str, Any] | None = None,
 ) -> Moved | None:
     """Move one job; return its ``Moved`` row, or None when it was not in an expected state."""
-    moved = transition(
+    moved = _transition(
         job_ids=[job_id],
         to=to,
         expected=expected,
@@ -212,6 +231,279 @@ def transition_one(
         event_payloads=[event_payload] if event_payload is not None else None,
     )
     return moved[0] if moved else None
+
+
+# -- the worker's verbs: the end of a leased attempt ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptEnd:
+    """How one leased attempt ended: what its ``JobAttempt`` row, the job and the event record.
+
+    - ``lease_token``: the lease the attempt held; the write happens only while the job still
+      holds it (the fencing rule of DESIGN.md).
+    - ``status``: the attempt row's status (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, LOST).
+    - ``worker``, ``started_at``: who ran it and since when (None: the database's now()).
+    - ``finished_at``: an aware datetime, or None for the database's now().
+    - ``error`` (the job's ``last_error`` and the event's ``error``), ``traceback``: storable text.
+    - ``isolated``: the job's ``isolated`` flag afterwards; None leaves it as it is.
+    - ``reason``: the event payload's ``reason`` ("" for none), e.g. ``timed_out``.
+    - ``result``: the handler's JSON result, stored by ``complete`` only.
+    """
+
+    job_id: uuid.UUID
+    lease_token: uuid.UUID
+    status: AttemptStatus
+    worker: str = ""
+    started_at: Any = None  # aware datetime or None
+    finished_at: Any = None  # aware datetime or None
+    error: str = ""
+    traceback: str = ""
+    isolated: bool | None = False
+    reason: str = ""
+    result: Any = None
+
+
+def complete(ends: Sequence[AttemptEnd]) -> list[Moved]:
+    """RUNNING -> SUCCESS: finish each job, store its attempt (SUCCEEDED) and its result; JOB_COMPLETED."""
+    return _end_attempts(ends, to=JobStatus.SUCCESS)
+
+
+def fail(ends: Sequence[AttemptEnd]) -> list[Moved]:
+    """RUNNING -> FAILED (a permanent error: never retried on its own); attempt and result rows; JOB_FAILED."""
+    return _end_attempts(ends, to=JobStatus.FAILED)
+
+
+def dead_letter(ends: Sequence[AttemptEnd]) -> list[Moved]:
+    """RUNNING -> DEAD (the attempt failed and the budget is spent); attempt and result rows; JOB_DEAD."""
+    return _end_attempts(ends, to=JobStatus.DEAD)
+
+
+def cancel_running(ends: Sequence[AttemptEnd]) -> list[Moved]:
+    """RUNNING -> CANCELLED (the worker stopped the handler as asked); attempt and result rows; JOB_CANCELLED."""
+    return _end_attempts(ends, to=JobStatus.CANCELLED)
+
+
+def retry_later(ends: Sequence[AttemptEnd], *, delays: Sequence[float]) -> list[Moved]:
+    """RUNNING -> RETRYING, due ``delays`` seconds (aligned with ``ends``) from now; attempt row; JOB_RETRIED.
+
+    The attempt counts against the budget; the event carries ``backoff_seconds`` and ``reason``.
+    """
+    return _end_attempts(
+        ends,
+        to=JobStatus.RETRYING,
+        assign={"scheduled_at": _Sql("now() + make_interval(secs => v.delay)")},
+        per_row={"delay": ("float8", list(delays))},
+        backoffs=delays,
+    )
+
+
+def hand_back(ends: Sequence[AttemptEnd]) -> list[Moved]:
+    """RUNNING -> RETRYING, due now, for runs a stopping worker gave up; attempt row (LOST); JOB_RETRIED.
+
+    The attempt does not count against the budget (``attempts_base`` moves up with it).
+    """
+    return _end_attempts(
+        ends,
+        to=JobStatus.RETRYING,
+        event=EventType.JOB_RETRIED,
+        assign={"scheduled_at": _NOW, "attempts_base": _Sql("j.attempts_base + 1")},
+        backoffs=[0.0] * len(ends),
+    )
+
+
+def rescue_leases(
+    ends: Sequence[AttemptEnd], *, next_statuses: Sequence[JobStatus], delays: Sequence[float]
+) -> list[Moved]:
+    """Take RUNNING jobs from a worker that went silent or died; return the jobs that moved.
+
+    ``next_statuses`` (aligned with ``ends``, decided by ``retry.after_failed_attempt``): RETRYING
+    (event JOB_LEASE_EXPIRED, due ``delays`` seconds from now, ``backoff_seconds`` in the
+    event), DEAD or CANCELLED (the job's ``last_error`` left as it was, no error in the event).
+    The attempt row is written (an attempt already finished stays); no result is stored. Each
+    move is fenced by the lease token the rescuer read, at most one statement per target status.
+    """
+    groups: dict[JobStatus, list[int]] = {}
+    for i, status in enumerate(next_statuses):
+        groups.setdefault(JobStatus(status), []).append(i)
+    moved: list[Moved] = []
+    for status, rows in groups.items():
+        group = [ends[i] for i in rows]
+        if status == JobStatus.RETRYING:
+            group_delays = [delays[i] for i in rows]
+            moved += _end_attempts(
+                group,
+                to=status,
+                event=EventType.JOB_LEASE_EXPIRED,
+                assign={"scheduled_at": _Sql("now() + make_interval(secs => v.delay)")},
+                per_row={"delay": ("float8", group_delays)},
+                backoffs=group_delays,
+                results=False,
+            )
+        else:
+            moved += _end_attempts(group, to=status, results=False, record_error=status != JobStatus.CANCELLED)
+    return moved
+
+
+# Written by an attempt-ending statement for the jobs that moved (``moved``), from the per-row
+# inputs (``v``): the attempt's one row (an attempt already there and still RUNNING, written at
+# claim by a worker of an earlier release, is finished; a finished one stays), and, for a job a
+# worker finished, its result.
+_ATTEMPT_ROW = """att AS (
+    INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token, started_at,
+                                        finished_at, error, traceback)
+    SELECT m.id, m.attempts, v.ast, coalesce(v.worker, ''), v.token, coalesce(v.started, now()),
+           coalesce(v.fin, now()), v.err, v.tb
+    FROM moved m JOIN v ON v.id = m.id
+    ON CONFLICT (job_id, attempt_number) DO UPDATE
+    SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at, error = EXCLUDED.error,
+        traceback = EXCLUDED.traceback
+    WHERE a.status = 'RUNNING'
+)"""
+_RESULT_ROW = """res AS (
+    INSERT INTO stint_job_result (job_id, attempt, status, result, created_at)
+    SELECT m.id, m.attempts, v.ast, v.res, now()
+    FROM moved m JOIN v ON v.id = m.id
+    ON CONFLICT (job_id) DO UPDATE
+    SET attempt = EXCLUDED.attempt, status = EXCLUDED.status, result = EXCLUDED.result,
+        created_at = EXCLUDED.created_at
+)"""
+
+
+def _end_attempts(
+    ends: Sequence[AttemptEnd],
+    *,
+    to: JobStatus,
+    event: EventType | None = None,
+    assign: Mapping[str, Any] | None = None,
+    per_row: Mapping[str, tuple[str, Sequence[Any]]] | None = None,
+    backoffs: Sequence[float] | None = None,
+    results: bool = True,
+    record_error: bool = True,
+) -> list[Moved]:
+    """Move the jobs of ``ends`` from RUNNING to ``to``, fenced by their lease tokens, with their attempt rows.
+
+    The lease is cleared; ``isolated`` set per end (None: unchanged). A finished job (any ``to``
+    but RETRYING) gets ``finished_at`` and, with ``results``, its ``stint_job_result`` row.
+    ``record_error`` writes each end's error as the job's ``last_error`` and in its event.
+    ``backoffs`` (seconds, aligned) go in the events as ``backoff_seconds``. One statement.
+    """
+    if not ends:
+        return []
+    columns: dict[str, Any] = {
+        "lease_owner": _NULL,
+        "lease_token": _NULL,
+        "lease_expires_at": _NULL,
+        "isolated": _Sql("coalesce(v.iso, j.isolated)"),
+    }
+    if record_error:
+        columns["last_error"] = _Sql("v.err")
+    inputs: dict[str, tuple[str, Sequence[Any]]] = {
+        "err": ("text", [e.error for e in ends]),
+        "iso": ("bool", [e.isolated for e in ends]),
+        "ast": ("text", [AttemptStatus(e.status).value for e in ends]),
+        "worker": ("text", [e.worker for e in ends]),
+        "started": ("timestamptz", [e.started_at for e in ends]),
+        "fin": ("timestamptz", [e.finished_at for e in ends]),
+        "tb": ("text", [e.traceback for e in ends]),
+        **(per_row or {}),
+    }
+    also = [_ATTEMPT_ROW]
+    if to != JobStatus.RETRYING:
+        columns["finished_at"] = _NOW
+        if results:
+            inputs["res"] = (
+                "jsonb",
+                [Jsonb(e.result) if e.status == AttemptStatus.SUCCEEDED else None for e in ends],
+            )
+            also.append(_RESULT_ROW)
+    payloads: list[dict[str, Any]] = []
+    for i, end in enumerate(ends):
+        payload: dict[str, Any] = {"error": end.error} if record_error and end.error else {}
+        if backoffs is not None:
+            payload["backoff_seconds"] = backoffs[i]
+        if end.reason:
+            payload["reason"] = end.reason
+        payloads.append(payload)
+    return _transition(
+        job_ids=[e.job_id for e in ends],
+        to=to,
+        expected=JobStatus.RUNNING,
+        event=event,
+        assign={**columns, **(assign or {})},
+        per_row=inputs,
+        lease_tokens=[e.lease_token for e in ends],
+        event_payloads=payloads,
+        also=also,
+    )
+
+
+# -- the scheduler's and people's verbs ----------------------------------------------------------
+
+
+def promote(job_ids: Sequence[uuid.UUID], *, source: JobStatus) -> list[Moved]:
+    """SCHEDULED or RETRYING (``source``) -> QUEUED for jobs that came due; JOB_QUEUED. One statement.
+
+    The caller picks due jobs (``maintenance.promoter``); ``scheduled_at`` stays the due time.
+    """
+    if JobStatus(source) not in (JobStatus.SCHEDULED, JobStatus.RETRYING):
+        raise IllegalTransition(f"only SCHEDULED and RETRYING jobs are promoted, not {source}")
+    return _transition(job_ids=job_ids, to=JobStatus.QUEUED, expected=source)
+
+
+def cancel(job_id: uuid.UUID) -> Moved | None:
+    """CREATED/SCHEDULED/QUEUED/RETRYING -> CANCELLED now, finished; JOB_CANCELLED. None from any other state.
+
+    A RUNNING job is stopped by its worker instead: ``request_cancel``, then ``cancel_running``.
+    """
+    return _transition_one(job_id=job_id, to=JobStatus.CANCELLED, expected=CANCELLABLE, assign={"finished_at": _NOW})
+
+
+def request_cancel(job_id: uuid.UUID) -> bool:
+    """Ask the worker running ``job_id`` to stop it (``cancel_requested``); return False unless it is RUNNING.
+
+    Not a status change and no event: the worker that holds the lease sees the request at its
+    next heartbeat and makes the RUNNING -> CANCELLED move (``cancel_running``); a run that
+    fails meanwhile ends CANCELLED too (``retry.after_failed_attempt``).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE stint_job SET cancel_requested = true WHERE id = %s AND status = 'RUNNING'", [job_id])
+        return cursor.rowcount > 0
+
+
+# A fresh run: due now, the attempt budget counted from here, no stale cancel request.
+_FRESH_RUN = {
+    "scheduled_at": _NOW,
+    "attempts_base": _Sql("j.attempts"),
+    "finished_at": _NULL,
+    "cancel_requested": False,
+}
+
+
+def retry_failed(job_id: uuid.UUID, *, reason: str = "manual_retry") -> Moved | None:
+    """FAILED -> RETRYING, due now with a fresh attempt budget; JOB_RETRIED with ``reason``. None otherwise.
+
+    A stale ``cancel_requested`` from the failed run is cleared so the new run is not cancelled at once.
+    """
+    return _transition_one(
+        job_id=job_id,
+        to=JobStatus.RETRYING,
+        expected=JobStatus.FAILED,
+        assign=_FRESH_RUN,
+        event_payload={"reason": reason},
+    )
+
+
+def recover(job_id: uuid.UUID, *, reason: str | None = None) -> Moved | None:
+    """DEAD -> QUEUED with a fresh attempt budget; JOB_RECOVERED (with ``reason`` when given). None otherwise."""
+    return _transition_one(
+        job_id=job_id,
+        to=JobStatus.QUEUED,
+        expected=JobStatus.DEAD,
+        event=EventType.JOB_RECOVERED,
+        assign=_FRESH_RUN,
+        event_payload={"reason": reason} if reason else None,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -398,7 +690,7 @@ def claim(
     locked with ``FOR UPDATE SKIP LOCKED`` so concurrent workers never claim the same job. Each
     claimed job gets attempts + 1, a new fencing ``lease_token``, ``lease_owner = worker_id``
     and ``lease_expires_at = now() + lease_seconds``; its JOB_STARTED event is written by the
-    same statement. Its ``JobAttempt`` row is written once, at its outcome (``leasing``) or rescue:
+    same statement. Its ``JobAttempt`` row is written once, by the verb that ends the attempt:
     until then the job row itself (attempts, lease_owner, started_at) is the running attempt.
     ``queues`` None means every queue; ``paused`` queues are skipped. ``isolated`` False
     (ordinary workers) claims only jobs that are not isolated; True (a supervisor's isolation

@@ -1,5 +1,8 @@
 """The one registry of Stint's Prometheus metrics (prometheus-client); every process imports from here.
 
+Every metric is declared here but core's own (``core.metrics``: the rate limit), which core
+declares so as to import nothing of the apps; ``SERVED_BY`` lists those too.
+
 Labels are low-cardinality only (type, queue, priority, scope, status): never a job id or owner.
 
 Who exports what (docs/observability.md has the full list):
@@ -30,6 +33,8 @@ from typing import Any, Protocol
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from core.metrics import rate_limit_backend_errors_total, rate_limit_rejections_total
 
 logger = logging.getLogger(__name__)
 
@@ -98,10 +103,6 @@ audit_offset_gaps_total = Counter(
 )
 audit_events_repaired_total = Counter(
     "audit_events_repaired_total", "Published outbox events without an audit row, re-published by the reconciler."
-)
-rate_limit_rejections_total = Counter("rate_limit_rejections_total", "Requests rejected with 429.", ["scope"])
-rate_limit_backend_errors_total = Counter(
-    "rate_limit_backend_errors_total", "Rate-limit checks that failed open because Redis was unreachable."
 )
 
 # -- which process serves which family --------------------------------------------------------

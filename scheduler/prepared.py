@@ -6,7 +6,7 @@ The enqueue, claim and outcome statements are few, fixed texts run thousands of 
 second, so they go through a plain psycopg ``Cursor`` on Django's own connection (same
 transaction, same type adapters): parameters travel separately in the extended protocol, and
 the enqueue and claim texts are parsed and planned once per connection (the outcome
-transitions are not prepared: see ``lifecycle.transition``).
+transitions are not prepared: see ``lifecycle._transition``).
 
 Behind a pooler in transaction mode (PgBouncer before 1.21, or without
 ``max_prepared_statements``) named prepared statements break: ``SCHEDULER["PREPARED_STATEMENTS"]``
@@ -122,6 +122,6 @@ def cursor(*, prepare: bool = True) -> PreparedCursor:
     """Return a ``PreparedCursor`` on Django's connection (a context manager).
 
     ``prepare`` False binds server-side without preparing: for a statement whose best plan
-    depends on the size of its array parameters (see ``lifecycle.transition``).
+    depends on the size of its array parameters (see ``lifecycle._transition``).
     """
     return PreparedCursor(prepare=prepare)

@@ -13,8 +13,8 @@ import logging
 from django.db.models.functions import Now
 
 from scheduler.exceptions import InvalidQueue
+from scheduler.jobspec import QUEUE_NAME
 from scheduler.models import Queue
-from scheduler.services import QUEUE_NAME
 
 logger = logging.getLogger(__name__)
 

@@ -36,13 +36,15 @@ def attempts_left(*, attempts: int, attempts_base: int, max_retries: int) -> int
     return max(0, 1 + max_retries - (attempts - attempts_base))
 
 
-def after_failed_attempt(*, attempts_left: int, cancel_requested: bool = False) -> JobStatus:
-    """Decide a job's next status after an attempt that failed or was lost.
+def after_failed_attempt(*, attempts_left: int, cancel_requested: bool = False, handed_back: bool = False) -> JobStatus:
+    """Decide a job's next status after an attempt that failed, was lost or was handed back.
 
-    CANCELLED when its cancellation was requested, RETRYING while its budget has attempts left,
-    DEAD (dead-lettered) otherwise; DESIGN.md's RUNNING -> RETRYING / DEAD / CANCELLED moves. The
-    one rule for the worker's outcomes (``leasing``) and the lease rescuer.
+    CANCELLED when its cancellation was requested; RETRYING for a handed-back attempt (a
+    stopping worker gave it up: it costs nothing) or while the budget has ``attempts_left``;
+    DEAD (dead-lettered) otherwise. DESIGN.md's RUNNING -> RETRYING / DEAD / CANCELLED moves
+    (River's ``makeRetryDecision``). The one rule for the worker's outcomes (``leasing``) and
+    the lease rescuer.
     """
     if cancel_requested:
         return JobStatus.CANCELLED
-    return JobStatus.RETRYING if attempts_left > 0 else JobStatus.DEAD
+    return JobStatus.RETRYING if handed_back or attempts_left > 0 else JobStatus.DEAD

@@ -32,11 +32,10 @@ from scheduler.cron import (
     zone_for,
 )
 from scheduler.exceptions import InvalidJob, InvalidSchedule, ScheduleNotFound, UnknownJobType
+from scheduler.jobspec import has_nul, job_spec_validate
 from scheduler.lifecycle import NewJob
 from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy, Queue
 from scheduler.notify import notify_queued
-from scheduler.services import _validated as validate_job_fields
-from scheduler.services import has_nul
 from scheduler.states import JobStatus, Priority
 
 logger = logging.getLogger(__name__)
@@ -193,7 +192,7 @@ def _validated_job(job: Mapping[str, Any], *, trusted: bool = False) -> dict[str
     priority = job.get("priority", Priority.MEDIUM.name)
     queue = job.get("queue") or "default"
     try:
-        valid = validate_job_fields(
+        spec = job_spec_validate(
             type_=job["type"],
             payload=payload,
             priority=priority,
@@ -210,10 +209,10 @@ def _validated_job(job: Mapping[str, Any], *, trusted: bool = False) -> dict[str
     return {
         "job_type": job["type"],
         "job_payload": payload,
-        "job_priority": valid["priority"],
+        "job_priority": spec.priority,
         "job_queue": queue,
-        "job_max_retries": valid["max_retries"],
-        "job_timeout_seconds": valid["timeout_seconds"],
+        "job_max_retries": spec.max_retries,
+        "job_timeout_seconds": spec.timeout_seconds,
     }
 
 
@@ -318,7 +317,7 @@ def schedule_create(
     ``interval_seconds`` (1 s to 366 days, a grid starting now); ``job`` is the template of the
     jobs it fires (``type``, ``payload``, ``priority``, ``queue``, ``max_retries``,
     ``timeout_seconds``, validated as a job create is; ``trusted``, for project code only, also
-    accepts Django task paths: ``services.enqueue_request``). Raises InvalidSchedule (400) or
+    accepts Django task paths: ``enqueuing.enqueue_request``). Raises InvalidSchedule (400) or
     PayloadTooLarge (413).
     """
     schedule = CronSchedule(

@@ -77,7 +77,7 @@ def job_attempt_list(*, job_id: uuid.UUID, actor: Any) -> QuerySet[JobAttempt]:
 def job_running_attempt(*, job_id: uuid.UUID) -> JobAttempt | None:
     """Return the attempt a RUNNING job is making now, as an unsaved ``JobAttempt``, or None.
 
-    Attempts are written once, at their outcome (``scheduler.leasing``); until then the job row
+    Attempts are written once, at their outcome (``scheduler.lifecycle``'s verbs); until then the job row
     (``attempts``, ``lease_owner``, ``started_at``) describes the running one. No access check:
     callers check the job first (``job_attempt_list``).
     """

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core import checks
 
-from scheduler import services
+from scheduler import enqueuing
 from stint_tasks import registry
 from stint_tasks.compat import BaseTaskBackend, TaskResult, TaskResultStatus, normalize_json, task_enqueued
 from stint_tasks.results import task_result
@@ -50,7 +50,7 @@ class StintBackend(BaseTaskBackend):
         payload: dict[str, Any] = {"args": args, "kwargs": kwargs}
         if task.run_after is not None:
             payload["run_after"] = task.run_after.isoformat()
-        job = services.enqueue_request(
+        job = enqueuing.enqueue_request(
             task.module_path,
             payload,
             priority=task.priority,

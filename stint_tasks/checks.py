@@ -14,8 +14,8 @@ from django.core import checks
 
 from scheduler.cron import MISFIRE_POLICIES, spec_of, zone_for
 from scheduler.exceptions import InvalidSchedule
+from scheduler.jobspec import QUEUE_NAME
 from scheduler.models import OverlapPolicy
-from scheduler.services import QUEUE_NAME
 from stint_tasks import registry
 from stint_tasks.options import task_modules, validate
 

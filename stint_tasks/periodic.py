@@ -4,7 +4,7 @@ Django's Tasks API has no periodic tasks (django-tasks#259); here a schedule's j
 the task path and carries ``{"args", "kwargs"}``. Declare them in ``OPTIONS['periodic']`` and run
 ``manage.py sync_periodic_tasks``, or call ``task_schedule`` from code. Only project code may aim a
 schedule at a task: the REST API and pages accept ``@handler`` types only (see
-``services.enqueue_request``'s ``trusted``).
+``enqueuing.enqueue_request``'s ``trusted``).
 """
 
 from __future__ import annotations

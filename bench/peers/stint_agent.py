@@ -40,7 +40,7 @@ def main() -> None:
 
         call_command("migrate", verbosity=0)
     elif command == "seed":
-        from scheduler.services import enqueue_many
+        from scheduler.enqueuing import enqueue_many
 
         count, first = int(args["count"]), int(args.get("first", 0))
         at = dt.datetime.fromtimestamp(float(args["at"]), tz=dt.UTC) if args.get("at") else None

@@ -1,1 +1,1 @@
-"""The jobs REST API: thin DRF views over ``scheduler.services`` and ``scheduler.selectors``."""
+"""The jobs REST API: thin DRF views over ``enqueuing``, ``job_actions`` and ``selectors`` (of ``scheduler``)."""

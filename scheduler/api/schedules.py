@@ -27,8 +27,8 @@ from scheduler.api.serializers import (
     PriorityNameField,
 )
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
+from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, Job, MisfirePolicy, OverlapPolicy
-from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
 from scheduler.states import Priority
 
 SCHEDULE_ID = OpenApiParameter("schedule_id", OpenApiTypes.INT, OpenApiParameter.PATH)

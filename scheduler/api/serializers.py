@@ -12,9 +12,9 @@ from rest_framework import serializers
 
 from accounts.serializers import StrictSerializer
 from scheduler.exceptions import UnknownJobType
+from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
 from scheduler.models import DEFAULT_QUEUE, Job, JobAttempt, JobResult
 from scheduler.registry import get_handler
-from scheduler.services import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
 from scheduler.states import AttemptStatus, JobStatus, Priority
 
 

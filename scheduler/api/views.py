@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from core.openapi import ERROR_REF
 from core.pagination import KeysetPagination
-from scheduler import selectors, services
+from scheduler import enqueuing, job_actions, selectors
 from scheduler.api.filters import AdminJobFilter, JobFilter
 from scheduler.api.serializers import (
     JobAttemptSerializer,
@@ -131,7 +131,7 @@ class JobListCreateView(generics.ListAPIView):
         body = JobCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        outcome = services.enqueue_request(
+        outcome = enqueuing.enqueue_request(
             data["type"],
             data["payload"],
             priority=data["priority"],
@@ -211,7 +211,7 @@ class JobCancelView(APIView):
     )
     def post(self, request: Request, job_id: uuid.UUID) -> Response:
         """Cancel the job, or request cancellation while it runs."""
-        job = services.job_cancel(job_id=job_id, actor=request.user)
+        job = job_actions.job_cancel(job_id=job_id, actor=request.user)
         code = status.HTTP_202_ACCEPTED if job.status == JobStatus.RUNNING else status.HTTP_200_OK
         return Response(JobSerializer(job).data, status=code)
 
@@ -235,7 +235,7 @@ class JobRetryView(APIView):
     )
     def post(self, request: Request, job_id: uuid.UUID) -> Response:
         """Retry the job."""
-        return Response(JobSerializer(services.job_retry(job_id=job_id, actor=request.user)).data)
+        return Response(JobSerializer(job_actions.job_retry(job_id=job_id, actor=request.user)).data)
 
 
 class JobRecoverView(APIView):
@@ -260,7 +260,7 @@ class JobRecoverView(APIView):
     )
     def post(self, request: Request, job_id: uuid.UUID) -> Response:
         """Recover the job."""
-        return Response(JobSerializer(services.job_recover(job_id=job_id, actor=request.user)).data)
+        return Response(JobSerializer(job_actions.job_recover(job_id=job_id, actor=request.user)).data)
 
 
 @extend_schema_view(

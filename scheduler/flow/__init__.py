@@ -1,5 +1,5 @@
 """Flow control: global concurrency and rate limits, unique jobs, progress, aging (issue 17).
 
 Each capability lives in its own module here; the hot path (``scheduler.leasing``,
-``scheduler.services``) calls into this package at one delimited point each.
+``scheduler.enqueuing``) calls into this package at one delimited point each.
 """

@@ -131,7 +131,7 @@ def guard() -> Iterator[None]:
 def enqueue_unique(new: NewJob, spec: UniqueSpec, *, insert: Callable[[Sequence[NewJob]], Any]) -> tuple[Job, bool]:
     """Insert ``new`` unless a job with its content key is live; return (job, duplicate).
 
-    ``insert`` is the enqueue path's own insert (``services._insert``): the job is inserted as
+    ``insert`` is the enqueue path's own insert (``enqueuing.jobs_insert``): the job is inserted as
     any other, then given its key in the same transaction, which is where the unique index
     decides. On a duplicate the new row rolls back with its events and the existing job is
     returned with ``duplicate=True``. Raises IntegrityError if a key stayed contested after

@@ -52,7 +52,7 @@ class DuePromoter:
                 queues: set[str] = set()
                 for source in (JobStatus.SCHEDULED, JobStatus.RETRYING):
                     ids = [r[0] for r in rows if r[1] == source]
-                    moved = lifecycle.transition(job_ids=ids, to=JobStatus.QUEUED, expected=source)
+                    moved = lifecycle.promote(ids, source=source)
                     won = {m.job_id for m in moved}
                     queues.update(r[2] for r in rows if r[0] in won)
                     total += len(won)

@@ -26,7 +26,7 @@ from django.db import connection, transaction
 
 from scheduler import metrics
 from scheduler.conf import conf
-from scheduler.services import idempotency_prune
+from scheduler.idempotency import idempotency_prune
 from scheduler.states import JobStatus
 
 logger = logging.getLogger(__name__)

@@ -10,10 +10,9 @@ from django.db import connection, transaction
 
 from scheduler import lifecycle, metrics
 from scheduler.leasing import retry_delay
-from scheduler.lifecycle import NOW, NULL, Sql
 from scheduler.retry import after_failed_attempt, attempts_left
 from scheduler.selectors import worker_alive_sql, worker_dead_after_seconds
-from scheduler.states import EventType, JobStatus
+from scheduler.states import AttemptStatus, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +30,10 @@ def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = Fa
     """Take RUNNING jobs from the worker that held them; return the jobs that moved.
 
     ``rows`` are ``RESCUE_COLUMNS`` tuples of jobs the caller has locked in its transaction.
-    Each job's attempt is marked LOST with ``error``, and the job moves to RETRYING (event
-    JOB_LEASE_EXPIRED, due after its backoff), to DEAD when no attempts remain, or to CANCELLED
-    when its cancellation had been requested; ``reason`` goes in the event payload. Every move
+    Each job's attempt is marked LOST with ``error``, and the job moves as
+    ``retry.after_failed_attempt`` decides: to RETRYING (event JOB_LEASE_EXPIRED, due after its
+    backoff), to DEAD when no attempts remain, or to CANCELLED when its cancellation had been
+    requested (``lifecycle.rescue_leases``); ``reason`` goes in the event payload. Every move
     is fenced by the lease token read with the row, so a worker that comes back late cannot
     overwrite it, and a rescue racing another rescue or a late outcome moves each job once.
     ``isolate`` marks the jobs ``isolated`` (they were running in a process that died: only an
@@ -41,72 +41,26 @@ def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = Fa
     max_retries (DESIGN.md: RUNNING -> RETRYING/DEAD when the lease expired). Used by the
     ``LeaseRescuer`` and by the ``run_workers`` supervisor when a worker process dies.
     """
-    retry, dead, cancel = [], [], []
-    for row in rows:
-        attempts, base, max_retries, cancelled = row[3:7]
+    ends, next_statuses, delays = [], [], []
+    for job_id, job_type, token, attempts, base, max_retries, cancelled, _queue, owner, started_at in rows:
         left = attempts_left(attempts=attempts, attempts_base=base, max_retries=max_retries)
-        {JobStatus.CANCELLED: cancel, JobStatus.RETRYING: retry, JobStatus.DEAD: dead}[
-            after_failed_attempt(attempts_left=left, cancel_requested=cancelled)
-        ].append(row)
-    common: dict[str, object] = {"lease_owner": NULL, "lease_token": NULL, "lease_expires_at": NULL}
-    if isolate:
-        common["isolated"] = True
-    moved: list[lifecycle.Moved] = []
-    if retry:
-        delays = [retry_delay(r[1], r[3] - r[4]) for r in retry]
-        moved += lifecycle.transition(
-            job_ids=[r[0] for r in retry],
-            to=JobStatus.RETRYING,
-            expected=JobStatus.RUNNING,
-            event=EventType.JOB_LEASE_EXPIRED,
-            assign={**common, "last_error": error, "scheduled_at": Sql("now() + make_interval(secs => v.delay)")},
-            per_row={"delay": ("float8", delays)},
-            lease_tokens=[r[2] for r in retry],
-            event_payloads=[{"reason": reason, "backoff_seconds": d, "error": error} for d in delays],
-        )
-    if dead:
-        moved += lifecycle.transition(
-            job_ids=[r[0] for r in dead],
-            to=JobStatus.DEAD,
-            expected=JobStatus.RUNNING,
-            assign={**common, "last_error": error, "finished_at": NOW},
-            lease_tokens=[r[2] for r in dead],
-            event_payloads=[{"reason": reason, "error": error}] * len(dead),
-        )
-    if cancel:
-        moved += lifecycle.transition(
-            job_ids=[r[0] for r in cancel],
-            to=JobStatus.CANCELLED,
-            expected=JobStatus.RUNNING,
-            assign={**common, "finished_at": NOW},
-            lease_tokens=[r[2] for r in cancel],
-            event_payloads=[{"reason": reason}] * len(cancel),
-        )
-    if moved:
-        # The lost attempt's one row (attempts are written at their end); one already finished stays.
-        held = {r[0]: r for r in rows}
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token,
-                                                    started_at, finished_at, error, traceback)
-                SELECT job_id, attempt, 'LOST', coalesce(worker, ''), token, coalesce(started_at, now()), now(), %s, ''
-                FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::uuid[], %s::timestamptz[])
-                     AS v(job_id, attempt, worker, token, started_at)
-                ON CONFLICT (job_id, attempt_number) DO UPDATE
-                SET status = 'LOST', finished_at = now(), error = EXCLUDED.error
-                WHERE a.status = 'RUNNING'
-                """,
-                [
-                    error,
-                    [m.job_id for m in moved],
-                    [m.attempts for m in moved],
-                    [held[m.job_id][8] for m in moved],
-                    [held[m.job_id][2] for m in moved],
-                    [held[m.job_id][9] for m in moved],
-                ],
+        to = after_failed_attempt(attempts_left=left, cancel_requested=cancelled)
+        ends.append(
+            lifecycle.AttemptEnd(
+                job_id=job_id,
+                lease_token=token,
+                status=AttemptStatus.LOST,
+                worker=owner or "",
+                started_at=started_at,
+                error=error,
+                isolated=True if isolate else None,
+                reason=reason,
             )
-    _count(moved, {r[0]: (r[1], r[7]) for r in rows}, retry, dead)
+        )
+        next_statuses.append(to)
+        delays.append(retry_delay(job_type, attempts - base) if to == JobStatus.RETRYING else 0.0)
+    moved = lifecycle.rescue_leases(ends, next_statuses=next_statuses, delays=delays)
+    _count(moved, {r[0]: (r[1], r[7]) for r in rows}, dict(zip([r[0] for r in rows], next_statuses, strict=True)))
     return moved
 
 
@@ -186,19 +140,16 @@ class LeaseRescuer:
 EXPIRED_ERROR = "lease expired: the worker stopped heartbeating"
 
 
-def _count(moved: list, labels: dict, retry: list, dead: list) -> None:
+def _count(moved: list, labels: dict, next_statuses: dict) -> None:
     """Count rescued jobs as retried, dead or cancelled, labelled by type and queue."""
-    retry_ids = {r[0] for r in retry}
-    dead_ids = {r[0] for r in dead}
     for m in moved:
         job_type, queue = labels[m.job_id]
         metrics.jobs_failed_total.labels(job_type, queue).inc()
-        if m.job_id in retry_ids:
-            metrics.jobs_retried_total.labels(job_type, queue).inc()
-        elif m.job_id in dead_ids:
-            metrics.jobs_dead_total.labels(job_type, queue).inc()
-        else:
-            metrics.jobs_cancelled_total.labels(job_type, queue).inc()
+        {
+            JobStatus.RETRYING: metrics.jobs_retried_total,
+            JobStatus.DEAD: metrics.jobs_dead_total,
+            JobStatus.CANCELLED: metrics.jobs_cancelled_total,
+        }[next_statuses[m.job_id]].labels(job_type, queue).inc()
 
 
 class WorkerReaper:

@@ -26,10 +26,10 @@ from audit.consumer import AuditRow, Delivered, MalformedEvent, audit_batch_stor
 from audit.models import AuditEvent, QuarantinedMessage, QuarantineReason
 from audit.quarantine import MAX_VALUE_BYTES, quarantine_store
 from core.pg_connect import pg_connect
+from scheduler.enqueuing import enqueue_many
 from scheduler.kafka import ensure_topic
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
-from scheduler.services import enqueue_many
 from tests.support.kafka import (
     ROOT,
     Broker,

@@ -9,9 +9,10 @@ import factory
 import pytest
 
 from audit.models import AuditEvent
+from scheduler.enqueuing import enqueue
+from scheduler.job_actions import job_cancel
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import Job
-from scheduler.services import enqueue, job_cancel
 from tests.support.factories import JobFactory
 from tests.support.kafka import consume_all
 

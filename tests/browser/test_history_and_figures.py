@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from scheduler import schedules, services
+from scheduler import enqueuing, schedules
 from scheduler.models import CronSchedule, Job, Queue, WorkerNode
 from scheduler.states import JobStatus
 from tests.browser.conftest import (
@@ -50,7 +50,7 @@ def db_now() -> dt.datetime:
 def test_a_dead_jobs_tracebacks_are_folded_on_its_page_which_says_who_can_recover_it(wide, workers):
     user = UserFactory(username="grace")
     workers.start()
-    outcome = services.enqueue_request(
+    outcome = enqueuing.enqueue_request(
         "FAILING", {"why": "demo"}, owner=user, name="nightly import", max_retries=0, trusted=True
     )
     job = outcome.job
@@ -174,7 +174,7 @@ def test_the_queues_and_workers_page_refreshes_live_from_the_database(wide, work
 
     # New work, no reload: the page re-reads its figures and shows it.
     for _ in range(2):
-        services.enqueue("DEMO_TASK", {}, owner=owner, queue="mail")
+        enqueuing.enqueue("DEMO_TASK", {}, owner=owner, queue="mail")
     wait_until(lambda: Job.objects.filter(queue="mail", status=JobStatus.SUCCESS).count() == 6, what="the new jobs")
     expect(mail.locator('[data-figure="completed_last_hour"]')).to_have_text("6", timeout=UI_WAIT)
     expect(mail.locator('[data-figure="completed_last_minute"]')).to_have_text("2")

@@ -11,8 +11,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from scheduler import queues
+from scheduler.enqueuing import enqueue
 from scheduler.models import Job, JobAttempt, LeaderFence, WorkerNode
-from scheduler.services import enqueue
 from scheduler.states import AttemptStatus, JobStatus
 from tests.browser.conftest import UI_WAIT, accessibility_basics, screenshot, wait_until
 from tests.support.factories import PASSWORD, JobFactory, UserFactory

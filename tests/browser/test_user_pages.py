@@ -12,8 +12,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from scheduler import queues
+from scheduler.enqueuing import enqueue
 from scheduler.models import CronSchedule, Job
-from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from tests.browser.conftest import UI_WAIT, accessibility_basics, screenshot
 from tests.support.factories import PASSWORD, UserFactory

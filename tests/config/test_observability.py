@@ -20,7 +20,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 from core.log_context import ContextFilter, PlainFormatter, log_context
 from core.request_id import RequestIdMiddleware
-from scheduler.services import enqueue
+from scheduler.enqueuing import enqueue
 from scheduler.states import JobStatus
 from tests.support.processes import Processes, status_is, wait_until, worker_of
 

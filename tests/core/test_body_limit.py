@@ -6,9 +6,13 @@ auth, schedules and jobs alike, because a middleware read it before the API's bo
 
 from __future__ import annotations
 
+import io
+from types import SimpleNamespace
+
 import pytest
 
-from core.parsers import api_body_limit
+from core.errors import api_exception_handler
+from core.parsers import RequestBodyTooLarge, SafeJSONParser, api_body_limit
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
@@ -62,3 +66,32 @@ def test_a_page_answers_a_body_over_djangos_limit_with_a_readable_413(client, us
     assert resp.status_code == 413
     assert resp["Content-Type"].startswith("text/html")
     assert "Too much data" in resp.content.decode()
+
+
+def test_the_api_limit_is_the_projects_setting(client, user, settings):
+    settings.API_MAX_BODY_BYTES = 2000
+    assert api_body_limit() == 2000
+    resp = client.post("/api/auth/login", _json_body(2001), content_type="application/json")
+    assert resp.status_code == 413
+    assert "the limit is 2000 bytes" in resp.json()["error"]["message"]
+
+
+def test_a_streamed_body_over_the_limit_is_the_json_413_without_reading_past_it(settings):
+    # A chunked body declares no length: the parser reads at most limit + 1 bytes, then refuses.
+    settings.API_MAX_BODY_BYTES = 100
+    stream = io.BytesIO(_json_body(10_000))
+    request = SimpleNamespace(META={})
+
+    with pytest.raises(RequestBodyTooLarge) as raised:
+        SafeJSONParser().parse(stream, "application/json", {"request": request})
+
+    assert stream.tell() == 101
+    resp = api_exception_handler(raised.value, {})
+    assert resp.status_code == 413
+    assert resp.data == {
+        "error": {
+            "code": "payload_too_large",
+            "message": "The request body is over the limit of 100 bytes.",
+            "details": None,
+        }
+    }

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from core.db_role import application_name, default_application_name, role_from_argv
-from scheduler.services import enqueue
+from scheduler.enqueuing import enqueue
 from scheduler.states import JobStatus
 from tests.support.processes import Processes, status_is, wait_until
 

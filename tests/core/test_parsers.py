@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from core.parsers import MAX_JSON_DEPTH, json_depth
@@ -41,3 +44,19 @@ def test_job_payload_nested_past_the_limit_is_400_and_creates_nothing(user_api):
     assert not Job.objects.exists()
     ok = '{"type": "DEMO_TASK", "payload": {"a": ' + _nested(10) + "}}"
     assert user_api.post("/api/jobs", ok, content_type="application/json").status_code == 201
+
+
+APPS = ("scheduler", "audit", "accounts", "pages", "stint_tasks", "config", "examples")
+
+
+def test_core_imports_nothing_of_the_apps():
+    # core/ is plumbing the apps import; an arrow back up (core -> scheduler...) would be a cycle.
+    core = Path(__file__).resolve().parents[2] / "core"
+    arrows = []
+    for path in sorted(core.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            arrows += [f"{path.name}: {n}" for n in names if n.split(".")[0] in APPS]
+    assert arrows == []

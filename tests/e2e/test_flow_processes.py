@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
+from scheduler.enqueuing import enqueue_many
 from scheduler.flow import limits as flow_limits
 from scheduler.models import Job, JobAttempt, WorkerNode
-from scheduler.services import enqueue_many
 from scheduler.states import JobStatus
 from tests.support.processes import Processes, wait_until
 

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 
 import tests.support.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
+from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, WorkerNode
-from scheduler.services import enqueue, enqueue_many
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.hostile.jobs import CRASH_TABLE
 from tests.support.jobs import attempts, events, status

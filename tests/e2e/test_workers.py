@@ -13,9 +13,10 @@ import sys
 
 import pytest
 
+from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
-from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
 from tests.support.jobs import attempts, events, status
 from tests.support.processes import (

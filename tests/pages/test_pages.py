@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from accounts.models import Role, User
 from scheduler import schedules
+from scheduler.enqueuing import enqueue
 from scheduler.models import CronSchedule, Job, JobAttempt
-from scheduler.services import enqueue
 from scheduler.states import AttemptStatus, JobStatus, Priority
 from tests.support.factories import PASSWORD, JobFactory, UserFactory
 

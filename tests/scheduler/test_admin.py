@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from scheduler import queues, schedules
+from scheduler.enqueuing import enqueue
 from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, LeaderFence, OutboxEvent, Queue, WorkerNode
-from scheduler.services import enqueue
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory
 

@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from scheduler import services
+from scheduler import enqueuing, idempotency
 from scheduler.exceptions import IdempotencyConflict
 from scheduler.models import IdempotencyRecord, Job, OutboxEvent
 from tests.conftest import bearer
@@ -144,40 +144,40 @@ def test_an_expired_key_creates_a_new_job(user_api):
 @pytest.mark.django_db
 def test_keys_live_for_the_configured_ttl(user, settings):
     settings.SCHEDULER = {**settings.SCHEDULER, "IDEMPOTENCY_TTL_SECONDS": 600}
-    services.enqueue("DEMO_TASK", owner=user, idempotency_key="k")
+    enqueuing.enqueue("DEMO_TASK", owner=user, idempotency_key="k")
     record = IdempotencyRecord.objects.get()
     assert record.expires_at - record.created_at == dt.timedelta(seconds=600)
 
 
 @pytest.mark.django_db
 def test_prune_deletes_only_expired_keys_and_keeps_their_jobs(user):
-    old = services.enqueue("DEMO_TASK", owner=user, idempotency_key="old")
-    services.enqueue("DEMO_TASK", owner=user, idempotency_key="fresh")
+    old = enqueuing.enqueue("DEMO_TASK", owner=user, idempotency_key="old")
+    enqueuing.enqueue("DEMO_TASK", owner=user, idempotency_key="fresh")
     IdempotencyRecord.objects.filter(key="old").update(expires_at=timezone.now() - dt.timedelta(hours=1))
 
-    assert services.idempotency_prune() == 1
+    assert idempotency.idempotency_prune() == 1
     assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["fresh"]
     assert Job.objects.filter(id=old.id).exists()
-    assert services.idempotency_prune(now=timezone.now() + dt.timedelta(days=2)) == 1
+    assert idempotency.idempotency_prune(now=timezone.now() + dt.timedelta(days=2)) == 1
     assert not IdempotencyRecord.objects.exists()
 
 
 @pytest.mark.django_db
 def test_prune_is_bounded_per_call(user):
     for i in range(5):
-        services.enqueue("DEMO_TASK", owner=user, idempotency_key=f"k{i}")
+        enqueuing.enqueue("DEMO_TASK", owner=user, idempotency_key=f"k{i}")
     later = timezone.now() + dt.timedelta(days=2)
-    assert services.idempotency_prune(now=later, limit=2) == 2
+    assert idempotency.idempotency_prune(now=later, limit=2) == 2
     assert IdempotencyRecord.objects.count() == 3
 
 
 @pytest.mark.django_db
 def test_the_service_says_whether_it_replayed(user):
-    first = services.enqueue_request("DEMO_TASK", {"a": 1}, owner=user, idempotency_key="k")
-    again = services.enqueue_request("DEMO_TASK", {"a": 1}, owner=user, idempotency_key="k")
+    first = enqueuing.enqueue_request("DEMO_TASK", {"a": 1}, owner=user, idempotency_key="k")
+    again = enqueuing.enqueue_request("DEMO_TASK", {"a": 1}, owner=user, idempotency_key="k")
     assert (first.replayed, again.replayed, again.job.id) == (False, True, first.job.id)
     with pytest.raises(IdempotencyConflict):
-        services.enqueue_request("DEMO_TASK", {"a": 2}, owner=user, idempotency_key="k")
+        enqueuing.enqueue_request("DEMO_TASK", {"a": 2}, owner=user, idempotency_key="k")
 
 
 # --- concurrent first requests ----------------------------------------------------------------

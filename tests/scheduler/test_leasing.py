@@ -21,15 +21,16 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing, selectors
+from scheduler.enqueuing import enqueue
 from scheduler.exceptions import RetryableError
 from scheduler.flow import limits as flow_limits
+from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.rescuer import LeaseRescuer
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.registry import handler
-from scheduler.services import enqueue, job_cancel
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.subprocess_env import database_url
 

@@ -22,10 +22,11 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_lat
 
 from core.pg_connect import pg_connect
 from scheduler import metrics
+from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.metrics import ClusterStateCollector, register_cluster_state
 from scheduler.models import Job, OutboxEvent, WorkerNode
-from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import JobStatus
 from tests.support.factories import JobFactory
 from tests.support.metrics import ISSUE_METRICS, Samples, scrape, value

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler import leasing, queues
+from scheduler.enqueuing import enqueue
 from scheduler.exceptions import InvalidQueue
 from scheduler.models import Job, Queue
-from scheduler.services import enqueue
 from scheduler.states import JobStatus
 
 pytestmark = pytest.mark.django_db

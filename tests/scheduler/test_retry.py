@@ -93,3 +93,15 @@ def test_the_attempt_budget_is_one_plus_max_retries_from_its_base(attempts, base
 )
 def test_a_failed_or_lost_attempt_is_retried_dead_lettered_or_cancelled(left, cancel, expected):
     assert after_failed_attempt(attempts_left=left, cancel_requested=cancel) == expected
+
+
+@pytest.mark.parametrize(
+    "left,cancel,expected",
+    [
+        (1, False, JobStatus.RETRYING),
+        (0, False, JobStatus.RETRYING),  # a handed-back attempt costs nothing, even the last one
+        (0, True, JobStatus.CANCELLED),
+    ],
+)
+def test_a_handed_back_attempt_is_retried_unless_cancelled(left, cancel, expected):
+    assert after_failed_attempt(attempts_left=left, cancel_requested=cancel, handed_back=True) == expected

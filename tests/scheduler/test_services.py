@@ -1,4 +1,4 @@
-"""Job services: enqueue and its validation, enqueue_many, cancel/retry/recover with ownership."""
+"""Enqueue (``enqueuing``) and its validation (``jobspec``), enqueue_many; cancel/retry/recover (``job_actions``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import scheduler
-from scheduler import services
+from scheduler import enqueuing, job_actions
 from scheduler.exceptions import IllegalTransition, InvalidJob, JobNotFound, PayloadTooLarge, UnknownJobType
 from scheduler.models import Job, OutboxEvent, Queue
 from scheduler.registry import handler
@@ -101,35 +101,35 @@ def test_enqueue_in_a_callers_transaction_notifies_only_when_it_commits(listener
 def test_a_queue_row_exists_exactly_when_a_job_naming_it_committed():
     # A caller's transaction that rolls back takes the queue row with it; the next enqueue makes it.
     with pytest.raises(RuntimeError), transaction.atomic():
-        services.enqueue("DEMO_TASK", queue="ephemeral")
+        enqueuing.enqueue("DEMO_TASK", queue="ephemeral")
         raise RuntimeError("caller rolls back")
     assert not Queue.objects.filter(name="ephemeral").exists()
-    services.enqueue("DEMO_TASK", queue="ephemeral")
+    enqueuing.enqueue("DEMO_TASK", queue="ephemeral")
     assert Queue.objects.filter(name="ephemeral").exists()
 
 
 def test_enqueue_later_is_scheduled(user):
     when = timezone.now() + dt.timedelta(minutes=5)
-    job = services.enqueue("DEMO_TASK", owner=user, scheduled_at=when)
+    job = enqueuing.enqueue("DEMO_TASK", owner=user, scheduled_at=when)
     assert (job.status, job.scheduled_at) == (JobStatus.SCHEDULED, when)
     assert _events(job.id)[-1][1:] == (EventType.JOB_SCHEDULED, JobStatus.CREATED, JobStatus.SCHEDULED)
 
 
 def test_enqueue_takes_the_handlers_defaults_then_the_callers(user):
-    defaulted = services.enqueue("TEST_SERVICES_DEFAULTS", owner=user)
+    defaulted = enqueuing.enqueue("TEST_SERVICES_DEFAULTS", owner=user)
     assert (defaulted.max_retries, defaulted.timeout_seconds) == (7, 42)
-    chosen = services.enqueue("TEST_SERVICES_DEFAULTS", owner=user, max_retries=1, timeout_seconds=3600)
+    chosen = enqueuing.enqueue("TEST_SERVICES_DEFAULTS", owner=user, max_retries=1, timeout_seconds=3600)
     assert (chosen.max_retries, chosen.timeout_seconds) == (1, 3600)
 
 
 @pytest.mark.parametrize("priority", ["HIGH", Priority.HIGH, 50])
 def test_enqueue_accepts_a_priority_by_name_member_or_value(priority):
-    assert services.enqueue("DEMO_TASK", priority=priority).priority == Priority.HIGH
+    assert enqueuing.enqueue("DEMO_TASK", priority=priority).priority == Priority.HIGH
 
 
 @pytest.mark.parametrize("priority", [-100, -1, 37, 100])
 def test_enqueue_accepts_any_whole_priority_in_range_and_reads_it_back_as_its_integer(priority):
-    job = services.enqueue("DEMO_TASK", priority=priority)
+    job = enqueuing.enqueue("DEMO_TASK", priority=priority)
     assert (job.priority, job.priority_name) == (priority, str(priority))
 
 
@@ -163,35 +163,35 @@ def test_enqueue_accepts_any_whole_priority_in_range_and_reads_it_back_as_its_in
 def test_enqueue_refuses_invalid_options(user, options, field):
     options = {"owner": user, **options}
     with pytest.raises(InvalidJob) as caught:
-        services.enqueue("DEMO_TASK", **options)
+        enqueuing.enqueue("DEMO_TASK", **options)
     assert field in caught.value.details
     assert not Job.objects.exists()
 
 
 def test_enqueue_refuses_an_unknown_type():
     with pytest.raises(UnknownJobType):
-        services.enqueue("NOT_REGISTERED")
+        enqueuing.enqueue("NOT_REGISTERED")
 
 
 def test_enqueue_refuses_a_payload_that_is_not_json():
     with pytest.raises(InvalidJob):
-        services.enqueue("DEMO_TASK", {"when": object()})
+        enqueuing.enqueue("DEMO_TASK", {"when": object()})
     with pytest.raises(InvalidJob):
-        services.enqueue("DEMO_TASK", {"x": float("nan")})
+        enqueuing.enqueue("DEMO_TASK", {"x": float("nan")})
 
 
 def test_enqueue_payload_limit_is_10kb_of_compact_utf8(settings):
-    services.enqueue("DEMO_TASK", {"x": "a" * (10 * 1024 - 8)})
+    enqueuing.enqueue("DEMO_TASK", {"x": "a" * (10 * 1024 - 8)})
     with pytest.raises(PayloadTooLarge):
-        services.enqueue("DEMO_TASK", {"x": "a" * (10 * 1024 - 7)})
+        enqueuing.enqueue("DEMO_TASK", {"x": "a" * (10 * 1024 - 7)})
     settings.SCHEDULER = {**settings.SCHEDULER, "MAX_PAYLOAD_BYTES": 100}
     with pytest.raises(PayloadTooLarge):
-        services.enqueue("DEMO_TASK", {"x": "a" * 100})
+        enqueuing.enqueue("DEMO_TASK", {"x": "a" * 100})
 
 
 def test_enqueue_many_inserts_every_job_in_one_statement_with_its_events(user):
     later = timezone.now() + dt.timedelta(hours=1)
-    ids = services.enqueue_many(
+    ids = enqueuing.enqueue_many(
         [
             {"type": "DEMO_TASK"},
             {"type": "REPORT", "priority": "LOW", "queue": "reports", "scheduled_at": later},
@@ -207,9 +207,19 @@ def test_enqueue_many_inserts_every_job_in_one_statement_with_its_events(user):
     assert all(len(_events(i)) == 2 for i in ids)
 
 
+def test_the_package_api_enqueues_one_or_many(user):
+    import scheduler
+
+    one = scheduler.enqueue("DEMO_TASK", {"n": 1}, owner=user)
+    many = scheduler.enqueue_many([{"type": "DEMO_TASK"}, {"type": "REPORT"}], owner=user)
+
+    assert one.status == JobStatus.QUEUED
+    assert set(Job.objects.filter(owner=user).values_list("id", flat=True)) == {one.id, *many}
+
+
 def test_enqueue_many_is_all_or_nothing():
     with pytest.raises(InvalidJob):
-        services.enqueue_many([{"type": "DEMO_TASK"}, {"type": "DEMO_TASK", "max_retries": 0}])
+        enqueuing.enqueue_many([{"type": "DEMO_TASK"}, {"type": "DEMO_TASK", "max_retries": 0}])
     assert not Job.objects.exists()
 
 
@@ -219,7 +229,7 @@ def test_enqueue_many_is_all_or_nothing():
 @pytest.mark.parametrize("trait", ["queued", "scheduled"])
 def test_cancel_moves_a_waiting_job_to_cancelled(user, trait):
     job = JobFactory(owner=user, **({} if trait == "queued" else {trait: True}))
-    cancelled = services.job_cancel(job_id=job.id, actor=user)
+    cancelled = job_actions.job_cancel(job_id=job.id, actor=user)
     assert cancelled.status == JobStatus.CANCELLED
     assert cancelled.finished_at is not None
     assert _events(job.id)[-1][1] == EventType.JOB_CANCELLED
@@ -227,7 +237,7 @@ def test_cancel_moves_a_waiting_job_to_cancelled(user, trait):
 
 def test_cancel_of_a_running_job_only_requests_it(user):
     job = JobFactory(owner=user, running=True)
-    after = services.job_cancel(job_id=job.id, actor=user)
+    after = job_actions.job_cancel(job_id=job.id, actor=user)
     assert (after.status, after.cancel_requested) == (JobStatus.RUNNING, True)
     assert _events(job.id) == []
 
@@ -236,7 +246,7 @@ def test_cancel_of_a_running_job_only_requests_it(user):
 def test_cancel_of_a_finished_job_is_illegal(user, trait):
     job = JobFactory(owner=user, **{trait: True})
     with pytest.raises(IllegalTransition) as caught:
-        services.job_cancel(job_id=job.id)
+        job_actions.job_cancel(job_id=job.id)
     assert caught.value.details == {"status": job.status}
 
 
@@ -244,7 +254,7 @@ def test_retry_gives_a_fresh_budget_and_clears_a_stale_cancel_request(user):
     job = JobFactory(owner=user, failed=True, attempts=4, max_retries=3, cancel_requested=True)
     assert Job.objects.get(id=job.id).attempts_left == 0
 
-    retried = services.job_retry(job_id=job.id, actor=user)
+    retried = job_actions.job_retry(job_id=job.id, actor=user)
 
     assert (retried.status, retried.attempts_base, retried.attempts_left) == (JobStatus.RETRYING, 4, 4)
     assert (retried.cancel_requested, retried.finished_at) == (False, None)
@@ -255,12 +265,12 @@ def test_retry_gives_a_fresh_budget_and_clears_a_stale_cancel_request(user):
 
 def test_recover_puts_a_dead_job_back_on_its_queue(admin_user):
     job = JobFactory(dead=True, attempts=4, queue="q1", cancel_requested=True)
-    recovered = services.job_recover(job_id=job.id, actor=admin_user)
+    recovered = job_actions.job_recover(job_id=job.id, actor=admin_user)
     assert (recovered.status, recovered.attempts_left, recovered.cancel_requested) == (JobStatus.QUEUED, 4, False)
     assert _events(job.id)[-1][1:] == (EventType.JOB_RECOVERED, JobStatus.DEAD, JobStatus.QUEUED)
 
 
-@pytest.mark.parametrize("action", [services.job_cancel, services.job_retry, services.job_recover])
+@pytest.mark.parametrize("action", [job_actions.job_cancel, job_actions.job_retry, job_actions.job_recover])
 def test_actions_on_a_missing_job_raise_not_found(action):
     with pytest.raises(JobNotFound):
         action(job_id=uuid.uuid4())
@@ -268,7 +278,7 @@ def test_actions_on_a_missing_job_raise_not_found(action):
 
 @pytest.mark.parametrize(
     ("action", "trait"),
-    [(services.job_cancel, "queued"), (services.job_retry, "failed"), (services.job_recover, "dead")],
+    [(job_actions.job_cancel, "queued"), (job_actions.job_retry, "failed"), (job_actions.job_recover, "dead")],
 )
 def test_actions_on_another_users_job_raise_not_found_and_change_nothing(user, other_user, action, trait):
     job = JobFactory(owner=user, **({} if trait == "queued" else {trait: True}))
@@ -281,12 +291,12 @@ def test_actions_on_another_users_job_raise_not_found_and_change_nothing(user, o
 def test_recover_by_the_owning_user_is_forbidden(user):
     job = JobFactory(owner=user, dead=True)
     with pytest.raises(PermissionDenied):
-        services.job_recover(job_id=job.id, actor=user)
+        job_actions.job_recover(job_id=job.id, actor=user)
     assert Job.objects.get(id=job.id).status == JobStatus.DEAD
 
 
 def test_a_trusted_caller_needs_no_actor():
     # The admin site, commands and Python code call without an actor.
     job = JobFactory(dead=True)
-    assert services.job_recover(job_id=job.id).status == JobStatus.QUEUED
-    assert services.job_cancel(job_id=job.id).status == JobStatus.CANCELLED
+    assert job_actions.job_recover(job_id=job.id).status == JobStatus.QUEUED
+    assert job_actions.job_cancel(job_id=job.id).status == JobStatus.CANCELLED

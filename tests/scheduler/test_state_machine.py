@@ -1,7 +1,9 @@
 """The one state machine: every (state, action) pair, every table pair, and random action sequences.
 
 States are set up with ``Job.objects.filter(...).update(status=...)``: a fixture shortcut only;
-production code moves status through ``scheduler.lifecycle``.
+production code moves status through ``scheduler.lifecycle``'s verbs. The table tests drive the
+verbs' private builder (``lifecycle._transition_one``) with every pair; the property-based runs
+drive the verbs themselves.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from hypothesis.stateful import (
 )
 
 from accounts.models import User
-from scheduler import lifecycle, services
+from scheduler import enqueuing, job_actions, lifecycle
 from scheduler.exceptions import IllegalTransition
-from scheduler.lifecycle import NOW, Sql
+from scheduler.lifecycle import AttemptEnd
 from scheduler.models import Job, OutboxEvent
-from scheduler.states import CANCELLABLE, TRANSITIONS, EventType, JobStatus, sources_of
+from scheduler.states import CANCELLABLE, TRANSITIONS, AttemptStatus, EventType, JobStatus, sources_of
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +55,7 @@ MAX_JOBS = 4  # per property-based run
 
 
 def _job(owner, status: JobStatus) -> Job:
-    job = services.enqueue("DEMO_TASK", owner=owner)
+    job = enqueuing.enqueue("DEMO_TASK", owner=owner)
     extra = {"attempts": 1, "lease_token": uuid.uuid4(), "lease_owner": "w"} if status == S.RUNNING else {}
     Job.objects.filter(id=job.id).update(status=status, **extra)
     return Job.objects.get(id=job.id)
@@ -108,11 +110,11 @@ def test_every_pair_of_the_table_through_the_one_writer(user, from_, to):
 
     if (from_, to) not in TRANSITIONS:
         with pytest.raises(IllegalTransition):
-            lifecycle.transition_one(job_id=job.id, to=to, expected=from_)
+            lifecycle._transition_one(job_id=job.id, to=to, expected=from_)
         assert _snapshot(job.id) == before
         return
 
-    moved = lifecycle.transition_one(job_id=job.id, to=to, expected=from_)
+    moved = lifecycle._transition_one(job_id=job.id, to=to, expected=from_)
 
     assert moved is not None
     assert (moved.from_status, moved.sequence) == (from_, before[0]["event_sequence"] + 1)
@@ -129,16 +131,16 @@ def test_an_allowed_move_from_the_wrong_state_changes_nothing(user, from_, to):
             continue
         job = _job(user, actual)
         before = _snapshot(job.id)
-        assert lifecycle.transition_one(job_id=job.id, to=to, expected=from_) is None
+        assert lifecycle._transition_one(job_id=job.id, to=to, expected=from_) is None
         assert _snapshot(job.id) == before
 
 
 def test_a_fenced_move_needs_the_current_lease_token(user):
     job = _job(user, S.RUNNING)
     before = _snapshot(job.id)
-    assert lifecycle.transition_one(job_id=job.id, to=S.SUCCESS, expected=S.RUNNING, lease_token=uuid.uuid4()) is None
+    assert lifecycle._transition_one(job_id=job.id, to=S.SUCCESS, expected=S.RUNNING, lease_token=uuid.uuid4()) is None
     assert _snapshot(job.id) == before
-    assert lifecycle.transition_one(job_id=job.id, to=S.SUCCESS, expected=S.RUNNING, lease_token=job.lease_token)
+    assert lifecycle._transition_one(job_id=job.id, to=S.SUCCESS, expected=S.RUNNING, lease_token=job.lease_token)
 
 
 # --- property-based: random action sequences against the real services and lifecycle ----------
@@ -201,7 +203,7 @@ class JobMachine(RuleBasedStateMachine):
     def _service(self, job_id: uuid.UUID, call, allowed: dict[JobStatus, JobStatus]) -> None:
         before = self._row(job_id)
         to = allowed.get(JobStatus(before.status))
-        if before.status == S.RUNNING and call is services.job_cancel:
+        if before.status == S.RUNNING and call is job_actions.job_cancel:
             call(job_id=job_id, actor=self.owner)
             assert self._row(job_id).cancel_requested
             self._expect(before, None)
@@ -213,18 +215,21 @@ class JobMachine(RuleBasedStateMachine):
             call(job_id=job_id, actor=self.admin)
         self._expect(before, to)
 
-    def _move(
-        self, job_id: uuid.UUID, to_for: dict[JobStatus, JobStatus], token: uuid.UUID | None = None, **kwargs
-    ) -> bool:
+    def _move(self, job_id: uuid.UUID, to_for: dict[JobStatus, JobStatus], act, token: uuid.UUID | None = None) -> bool:
+        # ``act`` performs the step and returns what moved; it may move the job only as to_for allows.
         before = self._row(job_id)
         status = JobStatus(before.status)
         target = to_for.get(status) or next(iter(to_for.values()))
         fenced_out = token is not None and token != before.lease_token
         legal = status in to_for and not fenced_out
-        moved = lifecycle.transition_one(job_id=job_id, to=target, expected=list(to_for), lease_token=token, **kwargs)
-        assert (moved is not None) == legal
+        moved = act()
+        assert bool(moved) == legal
         self._expect(before, target if legal else None)
         return legal
+
+    @staticmethod
+    def _end(job_id: uuid.UUID, token: uuid.UUID, status: AttemptStatus, **fields) -> list[AttemptEnd]:
+        return [AttemptEnd(job_id=job_id, lease_token=token, status=status, worker="pbt-worker", **fields)]
 
     def _after_failure(self, job_id: uuid.UUID) -> JobStatus:
         # Out of attempts the same failure dead-letters the job (DESIGN.md: RUNNING -> DEAD).
@@ -240,7 +245,10 @@ class JobMachine(RuleBasedStateMachine):
     @rule(later=st.booleans(), max_retries=st.integers(min_value=1, max_value=2))
     def create(self, later: bool, max_retries: int) -> None:
         when = timezone.now() + dt.timedelta(hours=1) if later else None
-        job = services.enqueue("DEMO_TASK", owner=self.owner, scheduled_at=when, max_retries=max_retries)
+        # A queue of its own (earlier examples' jobs stay in the test's transaction), so that the
+        # real claim of one job of that queue claims exactly this job.
+        queue = f"pbt-{uuid.uuid4().hex}"
+        job = enqueuing.enqueue("DEMO_TASK", owner=self.owner, scheduled_at=when, max_retries=max_retries, queue=queue)
         assert job.status == (S.SCHEDULED if later else S.QUEUED)
         self.status[job.id], self.tokens[job.id] = JobStatus(job.status), []
 
@@ -249,44 +257,47 @@ class JobMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         job_id = self._pick_preferring(data, S.RUNNING, *CANCELLABLE)
-        self._service(job_id, services.job_cancel, {s: S.CANCELLED for s in CANCELLABLE})
+        self._service(job_id, job_actions.job_cancel, {s: S.CANCELLED for s in CANCELLABLE})
 
     @rule(data=st.data())
     def retry(self, data: st.DataObject) -> None:
-        self._service(self._pick_preferring(data, S.FAILED), services.job_retry, {S.FAILED: S.RETRYING})
+        self._service(self._pick_preferring(data, S.FAILED), job_actions.job_retry, {S.FAILED: S.RETRYING})
 
     @rule(data=st.data())
     def recover(self, data: st.DataObject) -> None:
-        self._service(self._pick_preferring(data, S.DEAD), services.job_recover, {S.DEAD: S.QUEUED})
+        self._service(self._pick_preferring(data, S.DEAD), job_actions.job_recover, {S.DEAD: S.QUEUED})
 
     # -- any pair of the table on any job: from the wrong state it must change nothing --
 
     @rule(data=st.data(), pair=st.sampled_from(sorted(TRANSITIONS)))
     def any_table_move(self, data: st.DataObject, pair: tuple[JobStatus, JobStatus]) -> None:
         from_, to = pair
-        self._move(self._pick(data, self._in()), {from_: to})
+        job_id = self._pick(data, self._in())
+        self._move(job_id, {from_: to}, lambda: lifecycle._transition_one(job_id=job_id, to=to, expected=from_))
 
-    # -- simulated scheduler, worker and rescuer steps (the real ones use the same writer) --
+    # -- the scheduler's and worker's steps, through the same verbs the real ones call --
 
     @precondition(lambda self: self._in(S.SCHEDULED, S.RETRYING))
     @rule(data=st.data())
     def promote(self, data: st.DataObject) -> None:
         job_id = self._pick(data, self._in(S.SCHEDULED, S.RETRYING))
-        assert self._move(job_id, {S.SCHEDULED: S.QUEUED, S.RETRYING: S.QUEUED}, assign={"scheduled_at": NOW})
+        source = self.status[job_id]
+        assert self._move(job_id, {source: S.QUEUED}, lambda: lifecycle.promote([job_id], source=source))
 
     @precondition(lambda self: self._in(S.QUEUED))
     @rule(data=st.data())
     def claim(self, data: st.DataObject) -> None:
-        job_id, token = self._pick(data, self._in(S.QUEUED)), uuid.uuid4()
-        assign = {
-            "attempts": Sql("j.attempts + 1"),
-            "lease_token": token,
-            "lease_owner": "pbt-worker",
-            "lease_expires_at": Sql("now() + interval '30 seconds'"),
-            "started_at": NOW,
-        }
-        assert self._move(job_id, {S.QUEUED: S.RUNNING}, assign=assign)
-        self.tokens[job_id].append(token)
+        job_id = self._pick(data, self._in(S.QUEUED))
+        queue = self._row(job_id).queue
+        claimed = []
+
+        def act():
+            claimed.extend(lifecycle.claim(worker_id="pbt-worker", limit=1, lease_seconds=30, queues=[queue]))
+            return claimed
+
+        assert self._move(job_id, {S.QUEUED: S.RUNNING}, act)
+        assert [c.id for c in claimed] == [job_id]
+        self.tokens[job_id].append(claimed[0].lease_token)
 
     @precondition(lambda self: self._running_with_token())
     @rule(data=st.data(), outcome=st.sampled_from(["complete", "retryable", "permanent", "stopped"]))
@@ -294,27 +305,51 @@ class JobMachine(RuleBasedStateMachine):
         job_id = self._pick(data, self._running_with_token())
         token = self.tokens[job_id][-1]
         if outcome == "complete":
-            self._move(job_id, {S.RUNNING: S.SUCCESS}, token, assign={"finished_at": NOW})
+            end = self._end(job_id, token, AttemptStatus.SUCCEEDED, result={"ok": True})
+            self._move(job_id, {S.RUNNING: S.SUCCESS}, lambda: lifecycle.complete(end), token)
         elif outcome == "retryable":
-            self._move(job_id, {S.RUNNING: self._after_failure(job_id)}, token, assign={"last_error": "boom"})
+            end = self._end(job_id, token, AttemptStatus.FAILED, error="boom")
+            if self._after_failure(job_id) == S.RETRYING:
+                self._move(job_id, {S.RUNNING: S.RETRYING}, lambda: lifecycle.retry_later(end, delays=[0.0]), token)
+            else:
+                self._move(job_id, {S.RUNNING: S.DEAD}, lambda: lifecycle.dead_letter(end), token)
         elif outcome == "permanent":
-            self._move(job_id, {S.RUNNING: S.FAILED}, token, assign={"finished_at": NOW})
+            end = self._end(job_id, token, AttemptStatus.FAILED, error="no")
+            self._move(job_id, {S.RUNNING: S.FAILED}, lambda: lifecycle.fail(end), token)
         elif self._row(job_id).cancel_requested:  # a worker stops a handler only once asked to
-            self._move(job_id, {S.RUNNING: S.CANCELLED}, token, assign={"finished_at": NOW})
+            end = self._end(job_id, token, AttemptStatus.CANCELLED)
+            self._move(job_id, {S.RUNNING: S.CANCELLED}, lambda: lifecycle.cancel_running(end), token)
 
-    @precondition(lambda self: self._in(S.RUNNING))
+    def _leased(self) -> list[uuid.UUID]:
+        # What the rescuer can find: RUNNING with a lease (a table move into RUNNING may leave none).
+        held = set(
+            Job.objects.filter(id__in=self._in(S.RUNNING), lease_token__isnull=False).values_list("id", flat=True)
+        )
+        return [i for i in self._in(S.RUNNING) if i in held]
+
+    @precondition(lambda self: self._leased())
     @rule(data=st.data())
     def lease_expires(self, data: st.DataObject) -> None:
-        # The rescuer is not fenced by a token: it takes the job from whichever worker held it.
-        job_id = self._pick(data, self._in(S.RUNNING))
-        self._move(job_id, {S.RUNNING: self._after_failure(job_id)}, event=EventType.JOB_LEASE_EXPIRED)
+        # The rescuer takes the job from whichever worker held it: fenced by the token it read.
+        job_id = self._pick(data, self._leased())
+        row = self._row(job_id)
+        to = S.CANCELLED if row.cancel_requested else self._after_failure(job_id)
+        end = self._end(job_id, row.lease_token, AttemptStatus.LOST, error="lease expired", reason="lease_expired")
+        self._move(job_id, {S.RUNNING: to}, lambda: lifecycle.rescue_leases(end, next_statuses=[to], delays=[0.0]))
 
     @precondition(lambda self: any(len(t) > 1 for t in self.tokens.values()))
     @rule(data=st.data(), to=st.sampled_from([S.SUCCESS, S.FAILED, S.RETRYING]))
     def stale_worker_reports(self, data: st.DataObject, to: JobStatus) -> None:
         # A worker whose lease was rescued reports late: its old token must move nothing.
         job_id = self._pick(data, [i for i, t in self.tokens.items() if len(t) > 1])
-        assert not self._move(job_id, {S.RUNNING: to}, self.tokens[job_id][-2])
+        stale = self.tokens[job_id][-2]
+        end = self._end(job_id, stale, AttemptStatus.FAILED)
+        verb = {
+            S.SUCCESS: lambda: lifecycle.complete(end),
+            S.FAILED: lambda: lifecycle.fail(end),
+            S.RETRYING: lambda: lifecycle.retry_later(end, delays=[0.0]),
+        }[to]
+        assert not self._move(job_id, {S.RUNNING: to}, verb, stale)
 
     # -- invariant --
 

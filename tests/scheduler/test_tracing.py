@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from scheduler import leasing, schedules, tracing
+from scheduler.enqueuing import enqueue
 from scheduler.maintenance.cron_firer import CronFirer
 from scheduler.models import CronSchedule, Job
-from scheduler.services import enqueue
 from scheduler.workers.execute import run_handler
 from tests.support.leadership import an_hour_ago_on_the_minute
 

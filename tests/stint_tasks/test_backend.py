@@ -17,12 +17,12 @@ from django.db import connection
 from django.utils import timezone
 
 from scheduler import leasing, lifecycle, schedules
+from scheduler.enqueuing import enqueue
 from scheduler.exceptions import UnknownJobType
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed, NewJob
 from scheduler.models import CronSchedule, Job
 from scheduler.registry import resolve
-from scheduler.services import enqueue
 from scheduler.states import JobStatus, Priority
 from scheduler.workers.execute import run_handler
 from stint_tasks.backend import StintBackend

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduler.enqueuing import enqueue
 from scheduler.flow import limits as flow_limits
-from scheduler.services import enqueue
 
 pytestmark = pytest.mark.django_db
 

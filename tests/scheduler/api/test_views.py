@@ -9,7 +9,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from scheduler import services
+from scheduler import enqueuing
 from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
 from scheduler.states import AttemptStatus, JobStatus, Priority
 from tests.support.factories import JobFactory
@@ -277,8 +277,8 @@ def test_every_endpoint_needs_a_token(api, method, path):
 
 
 def test_list_shows_only_my_jobs_newest_first_in_pages(user_api, user, other_user):
-    mine = [services.enqueue("DEMO_TASK", owner=user).id for _ in range(3)]
-    services.enqueue("DEMO_TASK", owner=other_user)
+    mine = [enqueuing.enqueue("DEMO_TASK", owner=user).id for _ in range(3)]
+    enqueuing.enqueue("DEMO_TASK", owner=other_user)
 
     resp = user_api.get(JOBS)
 
@@ -291,14 +291,14 @@ def test_list_shows_only_my_jobs_newest_first_in_pages(user_api, user, other_use
 
 
 def test_an_admins_own_list_is_still_only_their_jobs(admin_api, admin_user, user):
-    services.enqueue("DEMO_TASK", owner=user)
-    own = services.enqueue("DEMO_TASK", owner=admin_user)
+    enqueuing.enqueue("DEMO_TASK", owner=user)
+    own = enqueuing.enqueue("DEMO_TASK", owner=admin_user)
     assert [r["id"] for r in admin_api.get(JOBS).json()["results"]] == [str(own.id)]
 
 
 def test_pagination_is_stable_across_created_at_ties(user_api, user):
     # One statement inserts them all: they share created_at, so only the id tie-break orders them.
-    ids = services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(7)], owner=user)
+    ids = enqueuing.enqueue_many([{"type": "DEMO_TASK"} for _ in range(7)], owner=user)
     assert Job.objects.filter(id__in=ids).values("created_at").distinct().count() == 1
 
     seen, url = [], f"{JOBS}?page_size=3"
@@ -314,7 +314,7 @@ def test_pagination_is_stable_across_created_at_ties(user_api, user):
 
 
 def test_page_size_is_capped_and_a_bad_cursor_is_a_400(user_api, user):
-    services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)], owner=user)
+    enqueuing.enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)], owner=user)
     assert len(user_api.get(f"{JOBS}?page_size=100000").json()["results"]) == 3
     assert len(user_api.get(f"{JOBS}?page_size=2").json()["results"]) == 2
     assert [len(user_api.get(f"{JOBS}?page_size={v}").json()["results"]) for v in ("0", "-1", "x", "")] == [3] * 4
@@ -336,13 +336,13 @@ def _walk(client, url: str, *, between_pages=lambda: None) -> list[str]:
 
 def test_a_walk_while_jobs_arrive_and_leave_sees_each_old_job_exactly_once(user_api, user):
     # Page numbers over a newest-first list shift under inserts: page 2 would repeat page 1's tail.
-    before = [str(i) for i in services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(25)], owner=user)]
+    before = [str(i) for i in enqueuing.enqueue_many([{"type": "DEMO_TASK"} for _ in range(25)], owner=user)]
     # now() is frozen in a test transaction: date the first jobs back, as a real earlier insert would be.
     Job.objects.filter(id__in=before).update(created_at=timezone.now() - dt.timedelta(minutes=5))
     arrived: list[str] = []
 
     def meanwhile() -> None:
-        arrived.extend(str(services.enqueue("DEMO_TASK", owner=user).id) for _ in range(4))
+        arrived.extend(str(enqueuing.enqueue("DEMO_TASK", owner=user).id) for _ in range(4))
 
     seen = _walk(user_api, f"{JOBS}?page_size=5", between_pages=meanwhile)
 
@@ -352,7 +352,7 @@ def test_a_walk_while_jobs_arrive_and_leave_sees_each_old_job_exactly_once(user_
 
 
 def test_previous_links_walk_back_to_the_first_page(user_api, user):
-    services.enqueue_many([{"type": "DEMO_TASK"} for _ in range(7)], owner=user)
+    enqueuing.enqueue_many([{"type": "DEMO_TASK"} for _ in range(7)], owner=user)
     first = user_api.get(f"{JOBS}?page_size=3").json()
     second = user_api.get(first["next"]).json()
     third = user_api.get(second["next"]).json()
@@ -364,9 +364,9 @@ def test_previous_links_walk_back_to_the_first_page(user_api, user):
 
 
 def test_list_filters(user_api, user):
-    a = services.enqueue("DEMO_TASK", owner=user, priority="HIGH", queue="fast")
-    b = services.enqueue("REPORT", owner=user, priority="LOW")
-    c = services.enqueue("DEMO_TASK", owner=user, scheduled_at=timezone.now() + dt.timedelta(hours=1))
+    a = enqueuing.enqueue("DEMO_TASK", owner=user, priority="HIGH", queue="fast")
+    b = enqueuing.enqueue("REPORT", owner=user, priority="LOW")
+    c = enqueuing.enqueue("DEMO_TASK", owner=user, scheduled_at=timezone.now() + dt.timedelta(hours=1))
     Job.objects.filter(id=b.id).update(status=JobStatus.FAILED)
     Job.objects.filter(id=a.id).update(created_at=timezone.now() - dt.timedelta(days=2))
 
@@ -388,10 +388,10 @@ def test_list_filters(user_api, user):
 
 
 def test_search_matches_part_of_the_name_or_the_type_in_any_case(user_api, user, other_user):
-    nightly = services.enqueue("DEMO_TASK", owner=user, name="Nightly Invoices")
-    report = services.enqueue("REPORT", owner=user, name="weekly")
-    services.enqueue("DEMO_TASK", owner=user, name="other")
-    services.enqueue("REPORT", owner=other_user, name="nightly too")  # not mine
+    nightly = enqueuing.enqueue("DEMO_TASK", owner=user, name="Nightly Invoices")
+    report = enqueuing.enqueue("REPORT", owner=user, name="weekly")
+    enqueuing.enqueue("DEMO_TASK", owner=user, name="other")
+    enqueuing.enqueue("REPORT", owner=other_user, name="nightly too")  # not mine
 
     def names(term: str) -> set[str]:
         resp = user_api.get(JOBS, {"search": term})
@@ -414,7 +414,7 @@ def test_the_schedule_filter_lists_the_jobs_one_schedule_fired(user_api, user):
         format="json",
     ).json()
     fired = user_api.post(f"/api/schedules/{schedule['id']}/trigger").json()
-    services.enqueue("DEMO_TASK", owner=user)
+    enqueuing.enqueue("DEMO_TASK", owner=user)
 
     resp = user_api.get(JOBS, {"schedule": schedule["id"]})
 
@@ -437,7 +437,7 @@ def test_the_schedule_filter_lists_the_jobs_one_schedule_fired(user_api, user):
     ],
 )
 def test_an_unknown_query_parameter_is_a_400_naming_it(user_api, admin_api, user, path, query, named):
-    job = services.enqueue("DEMO_TASK", owner=user)
+    job = enqueuing.enqueue("DEMO_TASK", owner=user)
     schedule = user_api.post(
         "/api/schedules", {"name": "s", "interval_seconds": 3600, "job": {"type": "DEMO_TASK"}}, format="json"
     ).json()
@@ -459,7 +459,7 @@ def test_an_unknown_query_parameter_is_a_400_naming_it(user_api, admin_api, user
 
 @pytest.mark.parametrize("query", ["status=BOGUS", "priority=URGENT", "priority=0", "created_after=yesterday"])
 def test_a_bad_filter_value_is_400_not_ignored(user_api, user, query):
-    services.enqueue("DEMO_TASK", owner=user)
+    enqueuing.enqueue("DEMO_TASK", owner=user)
     resp = user_api.get(f"{JOBS}?{query}")
     assert resp.status_code == 400, resp.content
     assert query.split("=")[0] in _error(resp)["details"]
@@ -469,7 +469,7 @@ def test_a_bad_filter_value_is_400_not_ignored(user_api, user, query):
 
 
 def test_detail(user_api, user):
-    job = services.enqueue("DEMO_TASK", {"k": 1}, owner=user, name="one")
+    job = enqueuing.enqueue("DEMO_TASK", {"k": 1}, owner=user, name="one")
     resp = user_api.get(f"{JOBS}/{job.id}")
     assert resp.status_code == 200
     assert (resp.json()["id"], resp.json()["payload"], resp.json()["name"]) == (str(job.id), {"k": 1}, "one")
@@ -485,7 +485,7 @@ def test_unknown_and_malformed_ids_are_404(user_api):
 
 
 def test_detail_does_not_answer_other_methods(user_api, user):
-    job = services.enqueue("DEMO_TASK", owner=user)
+    job = enqueuing.enqueue("DEMO_TASK", owner=user)
     for method in ("put", "patch", "delete"):
         resp = getattr(user_api, method)(f"{JOBS}/{job.id}", {"status": "SUCCESS"}, format="json")
         assert resp.status_code == 405
@@ -496,7 +496,7 @@ def test_detail_does_not_answer_other_methods(user_api, user):
 
 
 def test_cancel_a_queued_job_is_200_and_cancelled(user_api, user):
-    job = services.enqueue("DEMO_TASK", owner=user)
+    job = enqueuing.enqueue("DEMO_TASK", owner=user)
     resp = user_api.post(f"{JOBS}/{job.id}/cancel")
     assert resp.status_code == 200
     assert resp.json()["status"] == "CANCELLED"
@@ -523,7 +523,7 @@ def test_cancel_a_finished_job_is_409_invalid_state(user_api, user):
 
 
 def test_retry_a_failed_job(user_api, user):
-    job = services.enqueue("DEMO_TASK", owner=user)
+    job = enqueuing.enqueue("DEMO_TASK", owner=user)
     Job.objects.filter(id=job.id).update(status=JobStatus.FAILED, attempts=4, finished_at=timezone.now())
     resp = user_api.post(f"{JOBS}/{job.id}/retry")
     assert resp.status_code == 200, resp.content
@@ -638,8 +638,8 @@ def test_result_is_404_no_result_until_there_is_one(user_api, user):
 
 
 def test_admin_list_shows_every_owner_and_filters_by_owner(admin_api, user_api, user, other_user):
-    a = services.enqueue("DEMO_TASK", owner=user)
-    b = services.enqueue("REPORT", owner=other_user, priority="LOW")
+    a = enqueuing.enqueue("DEMO_TASK", owner=user)
+    b = enqueuing.enqueue("REPORT", owner=other_user, priority="LOW")
 
     everyone = admin_api.get("/api/admin/jobs").json()
     assert {r["id"] for r in everyone["results"]} == {str(a.id), str(b.id)}
@@ -703,7 +703,7 @@ def test_another_users_idempotency_key_is_theirs_alone(user_api, other_api):
 
 def test_a_user_cannot_see_jobs_of_others_in_lists(other_api, user):
     for _ in range(3):
-        services.enqueue("DEMO_TASK", owner=user)
+        enqueuing.enqueue("DEMO_TASK", owner=user)
     assert other_api.get(JOBS).json()["count"] == 0
     # ``owner`` is an ADMIN filter: on a USER's own list it is refused, never a way in.
     assert other_api.get(f"{JOBS}?owner={user.pk}").status_code == 400

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from scheduler import leasing
+from scheduler.enqueuing import enqueue
 from scheduler.flow import limits as flow_limits
 from scheduler.flow.models import FlowLimit
 from scheduler.models import Job
-from scheduler.services import enqueue
 
 pytestmark = pytest.mark.django_db
 

@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 
 from scheduler import leasing
+from scheduler.enqueuing import enqueue
 from scheduler.flow.aging import OldestWaitingCollector, Reprioritizer, oldest_waiting
 from scheduler.models import Job
-from scheduler.services import enqueue
 from scheduler.states import Priority
 
 pytestmark = pytest.mark.django_db

@@ -13,13 +13,13 @@ import pytest
 from django.db import connection
 
 from scheduler import leasing, registry
+from scheduler.enqueuing import enqueue
 from scheduler.exceptions import InvalidLimit
 from scheduler.flow import claim as flow_claim
 from scheduler.flow import limits as flow_limits
 from scheduler.flow.models import FlowAdmission, FlowLimit
 from scheduler.models import Job
 from scheduler.registry import handler
-from scheduler.services import enqueue
 from scheduler.states import JobStatus
 
 pytestmark = pytest.mark.django_db

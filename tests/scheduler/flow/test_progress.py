@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from scheduler import leasing
+from scheduler.enqueuing import enqueue
 from scheduler.flow.progress import ProgressWriter, checked, writer
 from scheduler.models import Job
 from scheduler.registry import handler
-from scheduler.services import enqueue
 from scheduler.workers.execute import run_handler
 
 PROGRESSING = "TEST_FLOW_PROGRESS"

@@ -8,9 +8,10 @@ import pytest
 from django.db import connection
 
 from scheduler import leasing
+from scheduler.enqueuing import enqueue_request
 from scheduler.exceptions import InvalidUnique
+from scheduler.job_actions import job_cancel
 from scheduler.models import Job
-from scheduler.services import enqueue_request, job_cancel
 from scheduler.states import JobStatus
 
 UNIQUE = {"keys": ["customer"]}

@@ -14,11 +14,11 @@ from django.db import connections
 from django_redis import get_redis_connection
 
 from scheduler import metrics, schedules
+from scheduler.job_actions import job_cancel
 from scheduler.leadership import Leadership, lock_key
 from scheduler.maintenance import leader_services
 from scheduler.maintenance.cron_firer import CronFirer
 from scheduler.models import CronSchedule, Job, LeaderFence, OutboxEvent
-from scheduler.services import job_cancel
 from scheduler.states import EventType, JobStatus
 from tests.support.jobs import db_now
 from tests.support.leadership import an_hour_ago_on_the_minute

@@ -12,10 +12,11 @@ import psycopg
 import pytest
 
 from scheduler import leasing
+from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Job, OutboxEvent
-from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import EventType, JobStatus
 from tests.support.jobs import (
     claim,

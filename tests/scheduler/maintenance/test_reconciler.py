@@ -9,11 +9,11 @@ from django.db import connection
 from prometheus_client import REGISTRY
 
 from audit.models import AuditEvent
+from scheduler.enqueuing import enqueue_many
 from scheduler.maintenance import default_services
 from scheduler.maintenance.reconciler import _SCAN_SQL, STATE_NAME, AuditReconciler
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent, OutboxReconcile
-from scheduler.services import enqueue_many
 from tests.support import kafka as kafka_support
 from tests.support.kafka import consume_all
 

@@ -22,12 +22,13 @@ from django.utils import timezone
 from audit.consumer import AuditConsumer
 from audit.models import AuditEvent
 from scheduler import metrics
+from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.events import LifecycleEvent, outbox_message
+from scheduler.job_actions import job_cancel
 from scheduler.kafka import ensure_topic
 from scheduler.maintenance.outbox_pruner import OutboxPruner
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
-from scheduler.services import enqueue, enqueue_many, job_cancel
 from tests.support import kafka as kafka_support
 from tests.support.clock import FakeClock
 from tests.support.kafka import (

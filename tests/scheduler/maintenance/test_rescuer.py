@@ -13,11 +13,12 @@ import pytest
 from django.db.models import F
 
 from scheduler import leasing
+from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper, rescue_held_by
-from scheduler.models import Job, JobAttempt, OutboxEvent, WorkerNode
-from scheduler.services import enqueue, enqueue_many, job_cancel
+from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.factories import worker_node
 from tests.support.jobs import (
@@ -83,6 +84,31 @@ def test_rescuer_dead_letters_when_no_attempts_are_left() -> None:
     assert dead.finished_at is not None
     assert attempts(job) == [(1, AttemptStatus.LOST), (2, AttemptStatus.LOST)]
     assert events(job)[-1] == EventType.JOB_DEAD
+
+
+@pytest.mark.django_db
+def test_a_rescue_stores_no_result_and_a_rescued_cancel_keeps_the_jobs_error() -> None:
+    # What the rescue verb writes besides the move (lifecycle.rescue_leases): the LOST attempt
+    # with the error, no result row, and for a cancel neither last_error nor an error in the event.
+    dead, _ = running_job(max_retries=1)
+    Job.objects.filter(id=dead.id).update(attempts=2)  # its last attempt of 1 + max_retries
+    cancelled, _ = running_job(max_retries=3)
+    Job.objects.filter(id=cancelled.id).update(last_error="earlier")
+    job_cancel(job_id=cancelled.id)
+
+    assert LeaseRescuer().run_once(now=later(LEASE + 1)) == 2
+
+    assert status(dead) == JobStatus.DEAD
+    assert status(cancelled) == JobStatus.CANCELLED
+    assert not JobResult.objects.filter(job_id__in=[dead.id, cancelled.id]).exists()
+    assert Job.objects.get(id=cancelled.id).last_error == "earlier"
+    last = {j.id: OutboxEvent.objects.filter(job_id=j.id).order_by("sequence").last() for j in (dead, cancelled)}
+    assert last[dead.id].payload["reason"] == "lease_expired"
+    assert "lease expired" in last[dead.id].payload["error"]
+    assert last[cancelled.id].payload["reason"] == "lease_expired"
+    assert "error" not in last[cancelled.id].payload
+    lost = JobAttempt.objects.get(job_id=cancelled.id)
+    assert (lost.status, "lease expired" in lost.error) == (AttemptStatus.LOST, True)
 
 
 @pytest.mark.django_db

@@ -18,10 +18,10 @@ import pytest
 
 import scheduler
 from scheduler import leasing
+from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.models import Job, JobAttempt
 from scheduler.registry import JobContext, handler
-from scheduler.services import job_cancel
 from scheduler.states import AttemptStatus, JobStatus
 from scheduler.workers.inflight import InFlight
 from scheduler.workers.pool import PoolFull, Running, ThreadPool, UnsendableJob

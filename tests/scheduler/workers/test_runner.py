@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing
+from scheduler.enqueuing import enqueue
 from scheduler.flow import claim as flow_claim
 from scheduler.leasing import Outcome, Report
 from scheduler.models import Job, JobAttempt, JobResult
-from scheduler.services import enqueue
 from scheduler.states import JobStatus
 from scheduler.workers.runner import Worker, WorkerOptions
 from tests.support.subprocess_env import database_url

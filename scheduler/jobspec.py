@@ -1,0 +1,126 @@
+"""The validated job spec: the rules every job's fields meet, whether enqueued or templated by a schedule."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from core.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth, json_strings
+from scheduler.conf import conf
+from scheduler.exceptions import InvalidJob, PayloadTooLarge
+from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS
+from scheduler.registry import get_handler, resolve
+from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, Priority, priority_value
+
+MAX_RETRIES_RANGE = (1, 10)
+TIMEOUT_RANGE = (1, 3600)  # seconds
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+MAX_PAYLOAD_DEPTH = 32  # levels of nested lists/objects in a payload (handlers and pages walk it)
+NAME_MAX = 200  # characters of a job's name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What validation settles of a job's fields: its priority as an integer, and its retry and timeout budget."""
+
+    priority: int  # -100..100, higher first
+    max_retries: int  # 0..10 (0 for trusted code only)
+    timeout_seconds: int  # 1..3600
+
+
+def job_spec_validate(
+    *,
+    type_: str,
+    payload: Any,
+    priority: str | int,
+    queue: str,
+    scheduled_at: dt.datetime | None,
+    max_retries: int | None,
+    timeout_seconds: int | None,
+    name: str,
+    trusted: bool = False,
+) -> JobSpec:
+    """Check a job's fields and return its ``JobSpec``; ``max_retries``/``timeout_seconds`` None take the handler's.
+
+    ``type_`` must name a ``@handler`` (``trusted`` project code may also name a Django task
+    path: ``registry.resolve``); ``payload`` JSON of at most ``SCHEDULER["MAX_PAYLOAD_BYTES"]``
+    (``payload_size``); ``priority`` HIGH/MEDIUM/LOW or an integer from -100 to 100;
+    ``max_retries`` 1-10 (0-10 when ``trusted``) and ``timeout_seconds`` 1-3600, defaulting to
+    the handler's, then 3 and 300; ``queue`` 1-100 of letters, digits and ``_.:-``;
+    ``scheduled_at`` aware or None; ``name`` at most 200 characters of valid Unicode.
+    Raises UnknownJobType, PayloadTooLarge (413), or InvalidJob (400) with per-field details.
+    """
+    # Only trusted code may name a type that is not a @handler (a Django task path): a user's
+    # request choosing which of the project's functions to call, with what, is the hole it closes.
+    spec = resolve(type_) if trusted else get_handler(type_)
+    size = payload_size(payload)
+    limit = conf().max_payload_bytes
+    if size > limit:
+        raise PayloadTooLarge(
+            f"payload is {size} bytes; the limit is {limit} bytes", details={"payload": [f"At most {limit} bytes."]}
+        )
+    errors: dict[str, list[str]] = {}
+    if max_retries is None:
+        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
+    if timeout_seconds is None:
+        timeout_seconds = spec.timeout_seconds if spec.timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+    if not _is_int_in(max_retries, (0, MAX_RETRIES_RANGE[1]) if trusted else MAX_RETRIES_RANGE):
+        errors["max_retries"] = ["Must be an integer from 1 to 10."]
+    if not _is_int_in(timeout_seconds, TIMEOUT_RANGE):
+        errors["timeout_seconds"] = ["Must be an integer from 1 to 3600."]
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        errors["queue"] = ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]
+    if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime) or timezone.is_naive(scheduled_at)):
+        errors["scheduled_at"] = ["Must be a datetime with a time zone offset."]
+    if not isinstance(name, str) or len(name) > NAME_MAX or "\x00" in name or has_lone_surrogate(name):
+        errors["name"] = ["At most 200 characters of valid Unicode, without U+0000."]
+    if errors:
+        raise InvalidJob(next(iter(errors.values()))[0], details=errors)
+    return JobSpec(priority=_priority_value(priority), max_retries=max_retries, timeout_seconds=timeout_seconds)
+
+
+def _priority_value(priority: str | int | Priority) -> int:
+    try:
+        return priority_value(priority)
+    except ValueError as exc:
+        message = f"Must be HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}."
+        raise InvalidJob(str(exc), details={"priority": [message]}) from None
+
+
+def _is_int_in(value: Any, bounds: tuple[int, int]) -> bool:
+    # bool is an int subclass; True must not pass for 1.
+    return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
+
+
+def payload_size(payload: Any) -> int:
+    """Return the size in bytes of ``payload`` as compact UTF-8 JSON.
+
+    Raises InvalidJob when it is no JSON, nests deeper than ``MAX_PAYLOAD_DEPTH``, or holds a
+    string PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate).
+    """
+    try:
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob("payload must be JSON", details={"payload": [str(exc)]}) from exc
+    if json_depth(payload) > MAX_PAYLOAD_DEPTH:
+        raise InvalidJob(
+            f"payload nests deeper than {MAX_PAYLOAD_DEPTH} levels",
+            details={"payload": [f"At most {MAX_PAYLOAD_DEPTH} levels of nesting."]},
+        )
+    if has_nul(payload):
+        # PostgreSQL's jsonb (and text) cannot hold U+0000.
+        raise InvalidJob("payload must not contain U+0000", details={"payload": ["Must not contain U+0000."]})
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800"): no UTF-8 can hold it
+        raise InvalidJob(SURROGATE_MESSAGE, details={"payload": [SURROGATE_MESSAGE]}) from exc
+
+
+def has_nul(value: Any) -> bool:
+    """True when any string (key or value) inside ``value`` contains U+0000."""
+    return any("\x00" in text for text in json_strings(value))
