@@ -190,7 +190,7 @@ class Worker:
                 free = self.inflight.free()
                 if free > 0 and (poll_due or backlog or self._notified.is_set()):
                     self._notified.clear()  # before the claim: a NOTIFY during it claims again
-                    claimed, free = self._claim(free)
+                    claimed, free = self._claim(free, cooldown=backlog)
                     backlog = claimed == free
                 else:
                     claimed, free = 0, 0
@@ -219,9 +219,15 @@ class Worker:
     def _next_timeout(self, next_poll: float) -> float:
         return self.inflight.seconds_to_next_deadline(at_most=next_poll - self._clock())
 
-    def _claim(self, free: int) -> tuple[int, int]:
-        """Claim up to ``free`` jobs (re-counted after the cooldown); return (claimed, asked for)."""
-        wait = self._last_claim + CLAIM_COOLDOWN - time.monotonic()
+    def _claim(self, free: int, *, cooldown: bool) -> tuple[int, int]:
+        """Claim up to ``free`` jobs (re-counted after the cooldown); return (claimed, asked for).
+
+        ``cooldown``: the last claim filled every slot it asked for, so jobs are waiting and this
+        claim may wait out ``CLAIM_COOLDOWN`` to gather freed slots into one statement. After a
+        short claim the queue was empty: a NOTIFY then means a new job, claimed at once (waiting
+        would only add to its pickup lag).
+        """
+        wait = self._last_claim + CLAIM_COOLDOWN - time.monotonic() if cooldown else 0.0
         if wait > 0:
             time.sleep(wait)
             free = self.inflight.free()
