@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -281,29 +282,46 @@ def _preview(form: ScheduleForm) -> list[Any] | None:
         return None
 
 
+def _schedule_post(
+    request: HttpRequest, form: ScheduleForm, *, save: Callable[[], CronSchedule], verb: str
+) -> HttpResponse | tuple[list | None, int]:
+    """The POST of the schedule form, shared by new and edit: Preview, or save through ``save``.
+
+    Returns the redirect to the saved schedule's page, or (the preview's fire times or None,
+    the HTTP status to render the form with: 200, or 400 / the service error's status with the
+    errors on the form). A GET returns (None, 200).
+    """
+    if request.method != "POST":
+        return None, 200
+    if not form.is_valid():
+        return None, 400
+    if "preview" in request.POST:
+        preview = _preview(form)
+        return preview, 200 if preview is not None else 400
+    try:
+        schedule = save()
+    except StintError as exc:
+        errors_onto_form(form, exc, prefix_map={"job": "job_"})
+        return None, exc.http_status
+    messages.success(request, f"Schedule “{schedule.name}” {verb}.")
+    return redirect("pages:schedule-edit", schedule_id=schedule.id)
+
+
 @login_required
 @limit_posts(USER_SCOPE)
 @require_http_methods(["GET", "POST"])
 def schedule_new(request: HttpRequest) -> HttpResponse:
     """Create a schedule (``schedules.schedule_create``); the Preview button shows the next fire times first."""
     form = ScheduleForm(request.POST or None)
-    preview = None
-    status = 200
-    if request.method == "POST":
-        status = 400
-        if form.is_valid():
-            if "preview" in request.POST:
-                preview = _preview(form)
-                status = 200 if preview is not None else 400
-            else:
-                try:
-                    schedule = schedules.schedule_create(owner=request.user, **form.service_fields())
-                except StintError as exc:
-                    errors_onto_form(form, exc, prefix_map={"job": "job_"})
-                    status = exc.http_status
-                else:
-                    messages.success(request, f"Schedule “{schedule.name}” created.")
-                    return redirect("pages:schedule-edit", schedule_id=schedule.id)
+    outcome = _schedule_post(
+        request,
+        form,
+        save=lambda: schedules.schedule_create(owner=request.user, **form.service_fields()),
+        verb="created",
+    )
+    if isinstance(outcome, HttpResponse):
+        return outcome
+    preview, status = outcome
     return render(
         request, "pages/schedule_form.html", {"form": form, "preview": preview, "schedule": None}, status=status
     )
@@ -316,27 +334,17 @@ def schedule_edit(request: HttpRequest, schedule_id: int) -> HttpResponse:
     """Edit a schedule (``schedules.schedule_update``); shows its next five fire times; 404 if not the caller's."""
     schedule = _visible_schedule(request, schedule_id)
     form = ScheduleForm(request.POST or None, initial=ScheduleForm.initial_from(schedule))
-    preview = None
-    status = 200
-    if request.method == "POST":
-        status = 400
-        if form.is_valid():
-            if "preview" in request.POST:
-                preview = _preview(form)
-                status = 200 if preview is not None else 400
-            else:
-                try:
-                    schedule = schedules.schedule_update(
-                        schedule_id=schedule.id, actor=request.user, changes=form.service_fields()
-                    )
-                except ScheduleNotFound:
-                    raise Http404("No such schedule.") from None
-                except StintError as exc:
-                    errors_onto_form(form, exc, prefix_map={"job": "job_"})
-                    status = exc.http_status
-                else:
-                    messages.success(request, f"Schedule “{schedule.name}” saved.")
-                    return redirect("pages:schedule-edit", schedule_id=schedule.id)
+
+    def save() -> CronSchedule:
+        try:
+            return schedules.schedule_update(schedule_id=schedule.id, actor=request.user, changes=form.service_fields())
+        except ScheduleNotFound:
+            raise Http404("No such schedule.") from None
+
+    outcome = _schedule_post(request, form, save=save, verb="saved")
+    if isinstance(outcome, HttpResponse):
+        return outcome
+    preview, status = outcome
     runs_page = Paginator(schedules.schedule_runs(schedule_id=schedule.id, actor=request.user), RUNS_PER_PAGE).get_page(
         request.GET.get("runs_page")
     )

@@ -21,15 +21,13 @@ from core.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import (
     AwareDateTimeField,
+    JobFieldsSerializer,
     JobSerializer,
     JobStatusField,
     PriorityLabelField,
-    PriorityNameField,
 )
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
-from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
-from scheduler.models import DEFAULT_QUEUE, CronSchedule, Job, MisfirePolicy, OverlapPolicy
-from scheduler.states import Priority
+from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy
 
 SCHEDULE_ID = OpenApiParameter("schedule_id", OpenApiTypes.INT, OpenApiParameter.PATH)
 
@@ -37,22 +35,8 @@ SCHEDULE_ID = OpenApiParameter("schedule_id", OpenApiTypes.INT, OpenApiParameter
 # -- request shapes ---------------------------------------------------------------------------
 
 
-class ScheduleJobSerializer(StrictSerializer):
+class ScheduleJobSerializer(JobFieldsSerializer):
     """The template of the jobs a schedule fires (the job fields of DESIGN.md)."""
-
-    type = serializers.CharField(max_length=100, help_text="A registered handler name, e.g. DEMO_TASK.")
-    payload = serializers.JSONField(allow_null=True, default=dict, help_text="Any JSON value, at most 10 KB.")
-    priority = PriorityNameField(default=Priority.MEDIUM.name)
-    queue = serializers.RegexField(
-        QUEUE_NAME,
-        max_length=100,
-        default=DEFAULT_QUEUE,
-        error_messages={"invalid": "1-100 characters: letters, digits, '_', '.', ':' or '-'."},
-    )
-    max_retries = serializers.IntegerField(
-        min_value=MAX_RETRIES_RANGE[0], max_value=MAX_RETRIES_RANGE[1], required=False
-    )
-    timeout_seconds = serializers.IntegerField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], required=False)
 
 
 class ScheduleWriteSerializer(StrictSerializer):

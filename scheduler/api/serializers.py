@@ -81,14 +81,9 @@ class AwareDateTimeField(serializers.DateTimeField):
         return super().to_internal_value(value)
 
 
-class JobCreateSerializer(StrictSerializer):
-    """Body of POST /api/jobs. Any other key (``status``, ``owner``, ``attempts``, lease fields...) is a 400.
+class JobFieldsSerializer(StrictSerializer):
+    """The job fields of DESIGN.md that a job request and a schedule's job template share."""
 
-    ``max_retries`` and ``timeout_seconds`` left out take the handler's defaults, then 3 and 300.
-    The payload's 10 KB limit (413) is the service's to enforce: it is one rule for every caller.
-    """
-
-    name = serializers.CharField(max_length=200, allow_blank=True, default="")
     type = serializers.CharField(max_length=100, help_text="A registered handler name, e.g. DEMO_TASK.")
     payload = serializers.JSONField(allow_null=True, default=dict, help_text="Any JSON value, at most 10 KB.")
     priority = PriorityNameField(default=Priority.MEDIUM.name)
@@ -98,13 +93,23 @@ class JobCreateSerializer(StrictSerializer):
         default=DEFAULT_QUEUE,
         error_messages={"invalid": "1-100 characters: letters, digits, '_', '.', ':' or '-'."},
     )
-    scheduled_at = AwareDateTimeField(
-        allow_null=True, default=None, help_text="ISO 8601 with offset; null or past runs now."
-    )
     max_retries = serializers.IntegerField(
         min_value=MAX_RETRIES_RANGE[0], max_value=MAX_RETRIES_RANGE[1], required=False
     )
     timeout_seconds = serializers.IntegerField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], required=False)
+
+
+class JobCreateSerializer(JobFieldsSerializer):
+    """Body of POST /api/jobs. Any other key (``status``, ``owner``, ``attempts``, lease fields...) is a 400.
+
+    ``max_retries`` and ``timeout_seconds`` left out take the handler's defaults, then 3 and 300.
+    The payload's 10 KB limit (413) is the service's to enforce: it is one rule for every caller.
+    """
+
+    name = serializers.CharField(max_length=200, allow_blank=True, default="")
+    scheduled_at = AwareDateTimeField(
+        allow_null=True, default=None, help_text="ISO 8601 with offset; null or past runs now."
+    )
     unique = serializers.JSONField(
         required=False,
         allow_null=True,
