@@ -401,7 +401,9 @@ class Run:
                 if server is self.broker:  # memory storage: the topic went with it; provision it again
                     from scheduler.kafka import ensure_topic
 
-                    ensure_topic(bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10)
+                    ensure_topic(
+                        bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10
+                    )
         for name in self.cluster.procs:
             self.cluster.hold(name, True)
         for path in self.failpoints.iterdir():
