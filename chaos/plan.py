@@ -20,6 +20,11 @@ LEADER_TTL_SECONDS = 10.0  # scheduler.leadership.DEFAULT_TTL_SECONDS (not confi
 CRON_INTERVAL_SECONDS = 2  # interval of the schedules the cron scenarios create
 LONG_JOB_SECONDS = 4.0  # a "long" job: outlasts GRACE_SECONDS, so a SIGTERM hands it back
 MIN_GAP = 1.5  # seconds between two faults of one scenario (a restarted process needs about this to be back)
+# The event-trail reconciler's timing (finding F5: the in-memory broker can lose acknowledged events,
+# which only the reconciler repairs). The relay's lock hold exceeds its delivery timeout (5 s) plus
+# its flush grace; the grace is the least config/settings.py allows for it (lock hold + 10 s).
+OUTBOX_LOCK_HOLD_SECONDS = 10  # STINT_OUTBOX_LOCK_HOLD_SECONDS
+RECONCILE_AFTER_SECONDS = 20  # STINT_AUDIT_RECONCILE_AFTER_SECONDS
 
 HOSTS = ("h2", "h3")  # the two application hosts; the servers live on "db"
 JOB_TYPE = "CHAOS"
@@ -164,6 +169,18 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="retry-storm", summary="a handler failing 50% of the time at 500 jobs/s", mix="storm"),
 )
 SCENARIO_NAMES = tuple(s.name for s in SCENARIOS)
+
+
+def recovery_bound(name: str, profile: Profile) -> float:
+    """Return I8's bound in seconds for scenario ``name``: the profile's, or longer where only a repair can finish.
+
+    ``broker-restart`` may lose events the broker had acknowledged (F5); the reconciler publishes
+    them again once they are ``RECONCILE_AFTER_SECONDS`` old, checking every quarter of that, so
+    its bound leaves that long plus 30 s for the rest of the recovery.
+    """
+    if name == "broker-restart":
+        return max(profile.recovery_bound_seconds, RECONCILE_AFTER_SECONDS * 1.25 + 30)
+    return profile.recovery_bound_seconds
 
 
 def scenario(name: str) -> Scenario:
