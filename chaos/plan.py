@@ -23,6 +23,11 @@ MIN_GAP = 1.5  # seconds between two faults of one scenario (a restarted process
 # The event-trail reconciler's timing (finding F5: the in-memory broker can lose acknowledged events,
 # which only the reconciler repairs). The relay's lock hold exceeds its delivery timeout (5 s) plus
 # its flush grace; the grace is the least config/settings.py allows for it (lock hold + 10 s).
+# A partition that outlasts every bound of config.db_session: the server notices a vanished client
+# within its keepalives (10 s idle + 3 probes 5 s apart) or tcp_user_timeout (30 s), so after
+# RELEASE_BOUND_SECONDS nothing of the cut-off host may hold a session, a row lock or a job.
+RELEASE_BOUND_SECONDS = 35.0
+PARTITION_LONG_SECONDS = 45.0  # the check runs 3 s before the heal
 OUTBOX_LOCK_HOLD_SECONDS = 10  # STINT_OUTBOX_LOCK_HOLD_SECONDS
 RECONCILE_AFTER_SECONDS = 20  # STINT_AUDIT_RECONCILE_AFTER_SECONDS
 
@@ -116,6 +121,9 @@ class Scenario:
     # Its faults kill worker processes under a living supervisor, which rescues their jobs at once:
     # no attempt may wait for its lease to expire (I3).
     rescued_at_once: bool = False
+    # Shortly before its fault heals, check that the cut-off host holds no database session, row
+    # lock or job any more (finding F6: keepalives and idle-in-transaction bounds, config.db_session).
+    released_while_cut: bool = False
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -158,6 +166,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         name="partition-h3",
         summary="host 3 partitioned from the database host for longer than a lease, then healed",
         needs_namespaces=True,
+    ),
+    Scenario(
+        name="partition-h3-long",
+        summary="host 3 cut off from the database host past the keepalive bounds: what it held is released meanwhile",
+        needs_namespaces=True,
+        released_while_cut=True,
     ),
     Scenario(
         name="latency",
@@ -255,6 +269,8 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
         return [Fault(at=t, action="failpoint", target=scenario(name).failpoint) for t in spread(2)]
     if name == "partition-h3":
         return [Fault(at=early, action="partition", target="h3", hold=max(2 * LEASE_SECONDS + 2, 20 * profile.scale))]
+    if name == "partition-h3-long":
+        return [Fault(at=early, action="partition", target="h3", hold=PARTITION_LONG_SECONDS)]
     if name == "latency":
         return [
             Fault(at=round(0.1 * load, 2), action="netem-delay", target="all", hold=max(20.0, round(0.6 * load, 2)))

@@ -50,6 +50,7 @@ PARTITIONS = 6
 WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
 VICTIM_WAIT_SECONDS = 3.0  # how long a worker fault waits for a worker process that holds a job
+RELEASE_CHECK_BEFORE_HEAL_SECONDS = 3.0  # partition-h3-long: when the check of what h3 held runs
 TOPIC_WATCH_SECONDS = 3.0  # after a broker restart: how long the lost topic must stay missing (no re-creation)
 NETEM_DELAY_MS = 100
 LOG_EXCERPT_LINES = 8
@@ -292,6 +293,14 @@ class Run:
             for item in injected:
                 if item.started is None and elapsed >= item.fault.at:
                     self._inject(item, errors)
+                if (
+                    scenario.released_while_cut
+                    and item.started is not None
+                    and item.healed is None
+                    and "released" not in item.state
+                    and elapsed >= item.fault.healed_at - RELEASE_CHECK_BEFORE_HEAL_SECONDS
+                ):
+                    item.state["released"] = self._released_while_cut(item, owner_id, errors)
                 if item.started is not None and item.healed is None and elapsed >= item.fault.healed_at:
                     self._heal(item, errors)
             if time.monotonic() >= next_progress:
@@ -358,6 +367,35 @@ class Run:
         row["repaired_by_reconciler"] = repaired
         self.restart_before_next = row["status"] != "pass"
         return row
+
+    def _released_while_cut(self, item: Injected, owner_id: int, errors: list[str]) -> dict[str, int]:
+        """While host ``item.fault.target`` is still cut off, check that it holds nothing (finding F6).
+
+        After ``plan.RELEASE_BOUND_SECONDS`` the server must have ended every transaction the host
+        had open at the cut (keepalives, ``tcp_user_timeout``; config.db_session), releasing its
+        row locks, so no job of the scenario may be due that long and unpromoted, nor RUNNING with
+        a lease expired that long ago. Appends a violation to ``errors``; returns the counts.
+        """
+        bound = plan.RELEASE_BOUND_SECONDS
+        row = self.sql(
+            lambda conn: conn.execute(
+                """
+                SELECT
+                  (SELECT count(*) FROM pg_stat_activity WHERE client_addr = %(host)s::inet
+                     AND xact_start < now() - make_interval(secs => %(bound)s)),
+                  (SELECT count(*) FROM stint_job WHERE owner_id = %(o)s AND status IN ('SCHEDULED', 'RETRYING')
+                     AND scheduled_at < now() - make_interval(secs => %(bound)s)),
+                  (SELECT count(*) FROM stint_job WHERE owner_id = %(o)s AND status = 'RUNNING'
+                     AND lease_expires_at < now() - make_interval(secs => %(bound)s))
+                """,
+                {"host": self.hosts.addresses[item.fault.target], "bound": bound, "o": owner_id},
+            ).fetchone()
+        )
+        counts = {"open_transactions": row[0], "due_unpromoted": row[1], "expired_unrescued": row[2]}
+        say(f"  {item.fault.target} still cut off: held for over {bound:.0f} s: {counts}")
+        if any(counts.values()):
+            errors.append(f"{item.fault.target} cut off, yet after {bound:.0f} s still holding (F6): {counts}")
+        return counts
 
     def _repaired_total(self) -> int:
         """Events the audit reconciler has marked for re-publication, in all (its checkpoint row's counter)."""
@@ -824,6 +862,7 @@ class Run:
                     "hold": i.fault.hold,
                     "detail": i.detail,
                     **({"fired": i.state["fired"]} if "fired" in i.state else {}),
+                    **({"held_after_bound": i.state["released"]} if "released" in i.state else {}),
                 }
                 for i in injected
             ],
