@@ -270,7 +270,8 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
     if name == "partition-h3":
         return [Fault(at=early, action="partition", target="h3", hold=max(2 * LEASE_SECONDS + 2, 20 * profile.scale))]
     if name == "partition-h3-long":
-        return [Fault(at=early, action="partition", target="h3", hold=PARTITION_LONG_SECONDS)]
+        # "partition-held": a process on h3 holds row locks in an open transaction when the cut comes.
+        return [Fault(at=early, action="partition-held", target="h3", hold=PARTITION_LONG_SECONDS)]
     if name == "latency":
         return [
             Fault(at=round(0.1 * load, 2), action="netem-delay", target="all", hold=max(20.0, round(0.6 * load, 2)))

@@ -51,6 +51,7 @@ WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
 VICTIM_WAIT_SECONDS = 3.0  # how long a worker fault waits for a worker process that holds a job
 RELEASE_CHECK_BEFORE_HEAL_SECONDS = 3.0  # partition-h3-long: when the check of what h3 held runs
+HOLDER_JOBS = 20  # partition-h3-long: jobs chaos.holder locks on h3 before the cut
 TOPIC_WATCH_SECONDS = 3.0  # after a broker restart: how long the lost topic must stay missing (no re-creation)
 NETEM_DELAY_MS = 100
 LOG_EXCERPT_LINES = 8
@@ -89,6 +90,8 @@ class Run:
         self.pg: Postgres | None = None
         self.redis: Redis | None = None
         self.broker: Broker | None = None
+        self._holder: subprocess.Popen | None = None  # chaos.holder of partition-h3-long
+        self._owner_id = 0  # the current scenario's user
         self.cluster: Cluster | None = None
         self.scanner: TopicScanner | None = None
         self._control: psycopg.Connection | None = None
@@ -211,6 +214,7 @@ class Run:
         """Stop everything this run started and delete its namespaces (always; best effort)."""
         for step in (
             lambda: self._proxy and self._proxy.kill(),
+            self._stop_holder,
             lambda: self.scanner and self.scanner.stop(),
             lambda: self.cluster and self.cluster.stop(),
             lambda: self._control and self._control.close(),
@@ -269,6 +273,7 @@ class Run:
             return {"scenario": scenario.name, "summary": scenario.summary, "status": "not run", "reason": skip}
         self.ensure_healthy()
         owner_id, token = self.make_user(scenario.name)
+        self._owner_id = owner_id
         window = max([self.profile.load_seconds, *(f.healed_at + 3.0 for f in faults)])
         storm = scenario.mix == "storm"
         rate = self.profile.storm_rate if storm else self.profile.enqueue_rate + self.profile.api_rate
@@ -368,6 +373,29 @@ class Run:
         self.restart_before_next = row["status"] != "pass"
         return row
 
+    def _start_holder(self, host: str) -> dict[str, str]:
+        """Start ``chaos.holder`` on ``host`` for the current scenario's jobs; return job id -> row version locked."""
+        env = dict(self.cluster.procs[f"scheduler@{host}"].env)
+        self._holder = subprocess.Popen(  # noqa: S603 - our own module
+            [*self.hosts.prefix(host), sys.executable, "-m", "chaos.holder", str(self._owner_id), str(HOLDER_JOBS)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=(self.workdir / "logs" / f"holder@{host}.log").open("ab"),
+            start_new_session=True,
+        )
+        line = self._holder.stdout.readline() if self._holder.stdout else b""
+        if not line:
+            raise RuntimeError(f"chaos.holder on {host} locked nothing (exit {self._holder.poll()})")
+        return json.loads(line)["locked"]
+
+    def _stop_holder(self) -> None:
+        holder, self._holder = self._holder, None
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=10)
+
     def _released_while_cut(self, item: Injected, owner_id: int, errors: list[str]) -> dict[str, int]:
         """While host ``item.fault.target`` is still cut off, check that it holds nothing (finding F6).
 
@@ -377,6 +405,7 @@ class Run:
         a lease expired that long ago. Appends a violation to ``errors``; returns the counts.
         """
         bound = plan.RELEASE_BOUND_SECONDS
+        locked = item.state.get("locked", {})
         row = self.sql(
             lambda conn: conn.execute(
                 """
@@ -386,12 +415,25 @@ class Run:
                   (SELECT count(*) FROM stint_job WHERE owner_id = %(o)s AND status IN ('SCHEDULED', 'RETRYING')
                      AND scheduled_at < now() - make_interval(secs => %(bound)s)),
                   (SELECT count(*) FROM stint_job WHERE owner_id = %(o)s AND status = 'RUNNING'
-                     AND lease_expires_at < now() - make_interval(secs => %(bound)s))
+                     AND lease_expires_at < now() - make_interval(secs => %(bound)s)),
+                  (SELECT count(*) FROM stint_job j JOIN unnest(%(ids)s::uuid[], %(versions)s::text[]) l(id, version)
+                     ON j.id = l.id WHERE j.xmin::text = l.version)
                 """,
-                {"host": self.hosts.addresses[item.fault.target], "bound": bound, "o": owner_id},
+                {
+                    "host": self.hosts.addresses[item.fault.target],
+                    "bound": bound,
+                    "o": owner_id,
+                    "ids": list(locked),
+                    "versions": list(locked.values()),
+                },
             ).fetchone()
         )
-        counts = {"open_transactions": row[0], "due_unpromoted": row[1], "expired_unrescued": row[2]}
+        counts = {
+            "open_transactions": row[0],
+            "due_unpromoted": row[1],
+            "expired_unrescued": row[2],
+            "locked_jobs_unmoved": row[3],
+        }
         say(f"  {item.fault.target} still cut off: held for over {bound:.0f} s: {counts}")
         if any(counts.values()):
             errors.append(f"{item.fault.target} cut off, yet after {bound:.0f} s still holding (F6): {counts}")
@@ -697,6 +739,14 @@ class Run:
             (self.failpoints / f.target).touch()
             item.state["armed"] = f.target
             return f"failpoint {f.target} armed"
+        if f.action == "partition-held":
+            item.state["locked"] = self._start_holder(f.target)
+            self.hosts.partition(f.target)
+            how = f"{self.hosts.iptables} DROP" if self.hosts.iptables else "netem 100% loss"
+            return (
+                f"{f.target} cut off from the db host ({how}, both ways) for {f.hold:.0f} s while a process there"
+                f" holds {len(item.state['locked'])} jobs locked in an open transaction"
+            )
         if f.action == "partition":
             self.hosts.partition(f.target)
             how = f"{self.hosts.iptables} DROP" if self.hosts.iptables else "netem 100% loss"
@@ -733,8 +783,9 @@ class Run:
                 self._provision_lost_topic(errors)
             elif f.action == "netem-delay" and self._proxy is not None:
                 self._stop_link_proxy()
-            elif f.action in ("partition", "netem-delay"):
+            elif f.action in ("partition", "partition-held", "netem-delay"):
                 self.hosts.heal()
+                self._stop_holder()
             elif f.action == "skew":
                 c.restart("scheduler@h3", extra_env={})
                 c.restart("worker@h3", extra_env={})
