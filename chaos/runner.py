@@ -495,6 +495,7 @@ class Run:
                     ensure_topic(
                         bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10
                     )
+                    self.scanner.restart()
         for name in self.cluster.procs:
             self.cluster.hold(name, True)
         for path in self.failpoints.iterdir():
@@ -813,6 +814,7 @@ class Run:
         if topic_exists(admin, TOPIC, timeout=10):
             errors.append(f"topic {TOPIC} was re-created by a Stint process after the broker lost it (F7)")
         ensure_topic(bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10)
+        self.scanner.restart()
         say(f"  topic {TOPIC} provisioned again after {TOPIC_WATCH_SECONDS:.0f} s (the audit consumer keeps running)")
 
     def _start_link_proxy(self) -> None:
