@@ -19,6 +19,18 @@ retried on the batch in hand, with backoff, until it is stored: the consumer nev
 so no offset can be committed past a message it did not store. A jump in a partition's offsets
 (messages this consumer never received) is logged and counted; the reconciler in
 ``run_scheduler`` re-publishes any event that is still missing.
+
+The consumer never creates its topic (nor does the broker for it: librdkafka's consumer default
+``allow.auto.create.topics`` is off): a topic that vanished with a broker's data and came back
+empty would hide every event it held (finding F7 of docs/chaos-findings.md). A missing topic is
+an error in the log, ``audit_topic_missing`` 1 and backoff; ``manage.py create_topics``
+provisions it. A running member that holds no partition for ``rejoin_after_seconds`` while its
+topic exists and holds events its group has not committed, with no commit progress meanwhile,
+replaces its Kafka client (finding F8: after the topic was lost and provisioned again, the old
+client stayed assigned nothing on the restarted broker; a new one is assigned at once). It
+tries again with backoff while that lasts, and counts each replacement in
+``audit_consumer_rejoins_total``. A member that is idle because its group has more members than
+partitions sees its peers commit, or nothing to commit, and is left alone.
 """
 
 from __future__ import annotations
@@ -29,12 +41,14 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
@@ -42,7 +56,7 @@ from audit.models import QuarantineReason
 from audit.quarantine import QuarantineEntry, quarantine_store
 from scheduler import metrics
 from scheduler.dberrors import db_error_is_transient
-from scheduler.kafka import client_config, ensure_topic, event_stream_conf
+from scheduler.kafka import client_config, event_stream_conf, topic_exists
 from scheduler.retry import backoff
 
 logger = logging.getLogger(__name__)
@@ -54,11 +68,20 @@ FETCH_WAIT_MS = 50  # ms; librdkafka's default of 500 ms adds ~125 ms p50 delive
 RETRY_BASE_SECONDS = 0.5  # database-error backoff
 RETRY_MAX_SECONDS = 30.0
 START_TIMEOUT_SECONDS = 5.0  # topic check at start-up; retried with backoff
+TOPIC_RETRY_MAX_SECONDS = 10.0  # a missing topic is looked for again at least this often (one listing)
+REJOIN_AFTER_SECONDS = 10.0  # no partition this long (well past a rebalance) before the client may be stranded
+IDLE_CHECK_SECONDS = 5.0  # while no partition is held: how often the topic and the group's commits are read
+REJOIN_MAX_SECONDS = 60.0  # the longest wait between two client replacements while stranded
+WATCH_TIMEOUT_SECONDS = 2.0  # each metadata, committed-offset and watermark request of the idle check
 
 # Column limits of audit.AuditEvent: a message that would violate them is malformed, not a DB error.
 MAX_EVENT_TYPE = 32
 MAX_STATUS = 10
 MAX_INT = 2**31 - 1
+
+
+class TopicMissing(KafkaException):  # noqa: N818 - a condition, not a bug
+    """The consumer's topic does not exist on the broker: the consumer never creates it (see ``AuditConsumer``)."""
 
 
 class MalformedEvent(ValueError):  # noqa: N818 - the message is malformed
@@ -297,7 +320,8 @@ class AuditConsumer:
     ``run()`` loops until ``stop_event`` is set (the management command sets it on SIGTERM/SIGINT),
     finishing the batch in hand first. Tests drive it with ``start()``, ``run_once()`` and
     ``close()``. Counters: ``received`` (messages), ``stored`` (new rows), ``quarantined``
-    (messages set aside), ``gaps`` (offsets never received).
+    (messages set aside), ``gaps`` (offsets never received), ``rejoins`` (Kafka clients
+    replaced because they were stranded without partitions).
     """
 
     def __init__(
@@ -311,6 +335,8 @@ class AuditConsumer:
         session_timeout_ms: int | None = None,
         stop_event: threading.Event | None = None,
         retry_base_seconds: float = RETRY_BASE_SECONDS,
+        rejoin_after_seconds: float = REJOIN_AFTER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         conf = event_stream_conf()
         self.bootstrap_servers = bootstrap_servers or conf.bootstrap_servers
@@ -322,7 +348,16 @@ class AuditConsumer:
         self.session_timeout_ms = session_timeout_ms or conf.session_timeout_ms
         self.stop_event = stop_event or threading.Event()
         self.retry_base_seconds = retry_base_seconds
+        self.rejoin_after_seconds = rejoin_after_seconds
+        self._clock = clock
         self._consumer: Consumer | None = None
+        self._idle_since: float | None = None  # clock() when this member was last seen holding no partition
+        self._next_check = 0.0  # clock() before which the idle check does nothing
+        self._next_rejoin = 0.0  # clock() before which the client is not replaced again
+        self._committed: dict[tuple[str, int], int] | None = None  # the group's commits at the last idle check
+        self._missing_logged = False
+        self.rejoins = 0  # Kafka clients replaced, in all
+        self._stranded_rejoins = 0  # replacements since this member last held a partition
         # (topic, partition) -> the offset after the last message received; reset on (re)assignment.
         self._next_offset: dict[tuple[str, int], int] = {}
         self.received = 0
@@ -331,18 +366,22 @@ class AuditConsumer:
         self.gaps = 0
 
     def start(self) -> None:
-        """Create the topics if missing, then join the group (the first poll completes the join).
+        """Look for the topics, then join the group (the first poll completes the join).
 
-        Raises KafkaException when the broker does not answer within 5 s.
+        Raises ``TopicMissing`` (after logging it and setting ``audit_topic_missing``) when a
+        topic does not exist: it is never created here (see the module docstring). Raises
+        KafkaException when the broker does not answer within 5 s.
         """
-        for topic in self.topics:
-            ensure_topic(
-                bootstrap_servers=self.bootstrap_servers,
-                topic=topic,
-                partitions=self.partitions,
-                timeout=START_TIMEOUT_SECONDS,
-            )
-        self._consumer = Consumer(
+        admin = AdminClient(client_config(self.bootstrap_servers, "stint-audit-admin", logger_name=KAFKA_LOGGER))
+        missing = [t for t in self.topics if not topic_exists(admin, t, timeout=START_TIMEOUT_SECONDS)]
+        self._topic_missing(missing)
+        if missing:
+            raise TopicMissing(f"topic {', '.join(missing)} does not exist")
+        self._consumer = self._new_client()
+        self._idle_since = None
+
+    def _new_client(self) -> Consumer:
+        consumer = Consumer(
             {
                 **client_config(
                     self.bootstrap_servers,
@@ -357,15 +396,19 @@ class AuditConsumer:
                 "session.timeout.ms": self.session_timeout_ms,
                 # The broker holds an empty fetch this long: bounds the added latency (default 500 ms).
                 "fetch.wait.max.ms": FETCH_WAIT_MS,
+                # Subscribing must never make the broker create a missing topic (the librdkafka default).
+                "allow.auto.create.topics": False,
             }
         )
-        self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        return consumer
 
     def run(self) -> None:
         """Consume until ``stop_event`` is set, then leave the group.
 
-        Kafka unreachable at start-up backs off (0.5 s doubling to 30 s) and retries, and so does
-        the database while a batch is in hand (``run_once``); neither ends the process. Any other
+        Kafka unreachable at start-up backs off (0.5 s doubling to 30 s) and retries, a missing
+        topic likewise (up to 10 s), and so does the database while a batch is in hand
+        (``run_once``); none of them ends the process. Any other
         exception (a fatal Kafka error, a bug) is raised after leaving the group: the batch in
         hand was not committed, so whoever consumes next gets it again.
         """
@@ -373,6 +416,9 @@ class AuditConsumer:
         while self._consumer is None and not self.stop_event.is_set():
             try:
                 self.start()
+            except TopicMissing:
+                failures += 1
+                self.stop_event.wait(backoff(failures, base=self.retry_base_seconds, cap=TOPIC_RETRY_MAX_SECONDS))
             except KafkaException as exc:
                 failures += 1
                 delay = backoff(failures, base=self.retry_base_seconds, cap=RETRY_MAX_SECONDS)
@@ -400,7 +446,11 @@ class AuditConsumer:
         outage longer than librdkafka's ``max.poll.interval.ms`` (300 s) makes the client leave
         the group: the commit then fails (logged), the client rejoins at its next poll, and the
         batch, stored by then, is delivered again and skipped by ``ON CONFLICT``.
+
+        First, when this member holds no partition, checks whether its client is stranded and
+        replaces it (see the module docstring; at most every ``IDLE_CHECK_SECONDS``).
         """
+        self._watch_assignment()
         consumer = self._require()
         # Wait for the first message, then take what is already fetched, up to a batch: a batch is
         # whatever arrived meanwhile, so a quiet topic adds no wait for a batch to fill.
@@ -436,6 +486,12 @@ class AuditConsumer:
         self._commit(batch)
         logger.debug("audit consumer: %d events received, %d new", len(batch), stored)
         return stored
+
+    def assignment(self) -> list[tuple[str, int]]:
+        """Return the (topic, partition) pairs this member holds now (empty before ``start()``)."""
+        if self._consumer is None:
+            return []
+        return sorted((tp.topic, tp.partition) for tp in self._consumer.assignment())
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the batch in hand."""
@@ -551,6 +607,92 @@ class AuditConsumer:
         except KafkaException as exc:
             # Stored but not committed: after a rebalance these are delivered again and skipped.
             logger.warning("audit consumer: offset commit failed (%s); the batch may be delivered again", exc)
+
+    def _topic_missing(self, missing: Sequence[str]) -> None:
+        """Show (gauge, one error per spell) or clear that a topic of this consumer does not exist."""
+        metrics.audit_topic_missing.set(1 if missing else 0)
+        if missing and not self._missing_logged:
+            logger.error(
+                "audit consumer: topic %s does not exist; the consumer never creates it (a lost topic re-created"
+                " empty would hide the events it held): provision it with `manage.py create_topics`",
+                ", ".join(missing),
+            )
+        elif not missing and self._missing_logged:
+            logger.info("audit consumer: topic %s exists again", ", ".join(self.topics))
+        self._missing_logged = bool(missing)
+
+    def _watch_assignment(self) -> None:
+        """Replace a client stranded without partitions (finding F8); see the module docstring."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        now = self._clock()
+        if consumer.assignment():
+            self._idle_since, self._committed, self._stranded_rejoins = None, None, 0
+            return
+        if self._idle_since is None:
+            self._idle_since, self._next_check = now, now + IDLE_CHECK_SECONDS
+            return
+        if now < self._next_check:
+            return
+        self._next_check = now + IDLE_CHECK_SECONDS
+        try:
+            partitions, lag, committed = self._group_position(consumer)
+        except KafkaException as exc:  # the broker is away: nothing to decide now
+            logger.debug("audit consumer: idle check failed (%s)", exc)
+            return
+        previous, self._committed = self._committed, committed
+        if partitions is None:
+            return
+        idle = now - self._idle_since
+        if idle < self.rejoin_after_seconds or now < self._next_rejoin or lag <= 0 or previous != committed:
+            return
+        self._stranded_rejoins += 1
+        wait = backoff(self._stranded_rejoins, base=self.rejoin_after_seconds, cap=REJOIN_MAX_SECONDS)
+        self._next_rejoin = now + wait
+        logger.warning(
+            "audit consumer %s: no partition assigned for %.0f s while %s exists with %d events its group has not"
+            " committed; replacing its Kafka client (attempt %d; the next no sooner than in %.0f s)",
+            self.group_id,
+            idle,
+            ", ".join(self.topics),
+            lag,
+            self._stranded_rejoins,
+            wait,
+        )
+        self._consumer = None
+        try:
+            consumer.close()
+        except Exception as exc:  # a client that cannot even leave cleanly is dropped all the same
+            logger.warning("audit consumer: closing the stranded client failed (%s)", exc)
+        self._next_offset.clear()
+        self._consumer = self._new_client()
+        self._idle_since, self._committed = now, None
+        self.rejoins += 1
+        metrics.audit_consumer_rejoins_total.inc()
+
+    def _group_position(self, consumer: Consumer) -> tuple[int | None, int, dict[tuple[str, int], int]]:
+        """Return (partitions of the topics or None if one is missing, events not committed, commits per partition).
+
+        Reads the topic list (which creates nothing), the group's committed offsets and each
+        partition's watermarks. Raises KafkaException when the broker does not answer.
+        """
+        listed = consumer.list_topics(timeout=WATCH_TIMEOUT_SECONDS).topics
+        missing = [t for t in self.topics if t not in listed or listed[t].error is not None]
+        self._topic_missing(missing)
+        if missing:
+            return None, 0, {}
+        wanted = [TopicPartition(t, p) for t in self.topics for p in sorted(listed[t].partitions)]
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in consumer.committed(wanted, timeout=WATCH_TIMEOUT_SECONDS)
+        }
+        lag = 0
+        for (topic, partition), offset in committed.items():
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=WATCH_TIMEOUT_SECONDS, cached=False
+            )
+            lag += max(0, high - (low if offset in (OFFSET_INVALID, None) or offset < low else offset))
+        return len(wanted), lag, committed
 
     def _forget(self, partitions: Sequence[TopicPartition]) -> None:
         # A (re)assigned partition starts at the group's committed offset, wherever that is.

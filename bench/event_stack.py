@@ -53,6 +53,23 @@ def bench_environment(database: str, *, run_with: str, **extra: str) -> dict[str
     }
 
 
+def provision_topic(env: dict[str, str]) -> None:
+    """Create the run's lifecycle topic (``KAFKA_TOPIC`` of ``env``) as a deployment's ``manage.py create_topics`` does.
+
+    Neither the relay nor the audit consumer creates it (docs/chaos-findings.md F7, F8), so a
+    benchmark that starts them on a fresh topic provisions it first. Raises ``KafkaException``
+    when the broker does not answer within 10 s.
+    """
+    from scheduler.kafka import ensure_topic
+
+    ensure_topic(
+        bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"],
+        topic=env["KAFKA_TOPIC"],
+        partitions=int(env.get("KAFKA_TOPIC_PARTITIONS", "6")),
+        timeout=10,
+    )
+
+
 def setup_django(env: dict[str, str]) -> None:
     """Point this process at the benchmark's database and topic, set Django up and migrate."""
     os.environ.update(env)
@@ -86,6 +103,7 @@ class Processes:
     def __init__(self, env: dict[str, str], *, workers: int = 0, log: Path | None = None) -> None:
         self.env = env
         self.log = (log or Path(os.devnull)).open("ab")
+        provision_topic(env)
         self.procs: list[subprocess.Popen] = [
             self._spawn(["run_scheduler", "--tick-seconds", "0.05"]),
             self._spawn(["run_audit_consumer"]),

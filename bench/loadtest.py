@@ -217,6 +217,9 @@ def main() -> int:
         db_start = cursor.fetchone()[0]
     connection.close()
 
+    from bench.event_stack import provision_topic
+
+    provision_topic(env)  # as `manage.py create_topics` would: neither the relay nor the consumer creates it
     cluster = Cluster(env, args.worker_processes, args.slots, audit=not args.no_audit)
     rng = random.Random(7)  # noqa: S311
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.event_stack import fresh_database, setup_django  # noqa: E402 - after the path fix
+from bench.event_stack import fresh_database, provision_topic, setup_django  # noqa: E402 - after the path fix
 
 BENCH_DB = "stint_bench_relay"
 TIMEOUT_SECONDS = 300.0  # give up on either phase after this long
@@ -78,8 +78,9 @@ def main() -> int:
     from audit.consumer import AuditConsumer
     from scheduler.maintenance.relay import OutboxRelay
 
+    provision_topic({**os.environ, "KAFKA_TOPIC": topic})  # neither the relay nor the consumer creates it
     relay = OutboxRelay()
-    relay.run_once()  # creates the topic and connects the producer before the clock starts
+    relay.run_once()  # connects the producer before the clock starts
     with connection.cursor() as cursor:
         cursor.execute(_INSERT_SQL, [args.events])
         cursor.execute("VACUUM ANALYZE stint_outbox")

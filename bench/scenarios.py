@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from bench import harness, stats
-from bench.event_stack import AUDIT_MISSING_SQL
+from bench.event_stack import AUDIT_MISSING_SQL, provision_topic
 from bench.harness import ROOT, Ctx, Group, Starts
 from bench.peers.systems import System, stint_env
 
@@ -391,6 +391,7 @@ def relay(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     run = fresh(ctx, system, "relay", rep, env={"KAFKA_TOPIC": tag, "KAFKA_AUDIT_GROUP": tag})
     jobs = int(size(ctx, 20_000, 2_000))
     run.agent(ctx, "seed", f"count={jobs}")
+    provision_topic(run.env)  # as `manage.py create_topics` would: neither the relay nor the consumer creates it
     _manage(ctx, run, "scheduler", "run_scheduler")
     _manage(ctx, run, "audit", "run_audit_consumer")
     conn = harness.observer(ctx, run.database)

@@ -1,9 +1,12 @@
 """A Kafka scan: read the lifecycle topic from the beginning, without a consumer group, and count each event id.
 
 ``TopicScanner`` runs in a thread for the whole run, so it sees each message within a fraction of
-a second of its delivery, also across a broker restart (the in-memory broker then starts an
-empty log; out-of-range positions reset to the beginning). ``catch_up`` waits until every
-partition has been read to its high watermark.
+a second of its delivery. After a broker restart the runner calls ``restart()``: the in-memory
+broker starts an empty log, and Tansu answers a fetch above a partition's end with nothing
+rather than OFFSET_OUT_OF_RANGE, so the old positions would wait until the new log grew past
+them and skip everything before (seen: no message scanned for six scenarios after
+``broker-restart``). ``catch_up`` waits until every partition has been read to its high
+watermark.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class TopicScanner:
         self.messages = 0
         self.lock = threading.Lock()
         self._stop = threading.Event()
+        self._restart = threading.Event()
         self._positions: dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, name="chaos-kafka-scan", daemon=True)
         self._consumer: Consumer | None = None
@@ -40,6 +44,10 @@ class TopicScanner:
     def start(self) -> None:
         """Start reading in the background."""
         self._thread.start()
+
+    def restart(self) -> None:
+        """Read the topic from its beginning again with a new client (after the broker lost its log)."""
+        self._restart.set()
 
     def stop(self) -> None:
         """Stop reading and close the client."""
@@ -64,6 +72,10 @@ class TopicScanner:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                if self._restart.is_set():
+                    self._restart.clear()
+                    self._close()
+                    self._positions.clear()
                 if self._consumer is None:
                     self._consumer = self._client()
                 for message in self._consumer.consume(num_messages=1000, timeout=POLL_SECONDS):

@@ -20,6 +20,16 @@ LEADER_TTL_SECONDS = 10.0  # scheduler.leadership.DEFAULT_TTL_SECONDS (not confi
 CRON_INTERVAL_SECONDS = 2  # interval of the schedules the cron scenarios create
 LONG_JOB_SECONDS = 4.0  # a "long" job: outlasts GRACE_SECONDS, so a SIGTERM hands it back
 MIN_GAP = 1.5  # seconds between two faults of one scenario (a restarted process needs about this to be back)
+# The event-trail reconciler's timing (finding F5: the in-memory broker can lose acknowledged events,
+# which only the reconciler repairs). The relay's lock hold exceeds its delivery timeout (5 s) plus
+# its flush grace; the grace is the least config/settings.py allows for it (lock hold + 10 s).
+# A partition that outlasts every bound of config.db_session: the server notices a vanished client
+# within its keepalives (10 s idle + 3 probes 5 s apart) or tcp_user_timeout (30 s), so after
+# RELEASE_BOUND_SECONDS nothing of the cut-off host may hold a session, a row lock or a job.
+RELEASE_BOUND_SECONDS = 35.0
+PARTITION_LONG_SECONDS = 45.0  # the check runs 3 s before the heal
+OUTBOX_LOCK_HOLD_SECONDS = 10  # STINT_OUTBOX_LOCK_HOLD_SECONDS
+RECONCILE_AFTER_SECONDS = 20  # STINT_AUDIT_RECONCILE_AFTER_SECONDS
 
 HOSTS = ("h2", "h3")  # the two application hosts; the servers live on "db"
 JOB_TYPE = "CHAOS"
@@ -111,6 +121,9 @@ class Scenario:
     # Its faults kill worker processes under a living supervisor, which rescues their jobs at once:
     # no attempt may wait for its lease to expire (I3).
     rescued_at_once: bool = False
+    # Shortly before its fault heals, check that the cut-off host holds no database session, row
+    # lock or job any more (finding F6: keepalives and idle-in-transaction bounds, config.db_session).
+    released_while_cut: bool = False
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -155,6 +168,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         needs_namespaces=True,
     ),
     Scenario(
+        name="partition-h3-long",
+        summary="host 3 cut off from the database host past the keepalive bounds: what it held is released meanwhile",
+        needs_namespaces=True,
+        released_while_cut=True,
+    ),
+    Scenario(
         name="latency",
         summary="100 ms added each way between the hosts (tc netem, or a link proxy)",
         needs_namespaces=True,
@@ -164,6 +183,18 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="retry-storm", summary="a handler failing 50% of the time at 500 jobs/s", mix="storm"),
 )
 SCENARIO_NAMES = tuple(s.name for s in SCENARIOS)
+
+
+def recovery_bound(name: str, profile: Profile) -> float:
+    """Return I8's bound in seconds for scenario ``name``: the profile's, or longer where only a repair can finish.
+
+    ``broker-restart`` may lose events the broker had acknowledged (F5); the reconciler publishes
+    them again once they are ``RECONCILE_AFTER_SECONDS`` old, checking every quarter of that, so
+    its bound leaves that long plus 30 s for the rest of the recovery.
+    """
+    if name == "broker-restart":
+        return max(profile.recovery_bound_seconds, RECONCILE_AFTER_SECONDS * 1.25 + 30)
+    return profile.recovery_bound_seconds
 
 
 def scenario(name: str) -> Scenario:
@@ -238,6 +269,9 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
         return [Fault(at=t, action="failpoint", target=scenario(name).failpoint) for t in spread(2)]
     if name == "partition-h3":
         return [Fault(at=early, action="partition", target="h3", hold=max(2 * LEASE_SECONDS + 2, 20 * profile.scale))]
+    if name == "partition-h3-long":
+        # "partition-held": a process on h3 holds row locks in an open transaction when the cut comes.
+        return [Fault(at=early, action="partition-held", target="h3", hold=PARTITION_LONG_SECONDS)]
     if name == "latency":
         return [
             Fault(at=round(0.1 * load, 2), action="netem-delay", target="all", hold=max(20.0, round(0.6 * load, 2)))

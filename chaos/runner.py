@@ -50,6 +50,8 @@ PARTITIONS = 6
 WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
 VICTIM_WAIT_SECONDS = 3.0  # how long a worker fault waits for a worker process that holds a job
+RELEASE_CHECK_BEFORE_HEAL_SECONDS = 3.0  # partition-h3-long: when the check of what h3 held runs
+HOLDER_JOBS = 20  # partition-h3-long: jobs chaos.holder locks on h3 before the cut
 TOPIC_WATCH_SECONDS = 3.0  # after a broker restart: how long the lost topic must stay missing (no re-creation)
 NETEM_DELAY_MS = 100
 LOG_EXCERPT_LINES = 8
@@ -88,6 +90,8 @@ class Run:
         self.pg: Postgres | None = None
         self.redis: Redis | None = None
         self.broker: Broker | None = None
+        self._holder: subprocess.Popen | None = None  # chaos.holder of partition-h3-long
+        self._owner_id = 0  # the current scenario's user
         self.cluster: Cluster | None = None
         self.scanner: TopicScanner | None = None
         self._control: psycopg.Connection | None = None
@@ -135,6 +139,8 @@ class Run:
             "STINT_HEARTBEAT_SECONDS": str(plan.HEARTBEAT_SECONDS),
             "STINT_SHUTDOWN_GRACE_SECONDS": str(plan.GRACE_SECONDS),
             "STINT_POLL_SECONDS": "0.5",
+            "STINT_OUTBOX_LOCK_HOLD_SECONDS": str(plan.OUTBOX_LOCK_HOLD_SECONDS),
+            "STINT_AUDIT_RECONCILE_AFTER_SECONDS": str(plan.RECONCILE_AFTER_SECONDS),
             "STINT_RATE_LIMIT_USER": "1000000/min",
             "STINT_RATE_LIMIT_AUTH": "100000/min",
             "JWT_ACCESS_LIFETIME_SECONDS": "86400",
@@ -158,6 +164,8 @@ class Run:
         conn = self.control()
         conn.execute(EFFECT_TABLE_DDL)
         conn.execute(INSTRUMENTATION_DDL)
+        # Provisioned as a deployment does (`manage.py create_topics`): no Stint process creates it.
+        call_command("create_topics", verbosity=0)
         env = {**os.environ, **base, **self.extra_env, "STINT_CHAOS_FAILPOINTS": str(self.failpoints)}
         self.cluster = Cluster(
             hosts=self.hosts,
@@ -206,6 +214,7 @@ class Run:
         """Stop everything this run started and delete its namespaces (always; best effort)."""
         for step in (
             lambda: self._proxy and self._proxy.kill(),
+            self._stop_holder,
             lambda: self.scanner and self.scanner.stop(),
             lambda: self.cluster and self.cluster.stop(),
             lambda: self._control and self._control.close(),
@@ -264,6 +273,7 @@ class Run:
             return {"scenario": scenario.name, "summary": scenario.summary, "status": "not run", "reason": skip}
         self.ensure_healthy()
         owner_id, token = self.make_user(scenario.name)
+        self._owner_id = owner_id
         window = max([self.profile.load_seconds, *(f.healed_at + 3.0 for f in faults)])
         storm = scenario.mix == "storm"
         rate = self.profile.storm_rate if storm else self.profile.enqueue_rate + self.profile.api_rate
@@ -276,6 +286,7 @@ class Run:
         schedules = self.create_schedules(owner_id, scenario.schedules)
         offsets = self.cluster.log_offsets()
         exits_before = self.cluster.unexpected_exits()
+        repaired_before = self._repaired_total()
         load = Load(jobs=jobs, seconds=window, web_url=self.cluster.web_url, token=token, owner_id=owner_id)
         say(f"[{scenario.name}] {scenario.summary}: {len(jobs)} jobs over {window:.0f} s, {len(faults)} faults")
         injected = [Injected(fault=f) for f in faults]
@@ -287,6 +298,14 @@ class Run:
             for item in injected:
                 if item.started is None and elapsed >= item.fault.at:
                     self._inject(item, errors)
+                if (
+                    scenario.released_while_cut
+                    and item.started is not None
+                    and item.healed is None
+                    and "released" not in item.state
+                    and elapsed >= item.fault.healed_at - RELEASE_CHECK_BEFORE_HEAL_SECONDS
+                ):
+                    item.state["released"] = self._released_while_cut(item, owner_id, errors)
                 if item.started is not None and item.healed is None and elapsed >= item.fault.healed_at:
                     self._heal(item, errors)
             if time.monotonic() >= next_progress:
@@ -301,8 +320,9 @@ class Run:
         load_end = _now()
         disabled_at = self.disable_schedules(schedules)
         last_heal = max([load_end, *(i.healed for i in injected if i.healed)])
-        bound = self.profile.recovery_bound_seconds
+        bound = plan.recovery_bound(scenario.name, self.profile)
         recovery = self._settle(scenario, owner_id, last_heal, bound)
+        repaired = self._repaired_total() - repaired_before
         errors += self._failpoint_errors(scenario, injected)
         self.scanner.catch_up(timeout=30)
         windows, dead = self._windows(injected)
@@ -348,8 +368,81 @@ class Run:
             if n > exits_before.get(name, 0)
         }
         row = self._row(scenario, load, injected, snap, result, errors, recovery, final_backlog, offsets, window, exits)
+        # Events the reconciler published again during the scenario (F5: lost by the broker after its ack).
+        row["repaired_by_reconciler"] = repaired
         self.restart_before_next = row["status"] != "pass"
         return row
+
+    def _start_holder(self, host: str) -> dict[str, str]:
+        """Start ``chaos.holder`` on ``host`` for the current scenario's jobs; return job id -> row version locked."""
+        env = dict(self.cluster.procs[f"scheduler@{host}"].env)
+        self._holder = subprocess.Popen(  # noqa: S603 - our own module
+            [*self.hosts.prefix(host), sys.executable, "-m", "chaos.holder", str(self._owner_id), str(HOLDER_JOBS)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=(self.workdir / "logs" / f"holder@{host}.log").open("ab"),
+            start_new_session=True,
+        )
+        line = self._holder.stdout.readline() if self._holder.stdout else b""
+        if not line:
+            raise RuntimeError(f"chaos.holder on {host} locked nothing (exit {self._holder.poll()})")
+        return json.loads(line)["locked"]
+
+    def _stop_holder(self) -> None:
+        holder, self._holder = self._holder, None
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=10)
+
+    def _released_while_cut(self, item: Injected, owner_id: int, errors: list[str]) -> dict[str, int]:
+        """While host ``item.fault.target`` is still cut off, check that it holds nothing (finding F6).
+
+        After ``plan.RELEASE_BOUND_SECONDS`` the server must have ended every transaction the host
+        had open at the cut (keepalives, ``tcp_user_timeout``; config.db_session), releasing its
+        row locks, so no job of the scenario may be due that long and unpromoted, nor RUNNING with
+        a lease expired that long ago. Appends a violation to ``errors``; returns the counts.
+        """
+        bound = plan.RELEASE_BOUND_SECONDS
+        locked = item.state.get("locked", {})
+        row = self.sql(
+            lambda conn: conn.execute(
+                """
+                SELECT
+                  (SELECT count(*) FROM pg_stat_activity WHERE client_addr = %(host)s::inet
+                     AND xact_start < now() - make_interval(secs => %(bound)s)),
+                  (SELECT count(*) FROM stint_job WHERE owner_id = %(o)s AND status IN ('SCHEDULED', 'RETRYING')
+                     AND scheduled_at < now() - make_interval(secs => %(bound)s)),
+                  (SELECT count(*) FROM stint_job WHERE owner_id = %(o)s AND status = 'RUNNING'
+                     AND lease_expires_at < now() - make_interval(secs => %(bound)s)),
+                  (SELECT count(*) FROM stint_job j JOIN unnest(%(ids)s::uuid[], %(versions)s::text[]) l(id, version)
+                     ON j.id = l.id WHERE j.xmin::text = l.version)
+                """,
+                {
+                    "host": self.hosts.addresses[item.fault.target],
+                    "bound": bound,
+                    "o": owner_id,
+                    "ids": list(locked),
+                    "versions": list(locked.values()),
+                },
+            ).fetchone()
+        )
+        counts = {
+            "open_transactions": row[0],
+            "due_unpromoted": row[1],
+            "expired_unrescued": row[2],
+            "locked_jobs_unmoved": row[3],
+        }
+        say(f"  {item.fault.target} still cut off: held for over {bound:.0f} s: {counts}")
+        if any(counts.values()):
+            errors.append(f"{item.fault.target} cut off, yet after {bound:.0f} s still holding (F6): {counts}")
+        return counts
+
+    def _repaired_total(self) -> int:
+        """Events the audit reconciler has marked for re-publication, in all (its checkpoint row's counter)."""
+        value = self.scalar("SELECT coalesce(sum(repaired_total), 0) FROM stint_outbox_reconcile")
+        return int(value or 0)
 
     def _await_leader(self, scenario: Scenario, injected: list[Injected]) -> None:
         """Keep the schedules running until a leader term began after the last fault and fired twice more.
@@ -396,6 +489,13 @@ class Run:
             server.resume()
             if not server.alive():
                 server.start()
+                if server is self.broker:  # memory storage: the topic went with it; provision it again
+                    from scheduler.kafka import ensure_topic
+
+                    ensure_topic(
+                        bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10
+                    )
+                    self.scanner.restart()
         for name in self.cluster.procs:
             self.cluster.hold(name, True)
         for path in self.failpoints.iterdir():
@@ -640,6 +740,14 @@ class Run:
             (self.failpoints / f.target).touch()
             item.state["armed"] = f.target
             return f"failpoint {f.target} armed"
+        if f.action == "partition-held":
+            item.state["locked"] = self._start_holder(f.target)
+            self.hosts.partition(f.target)
+            how = f"{self.hosts.iptables} DROP" if self.hosts.iptables else "netem 100% loss"
+            return (
+                f"{f.target} cut off from the db host ({how}, both ways) for {f.hold:.0f} s while a process there"
+                f" holds {len(item.state['locked'])} jobs locked in an open transaction"
+            )
         if f.action == "partition":
             self.hosts.partition(f.target)
             how = f"{self.hosts.iptables} DROP" if self.hosts.iptables else "netem 100% loss"
@@ -676,8 +784,9 @@ class Run:
                 self._provision_lost_topic(errors)
             elif f.action == "netem-delay" and self._proxy is not None:
                 self._stop_link_proxy()
-            elif f.action in ("partition", "netem-delay"):
+            elif f.action in ("partition", "partition-held", "netem-delay"):
                 self.hosts.heal()
+                self._stop_holder()
             elif f.action == "skew":
                 c.restart("scheduler@h3", extra_env={})
                 c.restart("worker@h3", extra_env={})
@@ -693,8 +802,8 @@ class Run:
         The in-memory broker lost the topic. Stint must never re-create a lost topic by itself
         (finding F7): the relays keep probing meanwhile, so after ``TOPIC_WATCH_SECONDS`` the topic
         must still be missing. Then the harness does what an operator does once the loss is
-        understood: ``manage.py create_topics``' ``ensure_topic``, then restart the audit consumers
-        (README, Operations: a running consumer does not get the re-created topic's partitions, F8).
+        understood: ``manage.py create_topics``' ``ensure_topic``. The running audit consumer is
+        not restarted: it must get the provisioned topic's partitions by itself (finding F8).
         """
         from confluent_kafka.admin import AdminClient
 
@@ -705,10 +814,8 @@ class Run:
         if topic_exists(admin, TOPIC, timeout=10):
             errors.append(f"topic {TOPIC} was re-created by a Stint process after the broker lost it (F7)")
         ensure_topic(bootstrap_servers=self.broker.bootstrap, topic=TOPIC, partitions=PARTITIONS, timeout=10)
-        # The runbook's second step (finding F8): a running audit consumer stays without partitions
-        # after its topic vanished and came back; a restarted one is assigned them.
-        self.cluster.restart("audit@h2")
-        say(f"  topic {TOPIC} provisioned again and audit@h2 restarted (the runbook) after {TOPIC_WATCH_SECONDS:.0f} s")
+        self.scanner.restart()
+        say(f"  topic {TOPIC} provisioned again after {TOPIC_WATCH_SECONDS:.0f} s (the audit consumer keeps running)")
 
     def _start_link_proxy(self) -> None:
         """Route every Stint process's PostgreSQL and Redis traffic through a proxy that delays each byte.
@@ -808,6 +915,7 @@ class Run:
                     "hold": i.fault.hold,
                     "detail": i.detail,
                     **({"fired": i.state["fired"]} if "fired" in i.state else {}),
+                    **({"held_after_bound": i.state["released"]} if "released" in i.state else {}),
                 }
                 for i in injected
             ],
@@ -889,6 +997,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['scenario']} | | | | | | | | not run: {r['reason']} |")
             continue
         recovery = f"{r['recovery_s']} s" if r["recovery_s"] is not None else f"> {r['recovery_bound_s']:.0f} s"
+        if r.get("repaired_by_reconciler"):
+            recovery += f" ({r['repaired_by_reconciler']} repaired)"
         failed = ", ".join(r["failed_invariants"] + (["fault"] if r["errors"] else []))
         lines.append(
             f"| {r['scenario']} | {r['created']} jobs / {r['load_seconds']:.0f} s | {fault_label(r)} | {r['lost']} | "
@@ -901,7 +1011,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 NOTES = """Load is the jobs created (2xx from the API, or returned by `enqueue_many`) over the load window;
 faults injected counts the faults that took effect. Recovery is from the later of the last heal and
 the end of the load to the moment every job of the scenario was finished and every one of its events
-published and in the audit table (bound: 60 s in the short profile). Where the kernel has no
+published and in the audit table (bound: 60 s in the short profile; in `broker-restart` at least the
+reconciler's grace plus 30 s, `chaos.plan.recovery_bound`); "repaired" counts the events the audit
+reconciler published again meanwhile. Where the kernel has no
 `sch_netem` (this machine), the partition uses iptables DROP rules and the latency scenario a link
 proxy (`chaos/linkproxy.py`) for PostgreSQL and Redis traffic. After a failed scenario every Stint
 process is restarted, so each row stands on its own. JSON lines with every figure, the violations

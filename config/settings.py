@@ -157,11 +157,22 @@ OUTBOX_RELAY_INTERVAL_SECONDS = env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS",
 OUTBOX_RETENTION_DAYS = env.int("STINT_OUTBOX_RETENTION_DAYS", default=7)
 # The audit consumer's quarantine (audit.quarantine): entries older than this are pruned (0: kept).
 AUDIT_QUARANTINE_RETENTION_DAYS = env.int("STINT_AUDIT_QUARANTINE_RETENTION_DAYS", default=30)
+# The relay holds its leased rows in a transaction while Kafka confirms (up to the delivery timeout
+# plus 1 s); a relay stuck longer (SIGSTOPped, cut off) loses its session after this many seconds.
+OUTBOX_LOCK_HOLD_SECONDS = env.int("STINT_OUTBOX_LOCK_HOLD_SECONDS", default=60)
+if OUTBOX_LOCK_HOLD_SECONDS < KAFKA_DELIVERY_TIMEOUT_MS // 1000 + 3:
+    raise ImproperlyConfigured(
+        "STINT_OUTBOX_LOCK_HOLD_SECONDS must exceed the delivery timeout (KAFKA_DELIVERY_TIMEOUT_MS) by 3 s"
+    )
 # The reconciler (scheduler.maintenance.reconciler) re-publishes an event published this long ago
-# that has no audit row. At least 90 s: the relay's lock-hold limit (60 s) plus a margin.
+# that has no audit row. At least the relay's lock hold plus 10 s: a mark commits within the lock
+# hold of its published_at or never, and the walk's checkpoint must not pass an uncommitted one.
 AUDIT_RECONCILE_AFTER_SECONDS = env.int("STINT_AUDIT_RECONCILE_AFTER_SECONDS", default=300)
-if AUDIT_RECONCILE_AFTER_SECONDS < 90:
-    raise ImproperlyConfigured("STINT_AUDIT_RECONCILE_AFTER_SECONDS must be at least 90")
+if AUDIT_RECONCILE_AFTER_SECONDS < OUTBOX_LOCK_HOLD_SECONDS + 10:
+    raise ImproperlyConfigured(
+        "STINT_AUDIT_RECONCILE_AFTER_SECONDS must be at least STINT_OUTBOX_LOCK_HOLD_SECONDS + 10"
+        f" ({OUTBOX_LOCK_HOLD_SECONDS + 10})"
+    )
 
 AUTH_USER_MODEL = "accounts.User"
 

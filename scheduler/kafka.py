@@ -35,6 +35,7 @@ class EventStreamConf:
     outbox_batch_size: int  # OUTBOX_BATCH_SIZE: rows the relay leases, produces and marks together
     outbox_relay_interval_seconds: float  # OUTBOX_RELAY_INTERVAL_SECONDS
     outbox_retention_days: int  # OUTBOX_RETENTION_DAYS: published rows kept this long
+    outbox_lock_hold_seconds: int  # OUTBOX_LOCK_HOLD_SECONDS: a stuck relay's session ends after this
     audit_reconcile_after_seconds: int  # AUDIT_RECONCILE_AFTER_SECONDS
     audit_quarantine_retention_days: int  # AUDIT_QUARANTINE_RETENTION_DAYS (0: kept)
 
@@ -54,6 +55,7 @@ def event_stream_conf() -> EventStreamConf:
         outbox_batch_size=settings.OUTBOX_BATCH_SIZE,
         outbox_relay_interval_seconds=settings.OUTBOX_RELAY_INTERVAL_SECONDS,
         outbox_retention_days=settings.OUTBOX_RETENTION_DAYS,
+        outbox_lock_hold_seconds=settings.OUTBOX_LOCK_HOLD_SECONDS,
         audit_reconcile_after_seconds=settings.AUDIT_RECONCILE_AFTER_SECONDS,
         audit_quarantine_retention_days=settings.AUDIT_QUARANTINE_RETENTION_DAYS,
     )

@@ -98,6 +98,15 @@ audit_messages_quarantined_total = Counter(
     "Lifecycle messages the audit consumer set aside in its quarantine (reason MALFORMED or REFUSED).",
     ["reason"],
 )
+audit_topic_missing = Gauge(
+    "audit_topic_missing",
+    "1 while the audit consumer finds its Kafka topic missing (it never creates it: provision it).",
+    multiprocess_mode="livemax",
+)
+audit_consumer_rejoins_total = Counter(
+    "audit_consumer_rejoins_total",
+    "Kafka clients the audit consumer replaced: it held no partition while its topic had events nobody committed.",
+)
 audit_offset_gaps_total = Counter(
     "audit_offset_gaps_total", "Offsets of the lifecycle topic the audit consumer skipped without receiving them."
 )
@@ -148,7 +157,13 @@ SERVED_BY: dict[str, tuple[Any, ...]] = {
         worker_outcomes_unrecorded_total,
         leases_rescued_total,  # the supervisor's rescue of a dead process's jobs
     ),
-    "audit": (audit_events_stored_total, audit_messages_quarantined_total, audit_offset_gaps_total),
+    "audit": (
+        audit_events_stored_total,
+        audit_messages_quarantined_total,
+        audit_offset_gaps_total,
+        audit_topic_missing,
+        audit_consumer_rejoins_total,
+    ),
 }
 
 

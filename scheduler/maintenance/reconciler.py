@@ -9,16 +9,23 @@ unpublished (``published_at = NULL``), so the relay sends it again; the audit co
 it correct"). A re-published event comes back into the walk with its new ``published_at`` and is
 checked again. Repairs are counted in ``audit_events_repaired_total`` and logged.
 
-An event is called lost only if the audit consumer has stored something at least
-``AUDIT_RECONCILE_AFTER_SECONDS`` after it was published: while the consumer is stopped or far
-behind, missing events are waiting, not lost, and re-publishing them would only double the
-topic. The walk then stops at the first such event and says so in the log.
+An event is called lost only if the audit consumer has got past it: its newest row was stored
+at least ``AUDIT_RECONCILE_AFTER_SECONDS`` after the event was published, or holds an event that
+occurred after the missing one was published (so the consumer stored events published later;
+finding F5 of docs/chaos-findings.md: a broker lost acknowledged events, the consumer stored
+the later ones, and then the traffic stopped). While the consumer is stopped or far behind,
+missing events are waiting, not lost, and re-publishing them would only double the topic. The
+walk then stops at the first such event and says so in the log.
 
 Why a checkpoint in publication order is safe: ``published_at`` is ``clock_timestamp()`` at the
-relay's mark, and the relay's transaction commits at once or is ended by the server within its
-lock-hold limit (60 s, ``scheduler.maintenance.relay.LOCK_HOLD_LIMIT_SECONDS``); the walk only reads events
-published more than ``AUDIT_RECONCILE_AFTER_SECONDS`` (at least 90 s) ago, so no event becomes
-visible behind the checkpoint.
+relay's mark, and the relay's transaction commits at once or is ended (rolled back) by the
+server within its lock-hold limit (``OUTBOX_LOCK_HOLD_SECONDS``, default 60 s; the relay's
+``idle_in_transaction_session_timeout``); the walk only reads events published more than
+``AUDIT_RECONCILE_AFTER_SECONDS`` ago, which must be at least that limit plus
+``COMMIT_MARGIN_SECONDS`` (``minimum_reconcile_after_seconds``; config/settings.py enforces it),
+so no event becomes visible behind the checkpoint. A shorter grace would not repair a wrong
+event (an event that is merely late is only published twice): it could let a late-committing
+event escape the check for good.
 """
 
 from __future__ import annotations
@@ -37,10 +44,11 @@ logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 2_000  # outbox rows compared per statement
 MAX_BATCHES = 10  # statements per run; a run that reaches it continues at the next interval
-INTERVAL_SECONDS = 15.0
+INTERVAL_SECONDS = 15.0  # at most; a short grace shortens it (a quarter of the grace), so repairs are not late
 WAITING_LOG_SECONDS = 300.0  # a stalled walk is logged at most this often
 SAMPLE_LOGGED = 10  # events named in a repair's log line
 STATE_NAME = "audit"
+COMMIT_MARGIN_SECONDS = 10  # a relay's mark statement and its commit take well under a second (5,000 rows)
 
 _SCAN_SQL = """
     SELECT o.id, o.event_id, o.job_id, o.sequence, o.event_type, o.published_at, a.id IS NOT NULL AS audited
@@ -56,6 +64,15 @@ _SCAN_SQL = """
     LEFT JOIN stint_audit_event a ON a.event_id = o.event_id
     ORDER BY o.published_at, o.id
 """
+
+
+def minimum_reconcile_after_seconds(*, lock_hold_seconds: int) -> int:
+    """Return the shortest allowed ``AUDIT_RECONCILE_AFTER_SECONDS`` for a relay lock hold of ``lock_hold_seconds``.
+
+    See the module docstring: a mark commits within the lock hold of its ``published_at`` or
+    not at all, and ``COMMIT_MARGIN_SECONDS`` covers the mark statement and the commit themselves.
+    """
+    return lock_hold_seconds + COMMIT_MARGIN_SECONDS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +91,6 @@ class AuditReconciler:
     """
 
     name = "audit_reconciler"
-    interval_seconds = INTERVAL_SECONDS
     leader_only = False
 
     def __init__(
@@ -88,6 +104,7 @@ class AuditReconciler:
         self.after = after if after is not None else dt.timedelta(seconds=conf.audit_reconcile_after_seconds)
         self.retention = retention if retention is not None else dt.timedelta(days=conf.outbox_retention_days)
         self.batch_size = batch_size
+        self.interval_seconds = min(INTERVAL_SECONDS, self.after.total_seconds() / 4)
         self._waiting_logged_at: float | None = None
 
     def run_once(self, now: dt.datetime | None = None) -> int:
@@ -125,13 +142,18 @@ class AuditReconciler:
                 checked_at, checked_id = oldest, 0
             cursor.execute(_SCAN_SQL, {"lo": checked_at, "lo_id": checked_id, "hi": hi, "limit": self.batch_size})
             rows = cursor.fetchall()
-            newest_received = self._newest_received(cursor) if any(not r[6] for r in rows) else None
+            newest_received, newest_occurred = (
+                self._newest_received(cursor) if any(not r[6] for r in rows) else (None, None)
+            )
             lost: list[tuple] = []
             waiting: tuple | None = None
             for row in rows:
                 _id, _event_id, _job_id, _sequence, _type, published_at, audited = row
                 if not audited:
-                    if newest_received is None or newest_received < published_at + self.after:
+                    past_it = newest_received is not None and (
+                        newest_received >= published_at + self.after or newest_occurred > published_at
+                    )
+                    if not past_it:
                         waiting = row
                         break
                     lost.append(row)
@@ -171,11 +193,11 @@ class AuditReconciler:
         return _Batch(scanned=len(rows), repaired=repaired, more=waiting is None and len(rows) == self.batch_size)
 
     @staticmethod
-    def _newest_received(cursor) -> dt.datetime | None:
+    def _newest_received(cursor) -> tuple[dt.datetime | None, dt.datetime | None]:
         # The newest row by primary key, not max(received_at): an index probe, not a scan.
-        cursor.execute("SELECT received_at FROM stint_audit_event ORDER BY id DESC LIMIT 1")
+        cursor.execute("SELECT received_at, occurred_at FROM stint_audit_event ORDER BY id DESC LIMIT 1")
         row = cursor.fetchone()
-        return row[0] if row else None
+        return (row[0], row[1]) if row else (None, None)
 
     def _log_waiting(self, row: tuple, newest_received: dt.datetime | None) -> None:
         if self._waiting_logged_at is not None and time.monotonic() - self._waiting_logged_at < WAITING_LOG_SECONDS:
@@ -183,8 +205,8 @@ class AuditReconciler:
         self._waiting_logged_at = time.monotonic()
         logger.warning(
             "audit reconciler: event %s (job %s #%d) published at %s has no audit row, but the audit consumer's"
-            " newest row was stored at %s, less than %d s after that: it is stopped or behind; waiting for it"
-            " before re-publishing",
+            " newest row was stored at %s, less than %d s after that, and holds an older event: it is stopped or"
+            " behind; waiting for it before re-publishing",
             row[1],
             row[2],
             row[3],

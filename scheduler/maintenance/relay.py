@@ -51,9 +51,9 @@ BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 10.0  # a probe is one metadata request: cheap enough to retry often
 LINGER_MS = 5  # ms the producer waits to fill a request; the relay's flush sends at once anyway
 COMPRESSION = "lz4"  # a 5,000-event batch is ~2 MB of similar JSON: a fraction of that on the wire
-# A relay stuck while holding row locks (e.g. SIGSTOPped) loses its session after this long,
-# so its rows return to the other relays. Well above any healthy batch.
-LOCK_HOLD_LIMIT_SECONDS = 60
+# A relay stuck while holding row locks (e.g. SIGSTOPped) loses its session after
+# OUTBOX_LOCK_HOLD_SECONDS (default 60), so its rows return to the other relays. Well above any
+# healthy batch (the delivery timeout plus FLUSH_GRACE_SECONDS); the reconciler's grace depends on it.
 
 # One round trip leases the batch, bounds the lock hold, and returns each row's message. The mark
 # commits asynchronously (no wait for the WAL flush): a mark lost in a database crash only makes
@@ -134,6 +134,7 @@ class OutboxRelay:
         self.batch_size = batch_size or conf.outbox_batch_size
         self.interval_seconds = interval_seconds or conf.outbox_relay_interval_seconds
         self.delivery_timeout_ms = delivery_timeout_ms or conf.delivery_timeout_ms
+        self.lock_hold_seconds = conf.outbox_lock_hold_seconds
         self.probe_timeout_seconds = probe_timeout_seconds
         self.backoff_base_seconds = backoff_base_seconds
         self.backoff_max_seconds = backoff_max_seconds
@@ -249,7 +250,7 @@ class OutboxRelay:
     def _relay_batch(self) -> _Batch:
         with transaction.atomic(), connection.cursor() as cursor:
             # The session sits idle in this transaction, holding the row locks, while Kafka confirms.
-            cursor.execute(_LEASE_SQL, [f"{LOCK_HOLD_LIMIT_SECONDS}s", self.batch_size])
+            cursor.execute(_LEASE_SQL, [f"{self.lock_hold_seconds}s", self.batch_size])
             rows = cursor.fetchall()
             if not rows:
                 return _Batch(leased=0, published=0, failed=0)

@@ -17,12 +17,22 @@ from pathlib import Path
 import psycopg
 import pytest
 from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 from prometheus_client import REGISTRY
 
-from audit.consumer import AuditRow, Delivered, MalformedEvent, audit_batch_store, audit_events_store, parse_event
+from audit.consumer import (
+    AuditConsumer,
+    AuditRow,
+    Delivered,
+    MalformedEvent,
+    TopicMissing,
+    audit_batch_store,
+    audit_events_store,
+    parse_event,
+)
 from audit.models import AuditEvent, QuarantinedMessage, QuarantineReason
 from audit.quarantine import MAX_VALUE_BYTES, quarantine_store
 from core.pg_connect import pg_connect
@@ -469,7 +479,7 @@ def test_consumer_process_killed_mid_batch_then_restarted_loses_nothing_and_stor
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_consumer_started_before_kafka_waits_for_it_then_consumes(tmp_path: Path):
+def test_consumer_started_before_kafka_waits_for_it_and_its_topic_then_consumes(tmp_path: Path):
     port = free_port()  # no broker yet
     topic, group = unique_topic(), unique_topic("stint-audit-test")
     env = subprocess_env(KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{port}", KAFKA_TOPIC=topic, KAFKA_AUDIT_GROUP=group)
@@ -486,6 +496,9 @@ def test_consumer_started_before_kafka_waits_for_it_then_consumes(tmp_path: Path
     try:
         wait_for(lambda: b"Kafka unavailable at start-up" in log_path.read_bytes(), what="a failed start-up")
         broker.start()
+        # The consumer looks for its topic and never creates it: provisioned as a deployment does.
+        wait_for(lambda: f"topic {topic} does not exist".encode() in log_path.read_bytes(), what="the missing topic")
+        ensure_topic(bootstrap_servers=broker.bootstrap, topic=topic, partitions=3, timeout=10)
         enqueue_many([{"type": "DEMO_TASK"} for _ in range(5)])
         relay = OutboxRelay(bootstrap_servers=broker.bootstrap, topic=topic)
         wait_for(
@@ -501,3 +514,90 @@ def test_consumer_started_before_kafka_waits_for_it_then_consumes(tmp_path: Path
             child.wait()
         broker.stop()
     assert_audit_equals_outbox()
+
+
+# -- the topic: looked for, never created; a running consumer rejoins when it was lost and provisioned again --
+
+
+@pytest.mark.django_db(transaction=True)
+def test_consumer_never_creates_a_missing_topic_it_alerts_and_waits_for_it(private_broker, caplog):
+    """A lost topic re-created empty would hide the events it held (findings F7, F8): the consumer only looks.
+
+    ``start()`` on a broker without the topic logs an error, sets ``audit_topic_missing`` and
+    raises ``TopicMissing`` (``run()`` backs off and tries again); the topic is not created, by
+    the consumer nor by the broker. Once it is provisioned, ``start()`` joins and clears the gauge.
+    """
+    topic, group = unique_topic(), unique_topic("stint-audit-test")
+    consumer = AuditConsumer(bootstrap_servers=private_broker.bootstrap, topics=[topic], group_id=group)
+    admin = AdminClient({"bootstrap.servers": private_broker.bootstrap})
+    try:
+        with caplog.at_level(logging.ERROR, logger="audit.consumer"), pytest.raises(TopicMissing):
+            consumer.start()
+        assert f"topic {topic} does not exist" in caplog.text
+        assert metric("audit_topic_missing") == 1
+        assert topic not in admin.list_topics(timeout=10).topics
+
+        ensure_topic(bootstrap_servers=private_broker.bootstrap, topic=topic, partitions=2, timeout=10)
+        consumer.start()
+        assert metric("audit_topic_missing") == 0
+    finally:
+        consumer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_running_consumer_gets_its_topic_back_after_the_broker_lost_it_and_it_was_provisioned(private_broker, caplog):
+    """Finding F8: after the broker lost the topic and it was provisioned again, a running consumer stored nothing.
+
+    It was assigned nothing for good (the group on the restarted broker never gave it the new
+    topic's partitions); now a consumer that holds no partition while its topic exists and holds
+    events its group has not committed replaces its Kafka client (with backoff), and the new
+    client joins and is assigned the partitions.
+    """
+    topic, group = unique_topic(), unique_topic("stint-audit-test")
+    ensure_topic(bootstrap_servers=private_broker.bootstrap, topic=topic, partitions=3, timeout=10)
+    consumer = AuditConsumer(
+        bootstrap_servers=private_broker.bootstrap, topics=[topic], group_id=group, poll_timeout=0.2
+    )
+    relays: list[OutboxRelay] = []
+
+    def relay_all() -> None:
+        relays.append(relay := OutboxRelay(bootstrap_servers=private_broker.bootstrap, topic=topic))
+        wait_for(
+            lambda: not OutboxEvent.objects.filter(published_at=None).exists(), what="the relay", step=relay.run_once
+        )
+        relay.close()
+
+    rejoins = metric("audit_consumer_rejoins_total")
+    caplog.set_level(logging.INFO, logger="audit.consumer")
+    try:
+        consumer.start()
+        first = enqueue_many([{"type": "DEMO_TASK"}])[0]
+        relay_all()
+        wait_for(
+            lambda: AuditEvent.objects.filter(job_id=first).exists(), what="the first event", step=consumer.run_once
+        )
+
+        private_broker.stop()
+        private_broker.start()  # memory storage: the topic and the group's offsets are gone
+        wait_for(
+            lambda: f"{group}: assigned nothing" in caplog.text,
+            what="the consumer's group to assign it nothing (its topic is gone)",
+            step=consumer.run_once,
+        )
+        ensure_topic(bootstrap_servers=private_broker.bootstrap, topic=topic, partitions=3, timeout=10)
+        second = enqueue_many([{"type": "DEMO_TASK"}])[0]
+        relay_all()
+
+        wait_for(
+            lambda: AuditEvent.objects.filter(job_id=second).exists(),
+            what="the event relayed after the topic was provisioned again",
+            step=consumer.run_once,
+        )
+        assert consumer.assignment()
+        assert metric("audit_consumer_rejoins_total") > rejoins
+        assert "replacing its Kafka client" in caplog.text
+    finally:
+        consumer.close()
+        for relay in relays:
+            relay.close()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from chaos import plan
+from chaos import plan, runner
 from chaos.plan import PROFILES, SCENARIO_NAMES, expected_status, fault_schedule, job_mix, rng_for
+from config import db_session
+from scheduler.maintenance.reconciler import minimum_reconcile_after_seconds
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -40,6 +42,23 @@ def test_holds_outlast_what_they_must(profile, seed):
     assert down.hold >= 3 * plan.CRON_INTERVAL_SECONDS
     (cut,) = fault_schedule("partition-h3", p, seed)
     assert cut.hold > plan.LEASE_SECONDS
+    (long_cut,) = fault_schedule("partition-h3-long", p, seed)
+    assert long_cut.hold - runner.RELEASE_CHECK_BEFORE_HEAL_SECONDS > plan.RELEASE_BOUND_SECONDS
+
+
+def test_the_release_bound_outlasts_the_keepalive_bounds():
+    keepalives = db_session.KEEPALIVE_IDLE_SECONDS + db_session.KEEPALIVE_INTERVAL_SECONDS * db_session.KEEPALIVE_COUNT
+    assert plan.RELEASE_BOUND_SECONDS > max(keepalives, db_session.TCP_USER_TIMEOUT_MS / 1000)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_broker_restart_leaves_the_reconciler_time_to_repair(profile):
+    assert plan.RECONCILE_AFTER_SECONDS >= minimum_reconcile_after_seconds(
+        lock_hold_seconds=plan.OUTBOX_LOCK_HOLD_SECONDS
+    )
+    bound = plan.recovery_bound("broker-restart", PROFILES[profile])
+    assert bound >= plan.RECONCILE_AFTER_SECONDS * 1.25 + 30  # the grace, one check interval, then the rest
+    assert plan.recovery_bound("worker-kill", PROFILES[profile]) == PROFILES[profile].recovery_bound_seconds
 
 
 @pytest.mark.parametrize("seed", range(20))

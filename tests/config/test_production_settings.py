@@ -56,6 +56,13 @@ def test_check_deploy_is_clean():
         ({"JWT_SIGNING_KEY": "é" * 15}, "JWT_SIGNING_KEY must be set to at least 32 bytes"),  # 30 bytes
         ({"SECRET_KEY": "k" * 40, "JWT_SIGNING_KEY": "k" * 40}, "JWT_SIGNING_KEY must differ from SECRET_KEY"),
         ({"DEBUG": "true"}, "DEBUG must be off in production"),
+        # The reconciler's checkpoint must not pass a mark that commits late (scheduler.maintenance.reconciler).
+        ({"STINT_AUDIT_RECONCILE_AFTER_SECONDS": "69"}, "must be at least STINT_OUTBOX_LOCK_HOLD_SECONDS + 10 (70)"),
+        (
+            {"STINT_OUTBOX_LOCK_HOLD_SECONDS": "10", "STINT_AUDIT_RECONCILE_AFTER_SECONDS": "19"},
+            "must be at least STINT_OUTBOX_LOCK_HOLD_SECONDS + 10 (20)",
+        ),
+        ({"STINT_OUTBOX_LOCK_HOLD_SECONDS": "7"}, "must exceed the delivery timeout"),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
@@ -63,6 +70,12 @@ def test_start_up_refuses_unsafe_settings(overrides, message):
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert message in result.stderr
+
+
+def test_a_short_reconcile_grace_is_accepted_with_a_short_enough_lock_hold():
+    """The chaos cluster's timing (chaos.plan): a 10 s lock hold allows a 20 s grace."""
+    result = _production("-c", SETUP, STINT_OUTBOX_LOCK_HOLD_SECONDS="10", STINT_AUDIT_RECONCILE_AFTER_SECONDS="20")
+    assert result.returncode == 0, result.stderr
 
 
 def test_production_defaults_are_hardened():

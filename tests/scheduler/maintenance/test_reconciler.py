@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 from audit.models import AuditEvent
 from scheduler.enqueuing import enqueue_many
 from scheduler.maintenance import default_services
-from scheduler.maintenance.reconciler import _SCAN_SQL, STATE_NAME, AuditReconciler
+from scheduler.maintenance.reconciler import _SCAN_SQL, STATE_NAME, AuditReconciler, minimum_reconcile_after_seconds
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent, OutboxReconcile
 from tests.support import kafka as kafka_support
@@ -44,15 +44,20 @@ def outbox_event(*, published_at: dt.datetime | None, audited: bool, received_at
     return event.id
 
 
-def audit_row(*, received_at: dt.datetime, event_id: uuid.UUID | None = None) -> None:
-    """An audit row received at ``received_at``; the newest one tells the reconciler when the consumer last stored."""
+def audit_row(
+    *, received_at: dt.datetime, event_id: uuid.UUID | None = None, occurred_at: dt.datetime | None = None
+) -> None:
+    """An audit row received at ``received_at`` of an event that occurred at ``occurred_at`` (default: the same).
+
+    The newest one tells the reconciler when the consumer last stored, and how far it had got.
+    """
     row = AuditEvent.objects.create(
         event_id=event_id or uuid.uuid4(),
         job_id=uuid.uuid4(),
         event_type="JOB_QUEUED",
         sequence=1,
         to_status="QUEUED",
-        occurred_at=received_at,
+        occurred_at=occurred_at or received_at,
     )
     AuditEvent.objects.filter(id=row.id).update(received_at=received_at)
 
@@ -88,7 +93,9 @@ def test_an_event_published_long_enough_ago_without_its_audit_row_is_published_a
 
 def test_while_the_audit_consumer_is_stopped_missing_events_wait_instead_of_being_published_again(db):
     missing = outbox_event(published_at=T - 10 * MINUTE, audited=False)
-    audit_row(received_at=T - 8 * MINUTE)  # its last row: 2 minutes after the event, then nothing
+    # Its last row, stored 2 minutes after the event was published, holds an older event: it stopped
+    # (or fell behind) before it reached the missing one.
+    audit_row(received_at=T - 8 * MINUTE, occurred_at=T - 11 * MINUTE)
 
     assert AuditReconciler().run_once(now=T) == 0
     assert published_at(missing) == T - 10 * MINUTE
@@ -97,6 +104,33 @@ def test_while_the_audit_consumer_is_stopped_missing_events_wait_instead_of_bein
     audit_row(received_at=T - dt.timedelta(seconds=5))  # the consumer is back and has moved on
     assert AuditReconciler().run_once(now=T) == 1
     assert published_at(missing) is None
+
+
+def test_an_event_lost_before_later_ones_were_stored_is_repaired_after_the_grace_with_no_newer_traffic(db):
+    """Finding F5: the broker lost an acknowledged event; the consumer stored the events published after it.
+
+    The traffic then stopped, so the consumer stored nothing ``after`` seconds past the lost
+    event. It had got past it all the same (it stored an event that occurred after the lost one
+    was published): the event is lost, not waiting, and is published again once its grace ends.
+    """
+    lost = outbox_event(published_at=T - 10 * MINUTE, audited=False)
+    audit_row(
+        received_at=T - 10 * MINUTE + dt.timedelta(seconds=8), occurred_at=T - 10 * MINUTE + dt.timedelta(seconds=5)
+    )
+
+    assert AuditReconciler().run_once(now=T) == 1
+    assert published_at(lost) is None
+
+
+def test_the_grace_may_be_as_short_as_the_relays_lock_hold_allows_and_no_shorter(settings):
+    """A mark commits at most the relay's lock hold after its ``published_at``; the grace must outlast that."""
+    settings.OUTBOX_LOCK_HOLD_SECONDS = 10
+    settings.AUDIT_RECONCILE_AFTER_SECONDS = 20
+    reconciler = AuditReconciler()
+    assert reconciler.after == dt.timedelta(seconds=20)
+    assert reconciler.interval_seconds == 5.0  # a repair comes at most a quarter of the grace late
+    assert minimum_reconcile_after_seconds(lock_hold_seconds=10) == 20
+    assert minimum_reconcile_after_seconds(lock_hold_seconds=60) == 70
 
 
 def test_events_older_than_the_outbox_retention_are_not_checked(db):
