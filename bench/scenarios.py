@@ -222,6 +222,8 @@ def _drain(ctx: Ctx, run: Run, jobs: int) -> dict[str, Any]:
         slow = harness.counters(ctx, run.database, exclude_user=harness.OBSERVER)
         after = harness.Counters(commits=slow.commits, statements=fast.statements, wal_lsn=fast.wal_lsn)
         out.update(harness.per_job(before, after, jobs, own_commits=run.observer_polls))
+        # The drain's WAL range, for `pg_waldump --stats=record -s/-e` on .bench/pg (a breakdown by record kind).
+        out["wal_lsn_range"] = [before.wal_lsn, after.wal_lsn]
     return out
 
 
