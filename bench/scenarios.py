@@ -427,7 +427,8 @@ def relay(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
         rate, opened = stats.drain_rate(run.starts.by_pid, jobs=jobs, end=end)
         # The relay's pace over its busy span: the drain's events from the first to the last publication.
         published, span = conn.execute(
-            "SELECT count(*), extract(epoch FROM max(published_at) - min(published_at)) FROM stint_outbox"
+            "SELECT coalesce(sum(event_count), 0), extract(epoch FROM max(published_at) - min(published_at))"
+            " FROM stint_outbox"
             " WHERE occurred_at >= to_timestamp(%s) AND published_at IS NOT NULL",
             [since],
         ).fetchone()
