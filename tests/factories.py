@@ -9,7 +9,7 @@ import factory
 from django.utils import timezone
 
 from accounts.models import Role, User
-from scheduler.models import Job
+from scheduler.models import Job, OutboxBatch
 from scheduler.states import JobStatus
 
 PASSWORD = "correct-Horse-battery-9"
@@ -79,3 +79,31 @@ class JobFactory(factory.django.DjangoModelFactory):
             status=JobStatus.DEAD, attempts=4, finished_at=factory.LazyFunction(timezone.now), last_error="boom"
         )
         cancelled = factory.Trait(status=JobStatus.CANCELLED, finished_at=factory.LazyFunction(timezone.now))
+
+
+def outbox_row(
+    *events: dict[str, object], occurred_at: dt.datetime, published_at: dt.datetime | None = None
+) -> OutboxBatch:
+    """One outbox row holding ``events`` (entries as ``scheduler.lifecycle`` writes them), written directly.
+
+    Each event dict may leave out keys: ``event_id`` defaults to a new uuid, ``owner_id`` to None,
+    ``attempt`` to 0, ``from_status`` to "", ``payload`` to {}; ``event_type``, ``job_id``,
+    ``sequence`` and ``to_status`` are required.
+    """
+    entries = [
+        {
+            "event_id": str(e.get("event_id") or uuid.uuid4()),
+            "event_type": e["event_type"],
+            "job_id": str(e["job_id"]),
+            "owner_id": e.get("owner_id"),
+            "sequence": e["sequence"],
+            "attempt": e.get("attempt", 0),
+            "from_status": e.get("from_status", ""),
+            "to_status": e["to_status"],
+            "payload": e.get("payload", {}),
+        }
+        for e in events
+    ]
+    return OutboxBatch.objects.create(
+        occurred_at=occurred_at, published_at=published_at, event_count=len(entries), events=entries
+    )

@@ -303,6 +303,8 @@ class OutboxRelay:
         """Produce one message per event ``(row id, position, value, key, event type)``, flush.
 
         Returns (ids of the rows whose every event was delivered, events not delivered, first error).
+        An event the producer refuses at once fails alone: the other rows of the batch are still
+        marked, its row is not.
         """
         producer = self._producer_client()
         produce, topic, headers = producer.produce, self.topic, self._headers
@@ -315,13 +317,16 @@ class OutboxRelay:
             header = headers.get(event_type)
             if header is None:
                 header = headers[event_type] = [(HEADER_EVENT_TYPE, event_type.encode())]
-            produce(
-                topic,
-                value=value,
-                key=key,
-                headers=header,
-                on_delivery=lambda err, _msg, index=index: report(index, err),
-            )
+            try:
+                produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=header,
+                    on_delivery=lambda err, _msg, index=index: report(index, err),
+                )
+            except KafkaException as exc:  # refused at once (e.g. larger than message.max.bytes): this event fails
+                report(index, exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else KafkaError(-1))
         remaining = producer.flush(self.delivery_timeout_ms / 1000 + FLUSH_GRACE_SECONDS)
         incomplete: set[int] = set()
         failed = 0

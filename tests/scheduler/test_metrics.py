@@ -27,7 +27,7 @@ from core.pg_connect import pg_connect
 from scheduler import metrics
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.metrics import ClusterStateCollector, register_cluster_state
-from scheduler.models import Job, OutboxEvent, WorkerNode
+from scheduler.models import Job, OutboxBatch, OutboxEvent, WorkerNode
 from scheduler.services import enqueue, enqueue_many, job_cancel
 from scheduler.states import JobStatus
 from tests.factories import JobFactory
@@ -221,10 +221,9 @@ def test_cluster_state_collector_counts_depth_workers_and_outbox_backlog() -> No
     JobFactory(dead=True, queue="other", owner=None)  # waits for a person: not counted
     enqueue("DEMO_TASK", queue="idle")
     job_cancel(job_id=enqueue("DEMO_TASK", queue="idle").id)
-    OutboxEvent.objects.filter(job_id__in=list(OutboxEvent.objects.values_list("job_id", flat=True)[:1])).update(
-        published_at=Now()
-    )
-    unpublished = OutboxEvent.objects.filter(published_at__isnull=True).count()
+    OutboxBatch.objects.filter(id=OutboxBatch.objects.order_by("id").values("id")[:1]).update(published_at=Now())
+    unpublished = OutboxEvent.objects.filter(published_at__isnull=True).count()  # events, not rows
+    assert unpublished == 3 > OutboxBatch.objects.filter(published_at__isnull=True).count()
     now = timezone.now()
     node = {
         "hostname": "h",
