@@ -223,7 +223,7 @@ def test_cluster_state_collector_counts_depth_workers_and_outbox_backlog() -> No
     job_cancel(job_id=enqueue("DEMO_TASK", queue="idle").id)
     OutboxBatch.objects.filter(id=OutboxBatch.objects.order_by("id").values("id")[:1]).update(published_at=Now())
     unpublished = OutboxEvent.objects.filter(published_at__isnull=True).count()  # events, not rows
-    assert unpublished == 3 > OutboxBatch.objects.filter(published_at__isnull=True).count()
+    assert unpublished == 5 > OutboxBatch.objects.filter(published_at__isnull=True).count() == 3
     now = timezone.now()
     node = {
         "hostname": "h",
