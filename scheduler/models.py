@@ -142,24 +142,11 @@ class Job(models.Model):
         )
 
 
-# JOB_LINK: why JobAttempt.job and JobResult.job carry no database foreign key. Both rows are
-# written only by the outcome/rescue transition of ``scheduler.lifecycle`` (its ``also`` CTEs),
-# in the statement that has just locked and updated their job, so the job exists; they are deleted
-# with their job by the pruner (one statement) and by Django's cascade (``on_delete=CASCADE`` is
-# applied by the ORM, constraint or not). The deferred constraint's check cost, per attempt and
-# per result, a query at commit and a KEY SHARE lock on the job row: a WAL record each, about 190
-# bytes of a drained job's ~2.4 kB (bench/wal_breakdown.py; migration 0011).
-
-
 class JobAttempt(models.Model):
     """One execution of a job by a worker."""
 
-    # No index of its own: the unique (job, attempt_number) index serves every lookup by job. No
-    # database foreign key either (``JOB_LINK``): the row is written by the statement that holds
-    # its job locked, and deleted with it.
-    job = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="attempt_set", db_index=False, db_constraint=False
-    )
+    # No index of its own: the unique (job, attempt_number) index serves every lookup by job.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set", db_index=False)
     attempt_number = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=AttemptStatus.choices, default=AttemptStatus.RUNNING)
     worker = models.CharField(max_length=100, blank=True, default="")
@@ -183,9 +170,7 @@ class JobAttempt(models.Model):
 class JobResult(models.Model):
     """The outcome of a job's latest finished attempt (one row per job)."""
 
-    job = models.OneToOneField(  # no database foreign key: see JOB_LINK
-        Job, primary_key=True, on_delete=models.CASCADE, related_name="result", db_constraint=False
-    )
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="result")
     attempt = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=AttemptStatus.choices)
     result = models.JSONField(null=True, blank=True)
