@@ -154,13 +154,13 @@ def scalar(sql: str, params: list[Any] | None = None) -> Any:
 
 
 def unpublished() -> int:
-    """Outbox rows not yet confirmed by Kafka (the relay's backlog)."""
-    return scalar("SELECT count(*) FROM stint_outbox WHERE published_at IS NULL")
+    """Outbox events not yet confirmed by Kafka (the relay's backlog)."""
+    return scalar("SELECT coalesce(sum(event_count), 0) FROM stint_outbox WHERE published_at IS NULL")
 
 
 # Outbox events not (yet) in the audit table; `make bench` runs it over psycopg, the others over Django.
 AUDIT_MISSING_SQL = (
-    "SELECT count(*) FROM stint_outbox o WHERE NOT EXISTS "
+    "SELECT count(*) FROM stint_outbox_event o WHERE NOT EXISTS "
     "(SELECT 1 FROM stint_audit_event a WHERE a.event_id = o.event_id)"
 )
 
@@ -194,7 +194,7 @@ def event_figures(*, since: Any) -> dict[str, Any]:
             WITH e AS (
                 SELECT extract(epoch FROM a.received_at - o.occurred_at) * 1000 AS ms,
                        extract(epoch FROM o.published_at - o.occurred_at) * 1000 AS relay_ms
-                FROM stint_outbox o JOIN stint_audit_event a ON a.event_id = o.event_id
+                FROM stint_outbox_event o JOIN stint_audit_event a ON a.event_id = o.event_id
                 WHERE o.occurred_at >= %s
             )
             SELECT count(*), {quantiles}, max(ms),
@@ -204,7 +204,7 @@ def event_figures(*, since: Any) -> dict[str, Any]:
             [since],
         )
         n, q, worst, relay_q = cursor.fetchone()
-        cursor.execute("SELECT count(*) FROM stint_outbox WHERE occurred_at >= %s", [since])
+        cursor.execute("SELECT coalesce(sum(event_count), 0) FROM stint_outbox WHERE occurred_at >= %s", [since])
         events = cursor.fetchone()[0]
         cursor.execute("SELECT count(*) - count(DISTINCT event_id) FROM stint_audit_event")
         duplicates = cursor.fetchone()[0]

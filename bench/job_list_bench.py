@@ -67,12 +67,12 @@ _SEED_ATTEMPTS = """
            finished_at, '', ''
     FROM stint_job WHERE status <> 'SCHEDULED'
 """
-# One published outbox event and its audit row per finished job: the pruner deletes both with it.
+# One published outbox event (a row of one) and its audit row per finished job (the pruner deletes the audit row).
 _SEED_EVENTS = """
-    INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status, to_status,
-                              schema_version, payload, occurred_at, published_at)
-    SELECT gen_random_uuid(), 'JOB_COMPLETED', id, owner_id, 4, 1, 'RUNNING', status, 1, '{}'::jsonb,
-           finished_at, finished_at
+    INSERT INTO stint_outbox (schema_version, occurred_at, published_at, event_count, events)
+    SELECT 1, finished_at, finished_at, 1, jsonb_build_array(jsonb_build_object(
+        'event_id', gen_random_uuid(), 'event_type', 'JOB_COMPLETED', 'job_id', id, 'owner_id', owner_id,
+        'sequence', 4, 'attempt', 1, 'from_status', 'RUNNING', 'to_status', status, 'payload', '{}'::jsonb))
     FROM stint_job WHERE status <> 'SCHEDULED'
 """
 _SEED_AUDIT = """
@@ -80,7 +80,7 @@ _SEED_AUDIT = """
                                    to_status, schema_version, payload, occurred_at, received_at)
     SELECT event_id, job_id, event_type, owner_id, sequence, attempt, from_status, to_status, 1, '{}'::jsonb,
            occurred_at, occurred_at
-    FROM stint_outbox
+    FROM stint_outbox_event
 """
 
 

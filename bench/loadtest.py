@@ -350,7 +350,7 @@ def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_code
             """
         )
         lags = [float(r[0]) for r in cursor.fetchall()]
-        cursor.execute("SELECT count(*) FROM stint_outbox")
+        cursor.execute("SELECT coalesce(sum(event_count), 0) FROM stint_outbox")
         events = cursor.fetchone()[0]
     jobs = sum(final_states.values())
     return {

@@ -27,18 +27,21 @@ from bench.event_stack import fresh_database, provision_topic, setup_django  # n
 
 BENCH_DB = "stint_bench_relay"
 TIMEOUT_SECONDS = 300.0  # give up on either phase after this long
+# Outbox rows of 100 events each, as a worker's outcome batches write them.
 _INSERT_SQL = """
-    INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status, to_status,
-                              schema_version, payload, occurred_at)
-    SELECT gen_random_uuid(), 'JOB_COMPLETED', gen_random_uuid(), 1, 3, 1, 'RUNNING', 'SUCCESS', 1,
-           '{"type": "DEMO_TASK", "queue": "default", "priority": "MEDIUM", "result": {"echo": null}}'::jsonb, now()
-    FROM generate_series(1, %s)
+    INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
+    SELECT 1, now(), count(*), jsonb_agg(jsonb_build_object(
+        'event_id', gen_random_uuid(), 'event_type', 'JOB_COMPLETED', 'job_id', gen_random_uuid(), 'owner_id', 1,
+        'sequence', 3, 'attempt', 1, 'from_status', 'RUNNING', 'to_status', 'SUCCESS',
+        'payload', '{"type": "DEMO_TASK", "queue": "default", "priority": "MEDIUM", "result": {"echo": null}}'::jsonb))
+    FROM generate_series(0, %s - 1) AS n
+    GROUP BY n / 100
 """
 
 
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=60_000, help="outbox rows to drain (default 60,000)")
+    parser.add_argument("--events", type=int, default=60_000, help="outbox events, rows of 100 (default 60,000)")
     return parser.parse_args()
 
 

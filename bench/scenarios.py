@@ -222,6 +222,8 @@ def _drain(ctx: Ctx, run: Run, jobs: int) -> dict[str, Any]:
         slow = harness.counters(ctx, run.database, exclude_user=harness.OBSERVER)
         after = harness.Counters(commits=slow.commits, statements=fast.statements, wal_lsn=fast.wal_lsn)
         out.update(harness.per_job(before, after, jobs, own_commits=run.observer_polls))
+        # The drain's WAL range, for `pg_waldump --stats=record -s/-e` on .bench/pg (a breakdown by record kind).
+        out["wal_lsn_range"] = [before.wal_lsn, after.wal_lsn]
     return out
 
 
@@ -426,7 +428,8 @@ def relay(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
         rate, opened = stats.drain_rate(run.starts.by_pid, jobs=jobs, end=end)
         # The relay's pace over its busy span: the drain's events from the first to the last publication.
         published, span = conn.execute(
-            "SELECT count(*), extract(epoch FROM max(published_at) - min(published_at)) FROM stint_outbox"
+            "SELECT coalesce(sum(event_count), 0), extract(epoch FROM max(published_at) - min(published_at))"
+            " FROM stint_outbox"
             " WHERE occurred_at >= to_timestamp(%s) AND published_at IS NOT NULL",
             [since],
         ).fetchone()

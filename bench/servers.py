@@ -29,6 +29,10 @@ PG_SETTINGS = {  # passed with -c; shown in the results
     "fsync": "on",
     "synchronous_commit": "on",
 }
+# BENCH_WAL_KEEP_SIZE=2GB keeps a run's WAL in .bench/pg/pg_wal, so bench/wal_breakdown.py can
+# read a scenario's range (its results carry wal_lsn_range) with pg_waldump.
+if os.environ.get("BENCH_WAL_KEEP_SIZE"):
+    PG_SETTINGS["wal_keep_size"] = os.environ["BENCH_WAL_KEEP_SIZE"]
 
 
 def debian_bindir() -> Path | None:

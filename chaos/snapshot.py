@@ -56,8 +56,8 @@ def backlog(conn: psycopg.Connection, owner_id: int) -> dict[str, int]:
         SELECT
           (SELECT count(*) FROM stint_job WHERE owner_id = %(o)s AND status NOT IN {FINISHED_SQL}
              AND NOT (status IN ('SCHEDULED', 'RETRYING') AND scheduled_at > now() + interval '1 hour')),
-          (SELECT count(*) FROM stint_outbox WHERE owner_id = %(o)s AND published_at IS NULL),
-          (SELECT count(*) FROM stint_outbox o WHERE o.owner_id = %(o)s
+          (SELECT count(*) FROM stint_outbox_event WHERE owner_id = %(o)s AND published_at IS NULL),
+          (SELECT count(*) FROM stint_outbox_event o WHERE o.owner_id = %(o)s
              AND NOT EXISTS (SELECT 1 FROM stint_audit_event a WHERE a.event_id = o.event_id))
         """,  # noqa: S608 - a constant list
         {"o": owner_id},
@@ -156,7 +156,7 @@ def collect(
         for r in conn.execute(
             """
             SELECT job_id::text, event_id::text, sequence, attempt, from_status, to_status, published_at IS NOT NULL
-            FROM stint_outbox WHERE owner_id = %(o)s
+            FROM stint_outbox_event WHERE owner_id = %(o)s
             """,
             o,
         )

@@ -274,7 +274,8 @@ SCHEDULER = {
     # The shortest gap between two fires of a USER's schedule (ADMINs are exempt; 0: no minimum).
     "MIN_SCHEDULE_INTERVAL_SECONDS": env.int("STINT_MIN_SCHEDULE_INTERVAL_SECONDS", default=60),
     # Retention of finished jobs by status, in days (0: keep forever): run_scheduler's pruner deletes
-    # older ones with their attempts, result, outbox rows and audit events.
+    # older ones with their attempts, result and audit events (their published outbox events go
+    # with their outbox row, by OUTBOX_RETENTION_DAYS).
     "RETENTION_SUCCESS_DAYS": env.int("STINT_RETENTION_SUCCESS_DAYS", default=7),
     "RETENTION_CANCELLED_DAYS": env.int("STINT_RETENTION_CANCELLED_DAYS", default=7),
     "RETENTION_FAILED_DAYS": env.int("STINT_RETENTION_FAILED_DAYS", default=30),

@@ -16,7 +16,7 @@ from django.db.models import Count, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 
 from scheduler.leadership import DEFAULT_ROLE
-from scheduler.models import Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
+from scheduler.models import Job, JobAttempt, LeaderFence, OutboxBatch, Queue, WorkerNode
 from scheduler.selectors import worker_alive_q
 from scheduler.states import AttemptStatus, JobStatus
 
@@ -198,7 +198,10 @@ def dashboard_data() -> Dashboard:
         total=Sum("concurrency", filter=alive),
     )
     fence = LeaderFence.objects.filter(role=DEFAULT_ROLE).first()
-    outbox = OutboxEvent.objects.filter(published_at__isnull=True).aggregate(n=Count("id"), oldest=Min("occurred_at"))
+    # Events, not rows (a row holds the events of one statement): the sum walks outbox_unpublished.
+    outbox = OutboxBatch.objects.filter(published_at__isnull=True).aggregate(
+        n=Sum("event_count"), oldest=Min("occurred_at")
+    )
     return Dashboard(
         now=now,
         by_status=by_status,

@@ -1,7 +1,8 @@
 """The lifecycle-event contract: the JSON of a message on ``job-lifecycle-events``, shared by relay and consumer.
 
-The outbox relay (``scheduler.maintenance.relay``) encodes outbox rows with ``MESSAGE_SQL``: the
-database builds each message's JSON text itself, so the relay's Python only hands bytes to the
+The outbox relay (``scheduler.maintenance.relay``) encodes the events of outbox rows with
+``MESSAGE_SQL`` (one message per event, whatever the row holds): the database builds each
+message's JSON text itself, so the relay's Python only hands bytes to the
 producer. The audit consumer (``audit.consumer.parse_event``) reads the same shape back.
 docs/events.md documents every field.
 """
@@ -35,36 +36,47 @@ _OCCURRED_AT_SQL = """to_char(o.occurred_at AT TIME ZONE 'UTC',
     CASE WHEN extract(microseconds FROM o.occurred_at) %% 1000000 = 0
          THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"' ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"' END)"""
 
-# The message value of the outbox row ``o`` (a ``LifecycleEvent``) as JSON text, its key (the job
-# id) and its event type, in that order. Written for a cursor with parameters (``%%`` is ``%``).
+# An outbox row ``o`` (``stint_outbox``) holds the events one statement wrote: ``events`` is a JSON
+# array of entries (``scheduler.models.EVENT_KEYS``), ``occurred_at`` and ``schema_version`` are
+# the row's. ``EVENTS_OF`` joins each row to its entries ``e.ev`` and their 1-based ``e.position``,
+# the order the relay produces them in (a job's events in sequence order).
+EVENTS_OF = "CROSS JOIN LATERAL jsonb_array_elements(o.events) WITH ORDINALITY AS e(ev, position)"
+
+# The message value of the event ``e.ev`` of outbox row ``o`` (a ``LifecycleEvent``) as JSON text,
+# its key (the job id) and its event type, in that order. Written for a cursor with parameters
+# (``%%`` is ``%``).
 MESSAGE_SQL = f"""
     json_build_object(
         'schema_version', o.schema_version,
-        'event_id', o.event_id,
-        'event_type', o.event_type,
-        'job_id', o.job_id,
-        'owner_id', o.owner_id,
-        'sequence', o.sequence,
-        'attempt', o.attempt,
-        'from_status', nullif(o.from_status, ''),
-        'to_status', o.to_status,
+        'event_id', e.ev->>'event_id',
+        'event_type', e.ev->>'event_type',
+        'job_id', e.ev->>'job_id',
+        'owner_id', e.ev->'owner_id',
+        'sequence', e.ev->'sequence',
+        'attempt', e.ev->'attempt',
+        'from_status', nullif(e.ev->>'from_status', ''),
+        'to_status', e.ev->>'to_status',
         'occurred_at', {_OCCURRED_AT_SQL},
-        'payload', coalesce(o.payload, '{{}}'::jsonb)
+        'payload', coalesce(e.ev->'payload', '{{}}'::jsonb)
     )::text,
-    o.job_id::text,
-    o.event_type
+    e.ev->>'job_id',
+    e.ev->>'event_type'
 """
 
 
-def outbox_message(*, outbox_id: int) -> tuple[str, str, str] | None:
-    """Return ``(value, key, event_type)`` of outbox row ``outbox_id`` as the relay sends it, or None if absent.
+def outbox_message(*, outbox_id: int, position: int = 1) -> tuple[str, str, str] | None:
+    """Return ``(value, key, event_type)`` of event ``position`` (1-based) of outbox row ``outbox_id``, or None.
 
-    ``value`` is the ``LifecycleEvent`` JSON text, ``key`` the job id. For inspection and tests;
-    the relay encodes its whole batch in its lease statement.
+    ``value`` is the ``LifecycleEvent`` JSON text, ``key`` the job id, exactly as the relay sends
+    it. None when the row or the position does not exist. For inspection and tests; the relay
+    encodes its whole batch in its lease statement.
     """
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {MESSAGE_SQL} FROM stint_outbox o WHERE o.id = %s", [outbox_id])  # noqa: S608
+        cursor.execute(
+            f"SELECT {MESSAGE_SQL} FROM stint_outbox o {EVENTS_OF} WHERE o.id = %s AND e.position = %s",  # noqa: S608
+            [outbox_id, position],
+        )
         row = cursor.fetchone()
     return (row[0], row[1], row[2]) if row is not None else None

@@ -32,7 +32,7 @@ class EventStreamConf:
     session_timeout_ms: int  # KAFKA_SESSION_TIMEOUT_MS (consumers)
     audit_group: str  # KAFKA_AUDIT_GROUP
     delivery_timeout_ms: int  # KAFKA_DELIVERY_TIMEOUT_MS: every delivery report arrives within it
-    outbox_batch_size: int  # OUTBOX_BATCH_SIZE: rows the relay leases, produces and marks together
+    outbox_batch_size: int  # OUTBOX_BATCH_SIZE: events the relay leases (whole rows), produces and marks together
     outbox_relay_interval_seconds: float  # OUTBOX_RELAY_INTERVAL_SECONDS
     outbox_retention_days: int  # OUTBOX_RETENTION_DAYS: published rows kept this long
     outbox_lock_hold_seconds: int  # OUTBOX_LOCK_HOLD_SECONDS: a stuck relay's session ends after this

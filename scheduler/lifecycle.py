@@ -20,8 +20,8 @@ Which of retry, dead-letter or cancel follows a failed attempt is ``retry.after_
 decided by the callers; the verbs only write. Each verb is one SQL statement per target status
 (``_transition``): a conditional ``UPDATE ... WHERE status = ANY(expected)`` (fenced by
 ``lease_token`` where a worker holds the job) whose returned rows say which jobs moved, chained
-by data-modifying CTEs to the ``INSERT`` of their ``OutboxEvent`` rows (and attempt and result
-rows), with the job's ``event_sequence`` incremented in the same UPDATE so that per-job
+by data-modifying CTEs to the ``INSERT`` of ONE ``OutboxBatch`` row holding an event per moved
+job (and of attempt and result rows), with the job's ``event_sequence`` incremented in the same UPDATE so that per-job
 sequences have no gaps. The caller supplies the transaction.
 """
 
@@ -70,6 +70,15 @@ class _Sql:
 
     text: str
 
+
+# One entry of an outbox row's ``events`` array (``scheduler.models.EVENT_KEYS``): every statement
+# that moves jobs writes ONE ``stint_outbox`` row holding ``jsonb_agg`` of these, one per event, in
+# the order the relay produces them. Filled with SQL expressions by ``str.format``.
+EVENT_SQL = (
+    "jsonb_build_object('event_id', gen_random_uuid(), 'event_type', {event}, 'job_id', {job},"
+    " 'owner_id', {owner}, 'sequence', {sequence}, 'attempt', {attempt}, 'from_status', {source},"
+    " 'to_status', {to}, 'payload', {payload})"
+)
 
 _NOW = _Sql("now()")
 _NULL = _Sql("NULL")
@@ -190,14 +199,22 @@ def _transition(
             RETURNING j.id, l.old_status, j.event_sequence, j.attempts, j.owner_id, j.type, j.queue,
                       j.priority, v.evp
         ), ev AS (
-            INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt,
-                                      from_status, to_status, schema_version, payload, occurred_at)
-            SELECT gen_random_uuid(), %(event)s, id, owner_id, event_sequence, attempts, old_status,
-                   %(to)s, {SCHEMA_VERSION},
-                   jsonb_build_object('type', type, 'queue', queue,
-                                      'priority', {PRIORITY_NAME.format("priority")}) || evp,
-                   now()
+            INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
+            SELECT {SCHEMA_VERSION}, now(), count(*), jsonb_agg({
+        EVENT_SQL.format(
+            event="%(event)s::text",
+            job="id",
+            owner="owner_id",
+            sequence="event_sequence",
+            attempt="attempts",
+            source="old_status",
+            to="%(to)s::text",
+            payload=f"jsonb_build_object('type', type, 'queue', queue, "
+            f"'priority', {PRIORITY_NAME.format('priority')}) || evp",
+        )
+    } ORDER BY id)
             FROM moved
+            HAVING count(*) > 0
         ){"".join(f", {cte}" for cte in also)}
         SELECT id, old_status, event_sequence, attempts FROM moved
     """  # noqa: S608 - identifiers are whitelisted above; values are bound parameters
@@ -627,19 +644,23 @@ def _insert_sql(*, ensure_queues: bool, notify: bool) -> str:
             ON CONFLICT (schedule_id, fire_time) WHERE schedule_id IS NOT NULL DO NOTHING
             RETURNING id, owner_id, status, type, queue, priority, scheduled_at, created_at
         ), ev AS (
-            INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status,
-                                      to_status, schema_version, payload, occurred_at)
-            SELECT gen_random_uuid(),
-                   CASE WHEN s.n = 1 THEN '{created}'
-                        WHEN ins.status = 'QUEUED' THEN '{queued}' ELSE '{scheduled}' END,
-                   ins.id, ins.owner_id, s.n, 0,
-                   CASE WHEN s.n = 1 THEN '' ELSE 'CREATED' END,
-                   CASE WHEN s.n = 1 THEN 'CREATED' ELSE ins.status END,
-                   {SCHEMA_VERSION},
-                   jsonb_build_object('type', ins.type, 'queue', ins.queue,
-                                      'priority', {PRIORITY_NAME.format("ins.priority")}),
-                   now()
+            INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
+            SELECT {SCHEMA_VERSION}, now(), count(*), jsonb_agg({
+        EVENT_SQL.format(
+            event=f"CASE WHEN s.n = 1 THEN '{created}' WHEN ins.status = 'QUEUED' THEN '{queued}' "
+            f"ELSE '{scheduled}' END",
+            job="ins.id",
+            owner="ins.owner_id",
+            sequence="s.n",
+            attempt="0",
+            source="CASE WHEN s.n = 1 THEN '' ELSE 'CREATED' END",
+            to="CASE WHEN s.n = 1 THEN 'CREATED' ELSE ins.status END",
+            payload=f"jsonb_build_object('type', ins.type, 'queue', ins.queue, "
+            f"'priority', {PRIORITY_NAME.format('ins.priority')})",
+        )
+    } ORDER BY ins.id, s.n)
             FROM ins CROSS JOIN (VALUES (1), (2)) AS s(n)
+            HAVING count(*) > 0
         ){notify_cte}
         SELECT ins.id, ins.status, ins.scheduled_at, ins.created_at{notify_join}
     """  # noqa: S608 - only constants are interpolated
@@ -724,14 +745,22 @@ def claim(
                       j.max_retries, j.attempts_base, j.queue, j.priority, j.scheduled_at, j.started_at,
                       j.event_sequence
         ), ev AS (
-            INSERT INTO stint_outbox (event_id, event_type, job_id, owner_id, sequence, attempt, from_status,
-                                      to_status, schema_version, payload, occurred_at)
-            SELECT gen_random_uuid(), %(event)s, id, owner_id, event_sequence, attempts, 'QUEUED', 'RUNNING',
-                   {SCHEMA_VERSION},
-                   jsonb_build_object('type', type, 'queue', queue, 'priority', {PRIORITY_NAME.format("priority")},
-                                      'worker', %(worker)s),
-                   started_at
+            INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
+            SELECT {SCHEMA_VERSION}, now(), count(*), jsonb_agg({
+        EVENT_SQL.format(
+            event="%(event)s::text",
+            job="id",
+            owner="owner_id",
+            sequence="event_sequence",
+            attempt="attempts",
+            source="'QUEUED'",
+            to="'RUNNING'",
+            payload=f"jsonb_build_object('type', type, 'queue', queue, "
+            f"'priority', {PRIORITY_NAME.format('priority')}, 'worker', %(worker)s::text)",
+        )
+    } ORDER BY id)
             FROM moved
+            HAVING count(*) > 0
         )
         SELECT id, type, payload, attempts, lease_token, timeout_seconds, owner_id, max_retries, attempts_base,
                queue, priority, scheduled_at, started_at

@@ -293,7 +293,7 @@ _CLUSTER_STATE_SQL = """
                OR (stopped_at > now() - make_interval(secs => %(remembered)s)
                    AND stopped_at - last_heartbeat_at > make_interval(secs => %(dead_after)s)))
     UNION ALL
-    SELECT 'outbox', NULL, NULL, count(*) FROM stint_outbox WHERE published_at IS NULL
+    SELECT 'outbox', NULL, NULL, coalesce(sum(event_count), 0) FROM stint_outbox WHERE published_at IS NULL
 """
 
 

@@ -277,13 +277,65 @@ class LeaderFence(models.Model):
         return f"{self.role}@{self.token}"
 
 
-class OutboxEvent(models.Model):
-    """A lifecycle event written in the same transaction as its transition, relayed to Kafka."""
+class OutboxBatch(models.Model):
+    """The lifecycle events one statement wrote, as one row, relayed to Kafka (one message per event).
+
+    A transition batch, a claim, an outcome batch or an enqueue writes its N events as ONE row:
+    ``events`` is a JSON array of N event entries (``EVENT_KEYS``; docs/events.md), in the order
+    the relay produces them (a job's events in sequence order); ``occurred_at`` and
+    ``schema_version`` are the statement's, shared by its events. One heap row and two index
+    entries per statement instead of per event: the outbox's share of the WAL of a job falls by
+    more than half (bench/side_by_side.py, ``WAL B/job``). The relay marks a row published only
+    when every one of its events was delivered. ``OutboxEvent`` reads the events one per row.
+    """
 
     id = models.BigAutoField(primary_key=True)
-    # Random (gen_random_uuid()), so not indexed: four index writes per job saved; the audit table's
-    # unique event_id is what deduplicates.
-    event_id = models.UUIDField(default=uuid.uuid4)
+    schema_version = models.PositiveSmallIntegerField(default=1)
+    occurred_at = models.DateTimeField()
+    event_count = models.PositiveIntegerField()
+    events = models.JSONField()
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "stint_outbox"
+        indexes = [
+            models.Index(fields=["id"], name="outbox_unpublished", condition=Q(published_at__isnull=True)),
+            models.Index(fields=["published_at"], name="outbox_published_at", condition=Q(published_at__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"outbox row {self.id}: {self.event_count} events"
+
+
+# The keys of one entry of ``OutboxBatch.events`` (the rest of an event is its row's).
+EVENT_KEYS = (
+    "event_id",
+    "event_type",
+    "job_id",
+    "owner_id",
+    "sequence",
+    "attempt",
+    "from_status",
+    "to_status",
+    "payload",
+)
+# ``OutboxEvent.id`` = outbox row id * EVENT_ID_STRIDE + the event's position (1-based) in the row.
+EVENT_ID_STRIDE = 1 << 20
+
+
+class OutboxEvent(models.Model):
+    """One lifecycle event of the outbox: a read-only view (``stint_outbox_event``) over ``OutboxBatch`` rows.
+
+    ``id`` orders events as the relay produces them (row id, then position in the row);
+    ``outbox_id`` is the row holding it. Reading one job's events this way scans the outbox
+    (no index by job): tests, the admin and the chaos checks use it; the timeline reads a bounded
+    range (``audit.timeline``). Writes go to ``OutboxBatch`` (``scheduler.lifecycle``).
+    """
+
+    id = models.BigIntegerField(primary_key=True)
+    outbox_id = models.BigIntegerField()
+    position = models.IntegerField()
+    event_id = models.UUIDField()
     event_type = models.CharField(max_length=32, choices=EventType.choices)
     job_id = models.UUIDField()
     owner_id = models.BigIntegerField(null=True, blank=True)
@@ -297,12 +349,8 @@ class OutboxEvent(models.Model):
     published_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        db_table = "stint_outbox"
-        indexes = [
-            models.Index(fields=["id"], name="outbox_unpublished", condition=Q(published_at__isnull=True)),
-            models.Index(fields=["published_at"], name="outbox_published_at", condition=Q(published_at__isnull=False)),
-            models.Index(fields=["job_id", "sequence"], name="outbox_job_sequence"),
-        ]
+        managed = False
+        db_table = "stint_outbox_event"
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.job_id} #{self.sequence}"

@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 IDLE_MAX_SECONDS = 1.0  # an idle service backs off to at most this interval (or its own, if longer)
 SECOND_ALIGN_SECONDS = 0.005  # an idle poll lands this long after a whole second
+DUE_MIN_WAIT_SECONDS = 0.005  # the shortest wait for a service's ``next_due_seconds`` (e.g. due rows locked elsewhere)
 
 
 def idle_interval(base: float, idle_runs: int, *, now: float | None = None) -> float:
@@ -46,7 +47,9 @@ class SchedulerLoop:
     ``leadership`` is an object with ``acquire_or_renew() -> bool`` and ``release()``
     (``scheduler.leadership.Leadership``) or None, in which case leader-only services never run.
     A failing service is logged and retried at its next interval; a database error closes that
-    thread's connection so its next run reconnects.
+    thread's connection so its next run reconnects. A service with a ``next_due_seconds``
+    attribute (the promoter) that is not None after a run is run again no later than that many
+    seconds after it ended.
     """
 
     def __init__(
@@ -119,9 +122,12 @@ class SchedulerLoop:
                 continue
             started = time.monotonic()
             idle = 0 if self._run_one(service) else idle + 1
-            self._stop.wait(
-                max(self.tick_seconds / 4, idle_interval(service.interval_seconds, idle)) - (time.monotonic() - started)
-            )
+            wait = max(self.tick_seconds / 4, idle_interval(service.interval_seconds, idle))
+            wait -= time.monotonic() - started
+            due = getattr(service, "next_due_seconds", None)  # set by a service that knows when work falls due
+            if due is not None:
+                wait = min(wait, max(due, DUE_MIN_WAIT_SECONDS))
+            self._stop.wait(wait)
         close_old_connections()
 
     def _run_one(self, service: Service) -> int:

@@ -46,5 +46,5 @@ class OutboxPruner:
             batches=PRUNE_MAX_BATCHES,
         )
         if total:
-            logger.info("outbox pruner: deleted %d published events older than %s", total, self.retention)
+            logger.info("outbox pruner: deleted %d published outbox rows older than %s", total, self.retention)
         return total

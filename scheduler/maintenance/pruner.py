@@ -4,9 +4,11 @@ Retention of finished jobs (``SCHEDULER["RETENTION_<STATUS>_DAYS"]``, 0 keeps fo
 applied per status in bounded batches, each one statement in its own short transaction: it
 locks up to ``JOB_BATCH_SIZE`` of the oldest expired jobs of one status (``FOR UPDATE SKIP
 LOCKED``, so concurrent pruners and a racing retry or recover never collide) and deletes them
-together with everything keyed by them: attempts, result, idempotency records, outbox rows and
-audit events. The outbox rows go with the audit events so that the event reconciler (which
-re-publishes a published outbox event that has no audit row) never resurrects a pruned trail.
+together with everything keyed by them: attempts, result, idempotency records and audit events.
+Their published outbox events stay until the outbox pruner deletes their rows by age (an outbox
+row holds the events of one statement, often of many jobs); the event reconciler (which
+re-publishes a published outbox event that has no audit row) skips events whose job is gone, so
+it never resurrects a pruned trail.
 
 A job is kept, whatever its age, while something still needs it:
 
@@ -36,9 +38,20 @@ JOB_BATCH_SIZE = 500  # jobs deleted per statement (each with its ~10-20 depende
 JOB_MAX_BATCHES = 100  # statements per status per run: at most 50,000 jobs of a status a minute
 
 # The candidates are read from the partial index job_finished_scan (status, finished_at) in
-# finished_at order; every dependent table is reached by an index on its job id.
+# finished_at order; every dependent table is reached by an index on its job id. A job with an
+# unpublished event waits (``unpublished``: the job ids in the unpublished outbox rows old enough
+# to hold a doomed job's events, whose last event occurred at its finished_at; read once through
+# outbox_unpublished, a set that is empty while the relay keeps up). Its published events are not
+# deleted here: an outbox row holds the events of many jobs, and the outbox pruner deletes whole
+# rows by age (``OUTBOX_RETENTION_DAYS``); the audit reconciler skips events of deleted jobs.
 _PRUNE_JOBS = """
-    WITH doomed AS (
+    WITH unpublished AS MATERIALIZED (
+        SELECT DISTINCT (e.ev->>'job_id')::uuid AS job_id
+        FROM stint_outbox o CROSS JOIN LATERAL jsonb_array_elements(o.events) AS e(ev)
+        WHERE o.published_at IS NULL
+          AND o.occurred_at < coalesce(%(now)s, now()) - make_interval(days => %(days)s)
+    ),
+    doomed AS (
         SELECT j.id FROM stint_job j
         WHERE j.status = %(status)s
           AND j.finished_at < coalesce(%(now)s, now()) - make_interval(days => %(days)s)
@@ -48,7 +61,7 @@ _PRUNE_JOBS = """
           AND NOT EXISTS (
                 SELECT 1 FROM stint_idempotency i
                 WHERE i.job_id = j.id AND i.expires_at > coalesce(%(now)s, now()))
-          AND NOT EXISTS (SELECT 1 FROM stint_outbox o WHERE o.job_id = j.id AND o.published_at IS NULL)
+          AND NOT EXISTS (SELECT 1 FROM unpublished u WHERE u.job_id = j.id)
         ORDER BY j.finished_at
         LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED
@@ -56,7 +69,6 @@ _PRUNE_JOBS = """
     attempts AS (DELETE FROM stint_job_attempt a USING doomed d WHERE a.job_id = d.id),
     results AS (DELETE FROM stint_job_result r USING doomed d WHERE r.job_id = d.id),
     keys AS (DELETE FROM stint_idempotency i USING doomed d WHERE i.job_id = d.id),
-    outbox AS (DELETE FROM stint_outbox o USING doomed d WHERE o.job_id = d.id),
     audit AS (DELETE FROM stint_audit_event e USING doomed d WHERE e.job_id = d.id)
     DELETE FROM stint_job j USING doomed d WHERE j.id = d.id
 """

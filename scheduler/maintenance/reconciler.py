@@ -3,8 +3,9 @@
 ``AuditReconciler`` walks the outbox in publication order (``published_at``, then ``id``) from a
 checkpoint kept in ``stint_outbox_reconcile``. An event published more than
 ``AUDIT_RECONCILE_AFTER_SECONDS`` ago (default 300) and less than the outbox retention ago must
-have its audit row (``stint_audit_event.event_id`` is unique). One that does not is marked
-unpublished (``published_at = NULL``), so the relay sends it again; the audit consumer's
+have its audit row (``stint_audit_event.event_id`` is unique). One that does not is copied,
+with its event id, into a new unpublished outbox row (its row's other events are not sent
+again), so the relay sends it again; the audit consumer's
 ``ON CONFLICT (event_id) DO NOTHING`` makes a second copy harmless (DESIGN.md, "Rules that keep
 it correct"). A re-published event comes back into the walk with its new ``published_at`` and is
 checked again. Repairs are counted in ``audit_events_repaired_total`` and logged.
@@ -38,11 +39,12 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 
 from scheduler import metrics
+from scheduler.events import EVENTS_OF
 from scheduler.kafka import event_stream_conf
 
 logger = logging.getLogger(__name__)
 
-BATCH_SIZE = 2_000  # outbox rows compared per statement
+BATCH_SIZE = 2_000  # outbox events compared per statement (whole rows: at least one row)
 MAX_BATCHES = 10  # statements per run; a run that reaches it continues at the next interval
 INTERVAL_SECONDS = 15.0  # at most; a short grace shortens it (a quarter of the grace), so repairs are not late
 WAITING_LOG_SECONDS = 300.0  # a stalled walk is logged at most this often
@@ -50,20 +52,46 @@ SAMPLE_LOGGED = 10  # events named in a repair's log line
 STATE_NAME = "audit"
 COMMIT_MARGIN_SECONDS = 10  # a relay's mark statement and its commit take well under a second (5,000 rows)
 
-_SCAN_SQL = """
-    SELECT o.id, o.event_id, o.job_id, o.sequence, o.event_type, o.published_at, a.id IS NOT NULL AS audited
+# The next published rows after the checkpoint, whole, until they hold %(limit)s events, each event
+# with whether it is accounted for: its audit row exists, or its job is gone (the job pruner deleted
+# the job with its audit rows; its published events stay in the outbox until the outbox retention,
+# and publishing them again would only bring back audit rows of a deleted job).
+_SCAN_SQL = f"""
+    SELECT o.id, (e.ev->>'event_id')::uuid, (e.ev->>'job_id')::uuid, (e.ev->>'sequence')::int,
+           e.ev->>'event_type', o.published_at,
+           a.id IS NOT NULL OR NOT EXISTS (SELECT FROM stint_job j WHERE j.id = (e.ev->>'job_id')::uuid) AS audited
     FROM (
-        SELECT id, event_id, job_id, sequence, event_type, published_at
-        FROM stint_outbox
-        WHERE published_at IS NOT NULL
-          AND published_at >= %(lo)s AND (published_at > %(lo)s OR id > %(lo_id)s)
-          AND published_at < %(hi)s
-        ORDER BY published_at, id
-        LIMIT %(limit)s
-    ) o
-    LEFT JOIN stint_audit_event a ON a.event_id = o.event_id
-    ORDER BY o.published_at, o.id
-"""
+        SELECT id, events, published_at FROM (
+            SELECT id, events, published_at,
+                   sum(event_count) OVER (ORDER BY published_at, id) - event_count AS before
+            FROM (
+                SELECT id, events, event_count, published_at
+                FROM stint_outbox
+                WHERE published_at IS NOT NULL
+                  AND published_at >= %(lo)s AND (published_at > %(lo)s OR id > %(lo_id)s)
+                  AND published_at < %(hi)s
+                ORDER BY published_at, id
+                LIMIT %(limit)s
+            ) oldest
+        ) c
+        WHERE before < %(limit)s
+    ) o {EVENTS_OF}
+    LEFT JOIN stint_audit_event a ON a.event_id = (e.ev->>'event_id')::uuid
+    ORDER BY o.published_at, o.id, e.position
+"""  # noqa: S608 - constant SQL
+
+# A repair: a new, unpublished outbox row per walked row with lost events, holding copies of
+# exactly those events (same event ids, occurred_at and schema version). The row they came from
+# stays published, so its other events are not sent again.
+_REPAIR_SQL = f"""
+    INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
+    SELECT o.schema_version, o.occurred_at, count(*), jsonb_agg(e.ev ORDER BY e.position)
+    FROM stint_outbox o {EVENTS_OF}
+    WHERE o.id = ANY(%(rows)s) AND e.ev->>'event_id' = ANY(%(events)s::text[])
+    GROUP BY o.id
+    ORDER BY o.id
+    RETURNING event_count
+"""  # noqa: S608 - constant SQL
 
 
 def minimum_reconcile_after_seconds(*, lock_hold_seconds: int) -> int:
@@ -85,9 +113,9 @@ class _Batch:
 class AuditReconciler:
     """Background service: re-publish published outbox events that never reached the audit table.
 
-    ``run_once`` walks up to ``MAX_BATCHES`` batches of ``batch_size`` rows and returns how many
-    events it marked for re-publication. Several schedulers may run it: the walk's checkpoint row
-    is locked ``FOR UPDATE SKIP LOCKED``, so one walks while the others skip that run.
+    ``run_once`` walks up to ``MAX_BATCHES`` batches of about ``batch_size`` events (whole outbox
+    rows) and returns how many events it queued for re-publication. Several schedulers may run
+    it: the walk's checkpoint row is locked ``FOR UPDATE SKIP LOCKED``, so one walks while the others skip that run.
     """
 
     name = "audit_reconciler"
@@ -147,26 +175,37 @@ class AuditReconciler:
             )
             lost: list[tuple] = []
             waiting: tuple | None = None
-            for row in rows:
-                _id, _event_id, _job_id, _sequence, _type, published_at, audited = row
-                if not audited:
-                    past_it = newest_received is not None and (
-                        newest_received >= published_at + self.after or newest_occurred > published_at
-                    )
-                    if not past_it:
-                        waiting = row
-                        break
-                    lost.append(row)
-                checked_at, checked_id = published_at, _id
+            index = 0
+            while index < len(rows) and waiting is None:
+                # One outbox row's events: the checkpoint moves past a row only once all of them are accounted for.
+                row_id, published_at = rows[index][0], rows[index][5]
+                end = index
+                while end < len(rows) and rows[end][0] == row_id:
+                    end += 1
+                row_lost = []
+                for event in rows[index:end]:
+                    if not event[6]:
+                        past_it = newest_received is not None and (
+                            newest_received >= published_at + self.after or newest_occurred > published_at
+                        )
+                        if not past_it:
+                            waiting = event
+                            break
+                        row_lost.append(event)
+                if waiting is None:
+                    lost.extend(row_lost)
+                    checked_at, checked_id = published_at, row_id
+                index = end
             if waiting is None and len(rows) < self.batch_size:
                 # Everything published before ``hi`` has been walked (and committed: see the module doc).
                 checked_at, checked_id = max(checked_at, hi), 0
+            repaired = 0
             if lost:
                 cursor.execute(
-                    "UPDATE stint_outbox SET published_at = NULL WHERE id = ANY(%s) AND published_at IS NOT NULL",
-                    [[r[0] for r in lost]],
+                    _REPAIR_SQL,
+                    {"rows": sorted({r[0] for r in lost}), "events": [str(r[1]) for r in lost]},
                 )
-            repaired = cursor.rowcount if lost else 0
+                repaired = sum(count for (count,) in cursor.fetchall())
             cursor.execute(
                 """
                 UPDATE stint_outbox_reconcile
@@ -180,7 +219,7 @@ class AuditReconciler:
         if repaired:
             metrics.audit_events_repaired_total.inc(repaired)
             logger.warning(
-                "audit reconciler: %d events published over %d s ago had no audit row; marked for re-publication"
+                "audit reconciler: %d events published over %d s ago had no audit row; copied for re-publication"
                 " (job id, sequence, event type: %s)",
                 repaired,
                 self.after.total_seconds(),
@@ -190,7 +229,7 @@ class AuditReconciler:
             self._log_waiting(waiting, newest_received)
         else:
             self._waiting_logged_at = None
-        return _Batch(scanned=len(rows), repaired=repaired, more=waiting is None and len(rows) == self.batch_size)
+        return _Batch(scanned=len(rows), repaired=repaired, more=waiting is None and len(rows) >= self.batch_size)
 
     @staticmethod
     def _newest_received(cursor) -> tuple[dt.datetime | None, dt.datetime | None]:

@@ -1,9 +1,11 @@
 """Relay committed outbox rows to the Kafka topic ``job-lifecycle-events``, marking each after its delivery.
 
-``OutboxRelay`` leases unpublished ``OutboxEvent`` rows in id order (``FOR UPDATE SKIP LOCKED``,
-so any number of relays can run side by side), produces each as one JSON message keyed by job
-id with an idempotent producer, and marks a row published only after its delivery report
-succeeded. The rows stay locked, in one transaction, while their batch is produced and flushed:
+``OutboxRelay`` leases unpublished ``OutboxBatch`` rows in id order (``FOR UPDATE SKIP LOCKED``,
+so any number of relays can run side by side), produces each event of a row (a row holds the
+events of one statement, ``scheduler.models.OutboxBatch``) as one JSON message keyed by job id
+with an idempotent producer, and marks a row published only after the delivery reports of ALL
+its events succeeded; a row with one failed event stays unpublished and is sent again whole.
+The rows stay locked, in one transaction, while their batch is produced and flushed:
 a flush takes milliseconds, the transaction is bounded by the delivery timeout, a crash releases
 the locks at once (no lease to expire), and nothing else ever locks unpublished rows (writers
 only insert new ones, the pruner only deletes published ones). A relay killed between delivery
@@ -12,7 +14,7 @@ stores each ``event_id`` once, so delivery is at-least-once and storage exactly-
 
 Speed: the database writes each message's JSON (``scheduler.events.MESSAGE_SQL``), so the
 relay's Python only hands text to the producer; batches are large (``OUTBOX_BATCH_SIZE``,
-default 5,000 rows: three statements and one commit per batch) and the producer compresses
+default 5,000 events in whole rows: two statements and one commit per batch) and the producer compresses
 them (lz4), so the trail keeps up with a full-speed drain.
 
 Ordering: one relay produces a job's events in sequence order to one partition (the key is
@@ -38,7 +40,7 @@ from confluent_kafka.admin import AdminClient
 from django.db import connection, transaction
 
 from scheduler import metrics
-from scheduler.events import HEADER_EVENT_TYPE, MESSAGE_SQL
+from scheduler.events import EVENTS_OF, HEADER_EVENT_TYPE, MESSAGE_SQL
 from scheduler.kafka import PROBE_TIMEOUT_SECONDS, client_config, event_stream_conf, topic_exists
 from scheduler.retry import backoff
 
@@ -55,22 +57,46 @@ COMPRESSION = "lz4"  # a 5,000-event batch is ~2 MB of similar JSON: a fraction 
 # OUTBOX_LOCK_HOLD_SECONDS (default 60), so its rows return to the other relays. Well above any
 # healthy batch (the delivery timeout plus FLUSH_GRACE_SECONDS); the reconciler's grace depends on it.
 
-# One round trip leases the batch, bounds the lock hold, and returns each row's message. The mark
-# commits asynchronously (no wait for the WAL flush): a mark lost in a database crash only makes
-# the relay send those rows again, which the audit consumer's dedup by event_id absorbs.
+# One round trip leases the batch, bounds the lock hold, and returns each event's message. A batch
+# is whole rows, oldest first after ``after``, until it holds ``events`` events (at least one row,
+# whatever its size): ``cand`` sums the events of the oldest unpublished rows (read through
+# outbox_unpublished), ``leased`` locks those not held by another relay. When another relay holds
+# every candidate, the one row returned is (the last candidate's id, 0, NULL...): the relay asks
+# again after it. The mark commits asynchronously (no wait for the WAL flush): a mark lost in a
+# database crash only makes the relay send those rows again, which the audit consumer's dedup by
+# event_id absorbs.
 _LEASE_SQL = f"""
-    SELECT o.id, {MESSAGE_SQL}
-    FROM stint_outbox o,
-         set_config('idle_in_transaction_session_timeout', %s, true) AS hold_limit,
-         set_config('synchronous_commit', 'off', true) AS async_commit
-    WHERE o.published_at IS NULL
-    ORDER BY o.id
-    LIMIT %s
-    FOR UPDATE OF o SKIP LOCKED
+    WITH cand AS (
+        SELECT id FROM (
+            SELECT id, sum(event_count) OVER (ORDER BY id) - event_count AS before
+            FROM (
+                SELECT id, event_count FROM stint_outbox
+                WHERE published_at IS NULL AND id > %(after)s
+                ORDER BY id
+                LIMIT %(events)s
+            ) oldest
+        ) c
+        WHERE before < %(events)s
+    ), leased AS MATERIALIZED (
+        SELECT o.id, o.schema_version, o.occurred_at, o.events
+        FROM stint_outbox o,
+             set_config('idle_in_transaction_session_timeout', %(hold)s, true) AS hold_limit,
+             set_config('synchronous_commit', 'off', true) AS async_commit
+        WHERE o.id IN (SELECT id FROM cand) AND o.published_at IS NULL
+        FOR UPDATE OF o SKIP LOCKED
+    )
+    SELECT o.id, e.position, {MESSAGE_SQL}
+    FROM leased o {EVENTS_OF}
+    UNION ALL
+    SELECT max(id), 0, NULL, NULL, NULL FROM cand
+    WHERE NOT EXISTS (SELECT FROM leased)
+    HAVING count(*) > 0
+    ORDER BY 1, 2
 """  # noqa: S608 - constant SQL
+MAX_SKIPS = 20  # leases retried past rows other relays hold, per batch
 _MARK_SQL = """
     UPDATE stint_outbox SET published_at = clock_timestamp() WHERE id = ANY(%s)
-    RETURNING extract(epoch FROM published_at - occurred_at)
+    RETURNING extract(epoch FROM published_at - occurred_at), event_count
 """
 
 
@@ -94,11 +120,12 @@ class OutboxRelay:
     """Background service: publish unpublished outbox rows to Kafka, marking each after its delivery.
 
     ``run_once`` relays batches until the outbox is empty (at most ``MAX_BATCHES_PER_TICK``) and
-    returns how many rows it marked published. On a Kafka failure it returns what it marked so
+    returns how many events it marked published. On a Kafka failure it returns what it marked so
     far and waits ``backoff(failures)`` seconds (0.5 s doubling to 10 s) before trying again;
     every retry first probes the broker with a metadata request, so an outage costs no database
-    work. ``on_delivered`` (instrumentation and tests) is called with the delivered row ids
-    after a batch's delivery reports and before the mark, inside the lease transaction.
+    work. ``on_delivered`` (instrumentation and tests) is called with the ids of the rows whose
+    every event was delivered, after a batch's delivery reports and before the mark, inside the
+    lease transaction. ``batch_size`` counts events (whole rows are leased up to it).
     Unset arguments come from ``scheduler.kafka.event_stream_conf()``.
 
     The relay never creates its topic, nor lets the broker create it (``allow.auto.create.topics``
@@ -151,7 +178,7 @@ class OutboxRelay:
     # -- the service protocol -----------------------------------------------------------------
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Relay up to ``MAX_BATCHES_PER_TICK`` batches; return how many rows were marked published.
+        """Relay up to ``MAX_BATCHES_PER_TICK`` batches; return how many events were marked published.
 
         ``now`` is accepted for the service protocol and unused: publishing is not time-based.
         Raises only database errors (the caller's loop logs them); Kafka errors become backoff.
@@ -250,40 +277,69 @@ class OutboxRelay:
     def _relay_batch(self) -> _Batch:
         with transaction.atomic(), connection.cursor() as cursor:
             # The session sits idle in this transaction, holding the row locks, while Kafka confirms.
-            cursor.execute(_LEASE_SQL, [f"{self.lock_hold_seconds}s", self.batch_size])
-            rows = cursor.fetchall()
-            if not rows:
+            params = {"hold": f"{self.lock_hold_seconds}s", "events": self.batch_size, "after": 0}
+            for _ in range(MAX_SKIPS):
+                cursor.execute(_LEASE_SQL, params)
+                events = cursor.fetchall()
+                if not events or events[0][2] is not None:
+                    break
+                params["after"] = events[0][0]  # other relays hold every candidate: look past them
+                events = []
+            if not events:
                 return _Batch(leased=0, published=0, failed=0)
-            delivered, error = self._produce(rows)
+            delivered, failed, error = self._produce(events)
             if self.on_delivered is not None:
                 self.on_delivered(delivered)
+            published = 0
             if delivered:
                 cursor.execute(_MARK_SQL, [delivered])
                 observe = metrics.outbox_publish_lag_seconds.observe
-                for (lag,) in cursor.fetchall():
-                    observe(max(0.0, float(lag)))
-        return _Batch(leased=len(rows), published=len(delivered), failed=len(rows) - len(delivered), error=error)
+                for lag, count in cursor.fetchall():
+                    published += count
+                    for _ in range(count):  # the lag of each event (they share their row's times)
+                        observe(max(0.0, float(lag)))
+        return _Batch(leased=len(events), published=published, failed=failed, error=error)
 
-    def _produce(self, rows: Sequence[tuple[Any, ...]]) -> tuple[list[int], KafkaError | None]:
-        """Produce one message per row ``(id, value, key, event type)``, flush; return (ids delivered, first error)."""
+    def _produce(self, events: Sequence[tuple[Any, ...]]) -> tuple[list[int], int, KafkaError | None]:
+        """Produce one message per event ``(row id, position, value, key, event type)``, flush.
+
+        Returns (ids of the rows whose every event was delivered, events not delivered, first error).
+        An event the producer refuses at once fails alone: the other rows of the batch are still
+        marked, its row is not.
+        """
         producer = self._producer_client()
         produce, topic, headers = producer.produce, self.topic, self._headers
-        reports: dict[int, KafkaError | None] = {}
-        report = reports.__setitem__
-        for row_id, value, key, event_type in rows:
+        reports: list[KafkaError | None | bool] = [False] * len(events)  # False: no report yet
+
+        def report(index: int, err: KafkaError | None) -> None:
+            reports[index] = err
+
+        for index, (_row_id, _position, value, key, event_type) in enumerate(events):
             header = headers.get(event_type)
             if header is None:
                 header = headers[event_type] = [(HEADER_EVENT_TYPE, event_type.encode())]
-            produce(
-                topic,
-                value=value,
-                key=key,
-                headers=header,
-                on_delivery=lambda err, _msg, row_id=row_id: report(row_id, err),
-            )
+            try:
+                produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=header,
+                    on_delivery=lambda err, _msg, index=index: report(index, err),
+                )
+            except KafkaException as exc:  # refused at once (e.g. larger than message.max.bytes): this event fails
+                report(index, exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else KafkaError(-1))
         remaining = producer.flush(self.delivery_timeout_ms / 1000 + FLUSH_GRACE_SECONDS)
-        delivered = [row[0] for row in rows if row[0] in reports and reports[row[0]] is None]
-        error = next((e for e in reports.values() if e is not None), None)
-        if (remaining or len(delivered) < len(rows)) and error is None:
+        incomplete: set[int] = set()
+        failed = 0
+        error: KafkaError | None = None
+        for (row_id, *_), outcome in zip(events, reports, strict=True):
+            if outcome is None:
+                continue
+            failed += 1
+            incomplete.add(row_id)  # a row is marked only when every one of its events was delivered
+            if error is None and outcome is not False:
+                error = outcome
+        delivered = list(dict.fromkeys(row[0] for row in events if row[0] not in incomplete))
+        if (remaining or failed) and error is None:
             error = KafkaError(KafkaError._TIMED_OUT, f"{remaining} messages unconfirmed after flush")
-        return delivered, error
+        return delivered, failed, error

@@ -26,7 +26,7 @@ from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.metrics import ClusterStateCollector, register_cluster_state
-from scheduler.models import Job, OutboxEvent, WorkerNode
+from scheduler.models import Job, OutboxBatch, OutboxEvent, WorkerNode
 from scheduler.states import JobStatus
 from tests.support.factories import JobFactory
 from tests.support.metrics import ISSUE_METRICS, Samples, scrape, value
@@ -159,10 +159,9 @@ def test_cluster_state_collector_counts_depth_workers_and_outbox_backlog() -> No
     JobFactory(dead=True, queue="other", owner=None)  # waits for a person: not counted
     enqueue("DEMO_TASK", queue="idle")
     job_cancel(job_id=enqueue("DEMO_TASK", queue="idle").id)
-    OutboxEvent.objects.filter(job_id__in=list(OutboxEvent.objects.values_list("job_id", flat=True)[:1])).update(
-        published_at=Now()
-    )
-    unpublished = OutboxEvent.objects.filter(published_at__isnull=True).count()
+    OutboxBatch.objects.filter(id=OutboxBatch.objects.order_by("id").values("id")[:1]).update(published_at=Now())
+    unpublished = OutboxEvent.objects.filter(published_at__isnull=True).count()  # events, not rows
+    assert unpublished == 5 > OutboxBatch.objects.filter(published_at__isnull=True).count() == 3
     now = timezone.now()
     node = {
         "hostname": "h",

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from accounts.models import Role, User
 from scheduler.lifecycle import Claimed
-from scheduler.models import Job, WorkerNode
+from scheduler.models import Job, OutboxBatch, WorkerNode
 from scheduler.states import JobStatus
 
 PASSWORD = "correct-Horse-battery-9"
@@ -119,4 +119,32 @@ def worker_node(*, last_heartbeat_at: dt.datetime, stopped_at: dt.datetime | Non
         started_at=last_heartbeat_at,
         last_heartbeat_at=last_heartbeat_at,
         stopped_at=stopped_at,
+    )
+
+
+def outbox_row(
+    *events: dict[str, object], occurred_at: dt.datetime, published_at: dt.datetime | None = None
+) -> OutboxBatch:
+    """One outbox row holding ``events`` (entries as ``scheduler.lifecycle`` writes them), written directly.
+
+    Each event dict may leave out keys: ``event_id`` defaults to a new uuid, ``owner_id`` to None,
+    ``attempt`` to 0, ``from_status`` to "", ``payload`` to {}; ``event_type``, ``job_id``,
+    ``sequence`` and ``to_status`` are required.
+    """
+    entries = [
+        {
+            "event_id": str(e.get("event_id") or uuid.uuid4()),
+            "event_type": e["event_type"],
+            "job_id": str(e["job_id"]),
+            "owner_id": e.get("owner_id"),
+            "sequence": e["sequence"],
+            "attempt": e.get("attempt", 0),
+            "from_status": e.get("from_status", ""),
+            "to_status": e["to_status"],
+            "payload": e.get("payload", {}),
+        }
+        for e in events
+    ]
+    return OutboxBatch.objects.create(
+        occurred_at=occurred_at, published_at=published_at, event_count=len(entries), events=entries
     )

@@ -99,3 +99,38 @@ def test_an_idle_service_backs_off_to_at_most_a_second_and_a_busy_one_keeps_its_
     # Backed off, it wakes just after the next whole second, when cron fires fall due.
     assert idle_interval(0.1, 50, now=100.7) == pytest.approx(0.305)
     assert idle_interval(60.0, 50, now=100.7) == 60.0  # a slow service keeps its own interval
+
+
+class IdleService(FakeService):
+    """Finds nothing to do, but knows when work falls due."""
+
+    def __init__(self, due: float | None) -> None:
+        super().__init__("idle", interval=60.0)
+        self.next_due_seconds = due
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        self.runs += 1
+        return 0
+
+
+class RecordingStop:
+    """Stands in for the loop's stop event: records each wait, then stops the loop."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def is_set(self) -> bool:
+        return bool(self.waits)
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return True
+
+
+def test_the_loop_wakes_a_service_when_its_work_falls_due_before_its_next_poll() -> None:
+    loop = SchedulerLoop(services=[])
+    loop._stop = RecordingStop()
+
+    loop._service_loop(IdleService(due=0.25), leader_only=False)
+
+    assert loop._stop.waits == [0.25]

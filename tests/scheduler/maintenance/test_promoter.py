@@ -70,6 +70,20 @@ def test_promoter_moves_only_due_scheduled_and_retrying_jobs() -> None:
 
 
 @pytest.mark.django_db
+def test_an_idle_promoter_reports_when_the_next_delayed_job_falls_due() -> None:
+    promoter = DuePromoter()
+    assert promoter.run_once() == 0
+    assert promoter.next_due_seconds is None  # nothing waits
+
+    enqueue("DEMO_TASK", {}, scheduled_at=later(30))
+    assert promoter.run_once() == 0
+    assert promoter.next_due_seconds is not None and 20 < promoter.next_due_seconds <= 30
+
+    assert promoter.run_once(now=later(31)) == 1
+    assert promoter.next_due_seconds is None  # it promoted: the loop runs it again at its interval
+
+
+@pytest.mark.django_db
 def test_promoter_works_through_every_batch() -> None:
     enqueue_many([{"type": "DEMO_TASK", "scheduled_at": later(60)} for _ in range(10)])
 

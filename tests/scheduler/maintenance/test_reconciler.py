@@ -13,8 +13,9 @@ from scheduler.enqueuing import enqueue_many
 from scheduler.maintenance import default_services
 from scheduler.maintenance.reconciler import _SCAN_SQL, STATE_NAME, AuditReconciler, minimum_reconcile_after_seconds
 from scheduler.maintenance.relay import OutboxRelay
-from scheduler.models import OutboxEvent, OutboxReconcile
+from scheduler.models import Job, OutboxBatch, OutboxEvent, OutboxReconcile
 from tests.support import kafka as kafka_support
+from tests.support.factories import JobFactory, outbox_row
 from tests.support.kafka import consume_all
 
 # Real-Kafka fixtures (tests/support/kafka.py): one session consumer, one topic per test.
@@ -29,19 +30,23 @@ def repaired_metric() -> float:
     return REGISTRY.get_sample_value("audit_events_repaired_total") or 0.0
 
 
-def outbox_event(*, published_at: dt.datetime | None, audited: bool, received_at: dt.datetime | None = None) -> int:
-    """An outbox row published at ``published_at`` (None: unpublished), with its audit row if ``audited``."""
-    event = OutboxEvent.objects.create(
-        event_type="JOB_QUEUED",
-        job_id=uuid.uuid4(),
-        sequence=1,
-        to_status="QUEUED",
+def outbox_event(
+    *, published_at: dt.datetime | None, audited: bool, received_at: dt.datetime | None = None
+) -> uuid.UUID:
+    """An outbox row of one event published at ``published_at`` (None: unpublished), audited if ``audited``.
+
+    Returns the event id. Its job exists (the reconciler skips events of deleted jobs).
+    """
+    event_id = uuid.uuid4()
+    outbox_row(
+        {"event_id": event_id, "event_type": "JOB_QUEUED", "job_id": JobFactory().id, "sequence": 1,
+         "to_status": "QUEUED"},
         occurred_at=(published_at or T) - dt.timedelta(seconds=1),
         published_at=published_at,
-    )
+    )  # fmt: skip
     if audited:
-        audit_row(event_id=event.event_id, received_at=received_at or published_at or T)
-    return event.id
+        audit_row(event_id=event_id, received_at=received_at or published_at or T)
+    return event_id
 
 
 def audit_row(
@@ -62,8 +67,16 @@ def audit_row(
     AuditEvent.objects.filter(id=row.id).update(received_at=received_at)
 
 
-def published_at(event_id: int) -> dt.datetime | None:
-    return OutboxEvent.objects.values_list("published_at", flat=True).get(id=event_id)
+def published_at(event_id: uuid.UUID) -> dt.datetime | None:
+    """When the event's original row was published (a repair never changes it)."""
+    return OutboxEvent.objects.filter(event_id=event_id).order_by("id").values_list("published_at", flat=True)[0]
+
+
+def copied(event_id: uuid.UUID) -> bool:
+    """Whether a repair wrote a copy of the event into a new, unpublished outbox row."""
+    return OutboxEvent.objects.filter(event_id=event_id, published_at=None).count() == 1 and (
+        OutboxEvent.objects.filter(event_id=event_id).count() == 2
+    )
 
 
 def state() -> OutboxReconcile:
@@ -80,10 +93,10 @@ def test_an_event_published_long_enough_ago_without_its_audit_row_is_published_a
 
     assert AuditReconciler().run_once(now=T) == 1
 
-    assert published_at(lost) is None  # the relay sends it again; the consumer's dedup makes that safe
-    assert published_at(audited) == T - 10 * MINUTE
-    assert published_at(young) == T - 1 * MINUTE
-    assert published_at(waiting) is None
+    assert copied(lost)  # the relay sends the copy; the consumer's dedup makes that safe
+    assert published_at(lost) == T - 9 * MINUTE
+    assert not copied(audited) and not copied(young)
+    assert published_at(waiting) is None and OutboxEvent.objects.filter(event_id=waiting).count() == 1
     assert repaired_metric() - before == 1
     record = state()
     assert (record.repaired_total, record.last_repair_at, record.last_run_at) == (1, T, T)
@@ -98,12 +111,12 @@ def test_while_the_audit_consumer_is_stopped_missing_events_wait_instead_of_bein
     audit_row(received_at=T - 8 * MINUTE, occurred_at=T - 11 * MINUTE)
 
     assert AuditReconciler().run_once(now=T) == 0
-    assert published_at(missing) == T - 10 * MINUTE
+    assert not copied(missing)
     assert state().checked_published_at < T - 10 * MINUTE  # the walk waits at the missing event
 
     audit_row(received_at=T - dt.timedelta(seconds=5))  # the consumer is back and has moved on
     assert AuditReconciler().run_once(now=T) == 1
-    assert published_at(missing) is None
+    assert copied(missing)
 
 
 def test_an_event_lost_before_later_ones_were_stored_is_repaired_after_the_grace_with_no_newer_traffic(db):
@@ -138,7 +151,7 @@ def test_events_older_than_the_outbox_retention_are_not_checked(db):
     audit_row(received_at=T)
 
     assert AuditReconciler(retention=dt.timedelta(days=7)).run_once(now=T) == 0
-    assert published_at(old) == T - dt.timedelta(days=8)
+    assert not copied(old)
 
 
 def test_the_walk_goes_on_from_its_checkpoint_in_bounded_batches(db):
@@ -147,13 +160,13 @@ def test_the_walk_goes_on_from_its_checkpoint_in_bounded_batches(db):
     reconciler = AuditReconciler(batch_size=5)
 
     assert reconciler.run_once(now=T) == 1
-    assert published_at(events[7]) is None
+    assert copied(events[7])
     assert state().checked_published_at == T - 5 * MINUTE
 
     later = outbox_event(published_at=T + 1 * MINUTE, audited=False)
     audit_row(received_at=T + 10 * MINUTE)
     assert reconciler.run_once(now=T + 10 * MINUTE) == 1
-    assert published_at(later) is None
+    assert copied(later)
 
 
 def test_the_scan_walks_the_published_at_index(db):
@@ -182,14 +195,15 @@ def test_an_event_deleted_from_the_audit_table_is_repaired_through_the_relay_and
     relay = OutboxRelay()
     assert relay.run_once() == 6
     consume_all(audit_pool.consumer, kafka_topic)
+    assert OutboxBatch.objects.count() == 1  # one statement, one row of six events
     victim = OutboxEvent.objects.order_by("id")[3]
     assert AuditEvent.objects.filter(event_id=victim.event_id).delete()[0] == 1
     # As if it had been published ten minutes ago and had never reached the consumer since.
-    OutboxEvent.objects.filter(id=victim.id).update(published_at=victim.published_at - 10 * MINUTE)
+    OutboxBatch.objects.filter(id=victim.outbox_id).update(published_at=victim.published_at - 10 * MINUTE)
     before = repaired_metric()
 
     assert AuditReconciler().run_once() == 1
-    assert relay.run_once() == 1
+    assert relay.run_once() == 1  # only the lost event is sent again, not its five neighbours
     consume_all(audit_pool.consumer, kafka_topic)
 
     assert AuditEvent.objects.filter(event_id=victim.event_id).count() == 1
@@ -198,3 +212,38 @@ def test_an_event_deleted_from_the_audit_table_is_repaired_through_the_relay_and
     ) == set(OutboxEvent.objects.values_list("event_id", flat=True))
     assert repaired_metric() - before == 1
     assert state().repaired_total == 1
+
+
+def test_the_lost_events_of_a_grouped_row_are_copied_and_its_audited_ones_are_not(db):
+    jobs = [JobFactory() for _ in range(4)]
+    ids = [uuid.uuid4() for _ in jobs]
+    outbox_row(
+        *[
+            {"event_id": i, "event_type": "JOB_QUEUED", "job_id": j.id, "sequence": 2, "to_status": "QUEUED"}
+            for i, j in zip(ids, jobs, strict=True)
+        ],
+        occurred_at=T - 10 * MINUTE,
+        published_at=T - 10 * MINUTE,
+    )
+    for event_id in (ids[0], ids[2]):
+        audit_row(event_id=event_id, received_at=T - 9 * MINUTE)
+    audit_row(received_at=T - dt.timedelta(seconds=1))
+
+    assert AuditReconciler().run_once(now=T) == 2
+
+    copy = OutboxBatch.objects.get(published_at=None)
+    assert copy.event_count == 2
+    assert [e["event_id"] for e in copy.events] == [str(ids[1]), str(ids[3])]  # in the row's order
+    assert copy.occurred_at == T - 10 * MINUTE
+    assert OutboxBatch.objects.exclude(id=copy.id).get().published_at == T - 10 * MINUTE
+    assert AuditReconciler().run_once(now=T) == 0
+
+
+def test_events_of_a_deleted_job_are_not_published_again(db):
+    # The job pruner deleted the job and its audit rows; its published events wait for the outbox pruner.
+    gone = outbox_event(published_at=T - 10 * MINUTE, audited=False)
+    Job.objects.filter(id=OutboxEvent.objects.get(event_id=gone).job_id).delete()
+    audit_row(received_at=T - dt.timedelta(seconds=1))
+
+    assert AuditReconciler().run_once(now=T) == 0
+    assert not copied(gone)

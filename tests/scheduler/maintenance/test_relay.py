@@ -21,16 +21,18 @@ from django.utils import timezone
 
 from audit.consumer import AuditConsumer
 from audit.models import AuditEvent
-from scheduler import metrics
+from scheduler import lifecycle, metrics
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.events import LifecycleEvent, outbox_message
 from scheduler.job_actions import job_cancel
 from scheduler.kafka import ensure_topic
 from scheduler.maintenance.outbox_pruner import OutboxPruner
 from scheduler.maintenance.relay import OutboxRelay
-from scheduler.models import OutboxEvent
+from scheduler.models import OutboxBatch, OutboxEvent
+from scheduler.states import JobStatus
 from tests.support import kafka as kafka_support
 from tests.support.clock import FakeClock
+from tests.support.factories import outbox_row
 from tests.support.kafka import (
     ROOT,
     Broker,
@@ -102,21 +104,23 @@ def assert_gapless_trails() -> None:
 )
 def test_outbox_message_is_the_documented_json_shape(db, occurred_at, text):
     event_id, job_id = uuid.uuid4(), uuid.uuid4()
-    row = OutboxEvent.objects.create(
-        event_id=event_id,
-        event_type="JOB_CREATED",
-        job_id=job_id,
-        owner_id=7,
-        sequence=1,
-        attempt=0,
-        from_status="",
-        to_status="CREATED",
-        schema_version=1,
-        payload={"type": "DEMO_TASK", "queue": "default", "priority": 1, "note": "caf\u00e9"},
+    row = outbox_row(
+        {"event_type": "JOB_QUEUED", "job_id": uuid.uuid4(), "sequence": 2, "to_status": "QUEUED"},
+        {
+            "event_id": event_id,
+            "event_type": "JOB_CREATED",
+            "job_id": job_id,
+            "owner_id": 7,
+            "sequence": 1,
+            "attempt": 0,
+            "from_status": "",
+            "to_status": "CREATED",
+            "payload": {"type": "DEMO_TASK", "queue": "default", "priority": 1, "note": "caf\u00e9"},
+        },
         occurred_at=occurred_at,
     )
 
-    value, key, event_type = outbox_message(outbox_id=row.id)
+    value, key, event_type = outbox_message(outbox_id=row.id, position=2)
 
     assert (key, event_type) == (str(job_id), "JOB_CREATED")
     assert json.loads(value) == {
@@ -229,6 +233,64 @@ def test_relay_publishes_every_event_keyed_by_job_in_sequence_order_and_marks_it
     assert_gapless_trails()
 
 
+def test_a_batch_of_transitions_writes_one_outbox_row_holding_each_event_in_order(db):
+    job_ids = enqueue_many([{"type": "DEMO_TASK"} for _ in range(5)])
+    assert list(OutboxBatch.objects.values_list("event_count", flat=True)) == [10]  # created + queued, per job
+    before = set(OutboxBatch.objects.values_list("id", flat=True))
+
+    moved = lifecycle.transition(job_ids=job_ids, to=JobStatus.CANCELLED)
+
+    row = OutboxBatch.objects.exclude(id__in=before).get()
+    assert row.event_count == len(row.events) == len(moved) == 5
+    assert [e["job_id"] for e in row.events] == sorted(str(j) for j in job_ids)  # in id order
+    assert {(e["event_type"], e["sequence"], e["from_status"], e["to_status"]) for e in row.events} == {
+        ("JOB_CANCELLED", 3, "QUEUED", "CANCELLED")
+    }
+    assert len({e["event_id"] for e in row.events}) == 5
+    for job_id in job_ids:  # each job's trail is gapless, in sequence order
+        trail = OutboxEvent.objects.filter(job_id=job_id).order_by("id")
+        assert [e.sequence for e in trail] == [1, 2, 3]
+    assert lifecycle.transition(job_ids=job_ids, to=JobStatus.CANCELLED) == []
+    assert OutboxBatch.objects.count() == 2  # a statement that moved nothing writes no row
+
+
+def test_the_relay_publishes_each_event_of_a_grouped_row_once(db, kafka_topic):
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(50)])
+
+    assert OutboxRelay().run_once() == 100
+
+    messages = topic_messages(kafka_topic)
+    values = [json.loads(m.value()) for m in messages]
+    assert sorted(v["event_id"] for v in values) == sorted(
+        str(e) for e in OutboxEvent.objects.values_list("event_id", flat=True)
+    )
+    assert len({v["event_id"] for v in values}) == 100
+    assert OutboxBatch.objects.get().published_at is not None
+
+
+def test_a_row_with_one_undelivered_event_stays_unpublished_and_the_others_are_marked(db, kafka_topic):
+    whole = outbox_row(
+        *[{"event_type": "JOB_QUEUED", "job_id": uuid.uuid4(), "sequence": 2, "to_status": "QUEUED"}] * 2,
+        occurred_at=timezone.now(),
+    )
+    poison = {"event_type": "JOB_QUEUED", "job_id": uuid.uuid4(), "sequence": 2, "to_status": "QUEUED"}
+    poisoned = outbox_row(
+        {"event_type": "JOB_QUEUED", "job_id": uuid.uuid4(), "sequence": 2, "to_status": "QUEUED"},
+        {**poison, "payload": {"blob": "x" * 1_200_000}},  # over the producer's message.max.bytes: refused
+        {"event_type": "JOB_QUEUED", "job_id": uuid.uuid4(), "sequence": 2, "to_status": "QUEUED"},
+        occurred_at=timezone.now(),
+    )
+    relay = OutboxRelay()
+
+    assert relay.run_once() == 2  # the whole row's two events
+
+    assert OutboxBatch.objects.get(id=whole.id).published_at is not None
+    assert OutboxBatch.objects.get(id=poisoned.id).published_at is None  # sent again whole, later
+    assert relay.failures == 1
+    delivered = {json.loads(m.value())["job_id"] for m in topic_messages(kafka_topic)}
+    assert {e["job_id"] for e in poisoned.events} - delivered == {str(poison["job_id"])}
+
+
 def test_events_sent_again_after_an_unmarked_delivery_are_stored_once(db, kafka_topic, audit_pool):
     enqueue_many([{"type": "DEMO_TASK"} for _ in range(5)])
 
@@ -236,7 +298,7 @@ def test_events_sent_again_after_an_unmarked_delivery_are_stored_once(db, kafka_
         """Stands in for a relay that dies after delivery, before the mark."""
 
     def crash(delivered: list[int]) -> None:
-        assert len(delivered) == 10
+        assert len(delivered) == 1  # the one outbox row of the enqueue, all 10 of its events delivered
         raise CrashError
 
     with pytest.raises(CrashError):
@@ -285,7 +347,8 @@ def test_relay_process_killed_after_producing_before_marking_is_stored_once(kafk
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_relays_lease_disjoint_rows_and_publish_each_event_once(fresh_topic):
-    enqueue_many([{"type": "DEMO_TASK"} for _ in range(500)])
+    for _ in range(10):
+        enqueue_many([{"type": "DEMO_TASK"} for _ in range(50)])  # ten rows of 100 events
     both_hold_a_batch = threading.Barrier(2, timeout=30)
     published = [0, 0]
     errors: list[Exception] = []
@@ -417,18 +480,20 @@ def test_paused_broker_backlog_grows_then_drains_with_nothing_lost_or_doubled(db
 
 
 def test_pruner_deletes_only_published_rows_older_than_the_retention(db):
-    enqueue_many([{"type": "DEMO_TASK"} for _ in range(3)])
+    for _ in range(5):
+        enqueue_many([{"type": "DEMO_TASK"} for _ in range(2)])  # one row of four events each
     now = timezone.now()
-    rows = list(OutboxEvent.objects.order_by("id"))
+    rows = list(OutboxBatch.objects.order_by("id"))
     ages = [dt.timedelta(days=8), dt.timedelta(days=7, seconds=1), dt.timedelta(days=6), dt.timedelta(seconds=1)]
     for row, age in zip(rows, ages, strict=False):
-        OutboxEvent.objects.filter(id=row.id).update(published_at=now - age)
-    OutboxEvent.objects.filter(id__in=[r.id for r in rows[4:]]).update(occurred_at=now - dt.timedelta(days=30))
+        OutboxBatch.objects.filter(id=row.id).update(published_at=now - age)
+    OutboxBatch.objects.filter(id__in=[r.id for r in rows[4:]]).update(occurred_at=now - dt.timedelta(days=30))
 
     assert OutboxPruner().run_once(now=now) == 2
     assert OutboxPruner().run_once(now=now) == 0
-    left = OutboxEvent.objects.order_by("id")
+    left = OutboxBatch.objects.order_by("id")
     assert [r.id for r in left] == [r.id for r in rows[2:]]  # old unpublished rows are never pruned
+    assert OutboxEvent.objects.count() == 12
     assert OutboxPruner(retention=dt.timedelta(0)).run_once(now=now) == 2
 
 
