@@ -238,7 +238,7 @@ def test_a_batch_of_transitions_writes_one_outbox_row_holding_each_event_in_orde
     assert list(OutboxBatch.objects.values_list("event_count", flat=True)) == [10]  # created + queued, per job
     before = set(OutboxBatch.objects.values_list("id", flat=True))
 
-    moved = lifecycle.transition(job_ids=job_ids, to=JobStatus.CANCELLED)
+    moved = lifecycle._transition(job_ids=job_ids, to=JobStatus.CANCELLED)  # the builder under every verb
 
     row = OutboxBatch.objects.exclude(id__in=before).get()
     assert row.event_count == len(row.events) == len(moved) == 5
@@ -250,7 +250,7 @@ def test_a_batch_of_transitions_writes_one_outbox_row_holding_each_event_in_orde
     for job_id in job_ids:  # each job's trail is gapless, in sequence order
         trail = OutboxEvent.objects.filter(job_id=job_id).order_by("id")
         assert [e.sequence for e in trail] == [1, 2, 3]
-    assert lifecycle.transition(job_ids=job_ids, to=JobStatus.CANCELLED) == []
+    assert lifecycle._transition(job_ids=job_ids, to=JobStatus.CANCELLED) == []
     assert OutboxBatch.objects.count() == 2  # a statement that moved nothing writes no row
 
 
