@@ -101,7 +101,7 @@ def _reset() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE stint_job, stint_job_attempt, stint_job_result, stint_outbox CASCADE")
+        cursor.execute("TRUNCATE stint_job, stint_job_attempt, stint_outbox CASCADE")
 
 
 def _enqueue_rate(kind: str, n: int) -> float:

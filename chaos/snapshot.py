@@ -133,8 +133,8 @@ def collect(
         r[0]: (r[1], r[2])
         for r in conn.execute(
             """
-            SELECT r.job_id::text, r.attempt, r.status FROM stint_job_result r
-            JOIN stint_job j ON j.id = r.job_id WHERE j.owner_id = %(o)s
+            SELECT j.id::text, j.result_attempt, j.result_status FROM stint_job j
+            WHERE j.owner_id = %(o)s AND j.result_attempt IS NOT NULL
             """,
             o,
         )

@@ -31,7 +31,7 @@ from pages.ratelimit import AUTH_SCOPE, limit_posts
 from scheduler import enqueuing, job_actions, schedules, selectors
 from scheduler.exceptions import JobNotFound, ScheduleNotFound, StintError
 from scheduler.flow.explain import waiting_reason
-from scheduler.models import CronSchedule, Job, JobResult
+from scheduler.models import CronSchedule, Job
 from scheduler.states import CANCELLABLE, FINISHED, JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
 
@@ -174,7 +174,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     running = selectors.job_running_attempt(job_id=job.id)  # no row until its outcome
     if running is not None:
         attempts.append(running)
-    result = JobResult.objects.filter(job_id=job.id).first()
+    result = job.stored_result
     return {
         "job": job,
         "priority": priority_label(job.priority),

@@ -36,9 +36,10 @@ from django.utils.timezone import localtime
 from scheduler import queues, schedules
 from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, job_bulk_apply_filtered
 from scheduler.exceptions import StintError
-from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
+from scheduler.models import CronSchedule, Job, JobAttempt, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
 from scheduler.selectors import (
+    LIST_DEFERRED,
     jobs_count_by_status,
     owners_with_jobs,
     queue_names,
@@ -171,14 +172,6 @@ def badge(label: str, colour: str, *, data_name: str) -> SafeString:
     return _render("admin/stint/_badge.html", label=label, colour=colour, data_name=data_name)
 
 
-class JobResultInline(ReadOnlyInline):
-    """A job's result (one row, once it has one)."""
-
-    model = JobResult
-    fields = ("attempt", "status", "result", "created_at")
-    readonly_fields = fields
-
-
 class QueueFilter(admin.SimpleListFilter):
     """Filter jobs by queue, offering the known queues (``Queue`` rows) rather than scanning jobs."""
 
@@ -279,7 +272,7 @@ class JobAdmin(OperatorAdmin):
     ordering = ("-created_at", "-id")
     list_per_page = 50
     actions = ("cancel_jobs", "retry_jobs", "recover_jobs")
-    inlines = (JobAttemptInline, JobResultInline)
+    inlines = (JobAttemptInline,)
     readonly_fields = ("status_badge", "priority_label", "flow")
     fieldsets = (
         (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner", "flow")}),
@@ -306,7 +299,12 @@ class JobAdmin(OperatorAdmin):
             },
         ),
         ("Origin", {"fields": ("idempotency_key", "schedule", "fire_time")}),
+        ("Result", {"fields": ("result_attempt", "result_status", "result", "result_at")}),
     )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        """Jobs without their handler's result (unbounded in size), which only the detail page reads."""
+        return super().get_queryset(request).defer(*LIST_DEFERRED)
 
     @admin.display(description="times (UTC)", ordering="created_at")
     def times(self, job: Job) -> SafeString:

@@ -329,8 +329,8 @@ def latest_per_job(reports: Sequence[Report]) -> tuple[list[Report], list[Report
     """Split ``reports`` into (one report per job, the rest), keeping each job's latest attempt.
 
     Two reports for one job (a stale run beside the re-claimed one) cannot share a batch: only
-    the latest attempt's lease token can be current, and the result upsert may not touch one
-    row twice in a statement. Order is kept; for equal attempts the first report wins.
+    the latest attempt's lease token can be current, and one statement moves a job (and inserts
+    its attempt row) once. Order is kept; for equal attempts the first report wins.
     """
     latest: dict[uuid.UUID, Report] = {}
     older: list[Report] = []

@@ -1,8 +1,8 @@
 """The one writer of job status: a named verb per transition, each one guarded statement with its events.
 
 Every status change in Stint is a call to one of this module's verbs, and each verb owns what
-its move writes: the job's columns, the attempt's ``JobAttempt`` row and the result (written
-here and nowhere else), and its events' payloads.
+its move writes: the job's columns (the result among them: ``Job.result*``), the attempt's
+``JobAttempt`` row (written here and nowhere else), and its events' payloads.
 
 - New jobs: ``insert_jobs`` / ``create_jobs`` (CREATED -> QUEUED or SCHEDULED).
 - The worker: ``claim`` (QUEUED -> RUNNING), then one of ``complete`` (SUCCESS), ``fail``
@@ -21,7 +21,7 @@ decided by the callers; the verbs only write. Each verb is one SQL statement per
 (``_transition``): a conditional ``UPDATE ... WHERE status = ANY(expected)`` (fenced by
 ``lease_token`` where a worker holds the job) whose returned rows say which jobs moved, chained
 by data-modifying CTEs to the ``INSERT`` of ONE ``OutboxBatch`` row holding an event per moved
-job (and of attempt and result rows), with the job's ``event_sequence`` incremented in the same UPDATE so that per-job
+job (and of attempt rows), with the job's ``event_sequence`` incremented in the same UPDATE so that per-job
 sequences have no gaps. The caller supplies the transaction.
 """
 
@@ -60,6 +60,10 @@ ASSIGNABLE = frozenset(
         "finished_at",
         "last_error",
         "isolated",
+        "result_at",
+        "result_attempt",
+        "result_status",
+        "result",
     }
 )
 
@@ -287,17 +291,17 @@ def complete(ends: Sequence[AttemptEnd]) -> list[Moved]:
 
 
 def fail(ends: Sequence[AttemptEnd]) -> list[Moved]:
-    """RUNNING -> FAILED (a permanent error: never retried on its own); attempt and result rows; JOB_FAILED."""
+    """RUNNING -> FAILED (a permanent error: never retried on its own); attempt row and result; JOB_FAILED."""
     return _end_attempts(ends, to=JobStatus.FAILED)
 
 
 def dead_letter(ends: Sequence[AttemptEnd]) -> list[Moved]:
-    """RUNNING -> DEAD (the attempt failed and the budget is spent); attempt and result rows; JOB_DEAD."""
+    """RUNNING -> DEAD (the attempt failed and the budget is spent); attempt row and result; JOB_DEAD."""
     return _end_attempts(ends, to=JobStatus.DEAD)
 
 
 def cancel_running(ends: Sequence[AttemptEnd]) -> list[Moved]:
-    """RUNNING -> CANCELLED (the worker stopped the handler as asked); attempt and result rows; JOB_CANCELLED."""
+    """RUNNING -> CANCELLED (the worker stopped the handler as asked); attempt row and result; JOB_CANCELLED."""
     return _end_attempts(ends, to=JobStatus.CANCELLED)
 
 
@@ -363,28 +367,28 @@ def rescue_leases(
 
 
 # Written by an attempt-ending statement for the jobs that moved (``moved``), from the per-row
-# inputs (``v``): the attempt's one row (an attempt already there and still RUNNING, written at
-# claim by a worker of an earlier release, is finished; a finished one stays), and, for a job a
-# worker finished, its result.
+# inputs (``v``): the attempt's one row. A plain INSERT (no ON CONFLICT, whose speculative insertion
+# costs a HEAP_CONFIRM record per row): the row (job, n) is written once. Only this statement writes
+# attempt rows; it writes (job, attempts) for a job it moves out of RUNNING, under the row lock and
+# fenced by the lease token, so at most once per claim, and attempts only grows (the claim's +1).
+# Rows written at claim by releases before the attempt-at-outcome change were finished or removed
+# by migration 0012; those releases cannot claim since 0010 (their claim writes outbox columns 0010
+# dropped). The unique (job, attempt_number) index stays the guard: a second row is refused.
 _ATTEMPT_ROW = """att AS (
-    INSERT INTO stint_job_attempt AS a (job_id, attempt_number, status, worker, lease_token, started_at,
-                                        finished_at, error, traceback)
+    INSERT INTO stint_job_attempt (job_id, attempt_number, status, worker, lease_token, started_at,
+                                   finished_at, error, traceback)
     SELECT m.id, m.attempts, v.ast, coalesce(v.worker, ''), v.token, coalesce(v.started, now()),
            coalesce(v.fin, now()), v.err, v.tb
     FROM moved m JOIN v ON v.id = m.id
-    ON CONFLICT (job_id, attempt_number) DO UPDATE
-    SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at, error = EXCLUDED.error,
-        traceback = EXCLUDED.traceback
-    WHERE a.status = 'RUNNING'
 )"""
-_RESULT_ROW = """res AS (
-    INSERT INTO stint_job_result (job_id, attempt, status, result, created_at)
-    SELECT m.id, m.attempts, v.ast, v.res, now()
-    FROM moved m JOIN v ON v.id = m.id
-    ON CONFLICT (job_id) DO UPDATE
-    SET attempt = EXCLUDED.attempt, status = EXCLUDED.status, result = EXCLUDED.result,
-        created_at = EXCLUDED.created_at
-)"""
+# The result's columns, assigned by the outcome's own UPDATE of the job row (``Job.result*``):
+# the attempt's number (unchanged by the move), its status, the handler's JSON and the time.
+_RESULT_COLUMNS = {
+    "result_attempt": _Sql("j.attempts"),
+    "result_status": _Sql("v.ast"),
+    "result": _Sql("v.res"),
+    "result_at": _NOW,
+}
 
 
 def _end_attempts(
@@ -401,7 +405,8 @@ def _end_attempts(
     """Move the jobs of ``ends`` from RUNNING to ``to``, fenced by their lease tokens, with their attempt rows.
 
     The lease is cleared; ``isolated`` set per end (None: unchanged). A finished job (any ``to``
-    but RETRYING) gets ``finished_at`` and, with ``results``, its ``stint_job_result`` row.
+    but RETRYING) gets ``finished_at`` and, with ``results``, its result (``Job.result*``,
+    written by the same UPDATE: an outcome that lost its lease writes none).
     ``record_error`` writes each end's error as the job's ``last_error`` and in its event.
     ``backoffs`` (seconds, aligned) go in the events as ``backoff_seconds``. One statement.
     """
@@ -433,7 +438,7 @@ def _end_attempts(
                 "jsonb",
                 [Jsonb(e.result) if e.status == AttemptStatus.SUCCEEDED else None for e in ends],
             )
-            also.append(_RESULT_ROW)
+            columns.update(_RESULT_COLUMNS)
     payloads: list[dict[str, Any]] = []
     for i, end in enumerate(ends):
         payload: dict[str, Any] = {"error": end.error} if record_error and end.error else {}

@@ -1,11 +1,14 @@
-"""Tables of the job system: jobs, attempts, results, idempotency, schedules, outbox, workers, queues.
+"""Tables of the job system: jobs (with their results), attempts, idempotency, schedules, outbox, workers, queues.
 
 Models hold data and constraints only; every status change goes through ``scheduler.lifecycle``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -79,6 +82,15 @@ class Job(models.Model):
     progress = models.JSONField(null=True, blank=True)
     unique_key = models.CharField(max_length=64, null=True, blank=True)
     unique_states = ArrayField(models.CharField(max_length=10), null=True, blank=True)
+    # The result: the outcome of the job's latest attempt that a worker finished (complete, fail,
+    # dead_letter, cancel_running write it in the outcome's own UPDATE; a rescue or a retry does
+    # not). ``result_attempt`` NULL: none yet. ``result`` is the handler's JSON (JSON null for a
+    # handler that returned None), SQL NULL for an attempt that did not succeed. Kept in the job
+    # row rather than a table of its own: a separate row cost about 240 WAL bytes per job (issue 13).
+    result_at = models.DateTimeField(null=True, blank=True)
+    result_attempt = models.PositiveIntegerField(null=True, blank=True)
+    result_status = models.CharField(max_length=10, choices=AttemptStatus.choices, null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "stint_job"
@@ -124,6 +136,14 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=3600), name="job_timeout_range"
             ),
+            # A result is whole (attempt, status, time) or absent, and no handler value without one.
+            models.CheckConstraint(
+                condition=Q(result_attempt__isnull=False, result_status__isnull=False, result_at__isnull=False)
+                | Q(
+                    result_attempt__isnull=True, result_status__isnull=True, result_at__isnull=True, result__isnull=True
+                ),
+                name="job_result_whole",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -139,6 +159,19 @@ class Job(models.Model):
         """Attempts remaining in the current budget of 1 + max_retries."""
         return retry.attempts_left(
             attempts=self.attempts, attempts_base=self.attempts_base, max_retries=self.max_retries
+        )
+
+    @property
+    def stored_result(self) -> JobResult | None:
+        """The job's result (``JobResult``), or None while it has none."""
+        if self.result_attempt is None:
+            return None
+        return JobResult(
+            job_id=self.id,
+            attempt=self.result_attempt,
+            status=self.result_status,
+            result=self.result,
+            created_at=self.result_at,
         )
 
 
@@ -167,20 +200,20 @@ class JobAttempt(models.Model):
         return f"{self.job_id} #{self.attempt_number} {self.status}"
 
 
-class JobResult(models.Model):
-    """The outcome of a job's latest finished attempt (one row per job)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobResult:
+    """The outcome of a job's latest finished attempt, as ``GET /api/jobs/{id}/result`` shows it.
 
-    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="result")
-    attempt = models.PositiveIntegerField()
-    status = models.CharField(max_length=10, choices=AttemptStatus.choices)
-    result = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    Read from the job row (``Job.stored_result``): ``attempt`` (its number), ``status`` (an
+    ``AttemptStatus``: SUCCEEDED, FAILED, TIMED_OUT, LOST or CANCELLED), ``result`` (the handler's
+    JSON when it succeeded, else None) and ``created_at`` (aware datetime, database clock).
+    """
 
-    class Meta:
-        db_table = "stint_job_result"
-
-    def __str__(self) -> str:
-        return f"{self.job_id} #{self.attempt} {self.status}"
+    job_id: uuid.UUID
+    attempt: int
+    status: str
+    result: Any
+    created_at: dt.datetime
 
 
 class IdempotencyRecord(models.Model):

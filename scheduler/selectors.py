@@ -45,14 +45,21 @@ def job_visible_to(*, actor: Any) -> QuerySet[Job]:
     return Job.objects.filter(owner_id=actor.pk)
 
 
+# A handler's result has no size limit and lives in the job row: lists leave it in the database.
+LIST_DEFERRED = ("result",)
+
+
 def job_list_owned(*, owner: Any) -> QuerySet[Job]:
-    """Return ``owner``'s jobs, newest first (also for an ADMIN: the admin list is ``job_list_all``)."""
-    return Job.objects.filter(owner_id=owner.pk).order_by(*NEWEST_FIRST)
+    """Return ``owner``'s jobs, newest first (also for an ADMIN: the admin list is ``job_list_all``).
+
+    The handler's ``result`` is deferred (``LIST_DEFERRED``): a list never shows it.
+    """
+    return Job.objects.filter(owner_id=owner.pk).defer(*LIST_DEFERRED).order_by(*NEWEST_FIRST)
 
 
 def job_list_all() -> QuerySet[Job]:
-    """Return every owner's jobs, newest first (the ADMIN list)."""
-    return Job.objects.order_by(*NEWEST_FIRST)
+    """Return every owner's jobs, newest first (the ADMIN list), the ``result`` deferred as in ``job_list_owned``."""
+    return Job.objects.defer(*LIST_DEFERRED).order_by(*NEWEST_FIRST)
 
 
 def job_get(*, job_id: uuid.UUID, actor: Any) -> Job:
@@ -100,17 +107,22 @@ def job_running_attempt(*, job_id: uuid.UUID) -> JobAttempt | None:
 
 
 def job_result_get(*, job_id: uuid.UUID, actor: Any) -> JobResult:
-    """Return the result of a job ``actor`` may see.
+    """Return the result of a job ``actor`` may see (``JobResult``, read from the job row, one query).
 
     Raises ``JobNotFound`` when the job is missing or not visible, ``NoResult`` (404, code
     ``no_result``) while it has none.
     """
-    if not job_visible_to(actor=actor).filter(id=job_id).exists():
+    row = (
+        job_visible_to(actor=actor)
+        .filter(id=job_id)
+        .values_list("result_attempt", "result_status", "result", "result_at")
+        .first()
+    )
+    if row is None:
         raise JobNotFound()
-    result = JobResult.objects.filter(job_id=job_id).first()
-    if result is None:
+    if row[0] is None:
         raise NoResult()
-    return result
+    return JobResult(job_id=job_id, attempt=row[0], status=row[1], result=row[2], created_at=row[3])
 
 
 # -- worker liveness ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Build Django's ``TaskResult`` for a task job from Stint's tables (job, attempts, result) in one query."""
+"""Build Django's ``TaskResult`` for a task job from Stint's tables (the job with its result, attempts) in one query."""
 
 from __future__ import annotations
 
@@ -48,9 +48,8 @@ _QUERY = """
            coalesce((SELECT json_agg(json_build_array(a.attempt_number, a.status, a.worker, a.started_at,
                                                       a.error, a.traceback) ORDER BY a.attempt_number)
                      FROM stint_job_attempt a WHERE a.job_id = j.id), '[]')::text,
-           r.result::text
+           CASE WHEN j.status = 'SUCCESS' THEN j.result::text END
     FROM stint_job j
-    LEFT JOIN stint_job_result r ON r.job_id = j.id AND j.status = 'SUCCESS'
     WHERE j.id = %s
 """
 

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from accounts.serializers import StrictSerializer
 from scheduler.exceptions import UnknownJobType
 from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
-from scheduler.models import DEFAULT_QUEUE, Job, JobAttempt, JobResult
+from scheduler.models import DEFAULT_QUEUE, Job, JobAttempt
 from scheduler.registry import get_handler
 from scheduler.states import AttemptStatus, JobStatus, Priority
 
@@ -196,12 +196,10 @@ class JobAttemptSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class JobResultSerializer(serializers.ModelSerializer):
-    """The outcome of a job's latest finished attempt."""
+class JobResultSerializer(serializers.Serializer):
+    """The outcome of a job's latest finished attempt (a ``scheduler.models.JobResult``, kept in the job row)."""
 
     status = AttemptStatusField()
-
-    class Meta:
-        model = JobResult
-        fields = ["status", "result", "attempt", "created_at"]
-        read_only_fields = fields
+    result = serializers.JSONField(read_only=True, allow_null=True)
+    attempt = serializers.IntegerField(read_only=True, min_value=0, max_value=2147483647)
+    created_at = serializers.DateTimeField(read_only=True)

@@ -67,7 +67,6 @@ _PRUNE_JOBS = """
         FOR UPDATE OF j SKIP LOCKED
     ),
     attempts AS (DELETE FROM stint_job_attempt a USING doomed d WHERE a.job_id = d.id),
-    results AS (DELETE FROM stint_job_result r USING doomed d WHERE r.job_id = d.id),
     keys AS (DELETE FROM stint_idempotency i USING doomed d WHERE i.job_id = d.id),
     audit AS (DELETE FROM stint_audit_event e USING doomed d WHERE e.job_id = d.id)
     DELETE FROM stint_job j USING doomed d WHERE j.id = d.id

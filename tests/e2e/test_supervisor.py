@@ -16,7 +16,7 @@ from django.db import connection
 import tests.support.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.maintenance.promoter import DuePromoter
-from scheduler.models import Job, JobAttempt, JobResult, WorkerNode
+from scheduler.models import Job, JobAttempt, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.hostile.jobs import CRASH_TABLE
 from tests.support.jobs import attempts, events, status
@@ -136,7 +136,7 @@ def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succ
         assert [(s, e) for s, e, _ in rows] == [(AttemptStatus.LOST, lost), (AttemptStatus.SUCCEEDED, "")]
         assert rows[1][2] in isolation_nodes
         assert job.isolated is False  # it ran without killing its process: it may share one again
-        assert JobResult.objects.get(job_id=job_id).result["attempt"] == 2
+        assert Job.objects.get(id=job_id).stored_result.result["attempt"] == 2
 
     # Rescue followed the first crash at once (the supervisor, not a lease expiry 3 s later).
     first_loss = JobAttempt.objects.get(job_id=poison.id, attempt_number=1).finished_at
@@ -195,4 +195,4 @@ def test_outcomes_postgresql_refuses_never_block_the_others(hostile: Processes) 
     assert nul_result.status == JobStatus.FAILED
     assert nul_result.last_error.startswith("the handler's result could not be stored: DataError: ")
     assert attempts(nul_result) == [(1, AttemptStatus.FAILED)]
-    assert JobResult.objects.get(job_id=nul_result.id).result is None
+    assert Job.objects.get(id=nul_result.id).stored_result.result is None

@@ -16,7 +16,7 @@ import pytest
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
-from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, Queue, WorkerNode
+from scheduler.models import Job, JobAttempt, OutboxEvent, Queue, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
 from tests.support.jobs import attempts, events, status
 from tests.support.processes import (
@@ -46,7 +46,7 @@ def test_ten_workers_racing_run_each_job_exactly_once(procs: Processes) -> None:
 
     assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)]
     assert events(job).count(EventType.JOB_STARTED) == 1
-    assert JobResult.objects.get(job_id=job.id).result == {"echo": "once", "attempt": 1}
+    assert Job.objects.get(id=job.id).stored_result.result == {"echo": "once", "attempt": 1}
 
     ids = enqueue_many([{"type": "DEMO_TASK", "payload": {"result": i}} for i in range(200)])
     wait_until(
@@ -74,7 +74,7 @@ def test_a_job_of_a_killed_worker_is_rescued_and_completes_on_another(procs: Pro
 
     rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status", "worker"))
     assert rows == [(1, AttemptStatus.LOST, first_id), (2, AttemptStatus.SUCCEEDED, worker_of(second))]
-    assert JobResult.objects.get(job_id=job.id).result == {"echo": "survived", "attempt": 2}
+    assert Job.objects.get(id=job.id).stored_result.result == {"echo": "survived", "attempt": 2}
     assert events(job).count(EventType.JOB_LEASE_EXPIRED) == 1
 
     scheduler.send(signal.SIGTERM)
@@ -118,7 +118,7 @@ def test_thread_pool_times_out_at_once_and_discards_the_late_result(procs: Proce
     wait_until(status_is(after, JobStatus.SUCCESS), what="the next job ran in the freed slot")
     assert attempts(job) == [(1, AttemptStatus.TIMED_OUT)]
     assert status(job) == JobStatus.RETRYING
-    assert not JobResult.objects.filter(job_id=job.id).exists()
+    assert Job.objects.get(id=job.id).stored_result is None
     assert "overran its 1 s timeout" in worker.output()
 
 
@@ -202,7 +202,7 @@ def test_sigterm_hands_back_a_job_longer_than_the_grace_period(procs: Processes)
     procs.worker(concurrency=1)
     wait_until(status_is(job, JobStatus.SUCCESS), each=DuePromoter().run_once, what="the handed-back job ran again")
     assert attempts(job) == [(1, AttemptStatus.LOST), (2, AttemptStatus.SUCCEEDED)]
-    assert JobResult.objects.get(job_id=job.id).result == {"echo": "later", "attempt": 2}
+    assert Job.objects.get(id=job.id).stored_result.result == {"echo": "later", "attempt": 2}
 
 
 def test_a_second_sigterm_hands_back_at_once(procs: Processes) -> None:
@@ -293,7 +293,7 @@ def test_a_permanent_error_ends_failed_without_retry(procs: Processes) -> None:
     assert attempts(bad) == [(1, AttemptStatus.FAILED)]
     assert "PermanentError" in JobAttempt.objects.get(job_id=bad.id).traceback
     assert events(bad)[-1] == EventType.JOB_FAILED
-    assert JobResult.objects.get(job_id=good.id).result["total"] == 2
+    assert Job.objects.get(id=good.id).stored_result.result["total"] == 2
 
 
 def test_retries_then_dead_letters_woken_only_by_notify(procs: Processes) -> None:
@@ -307,7 +307,7 @@ def test_retries_then_dead_letters_woken_only_by_notify(procs: Processes) -> Non
     wait_until(status_is(hopeless, JobStatus.DEAD), each=promote, what="the failing job was dead-lettered")
 
     assert attempts(flaky) == [(1, AttemptStatus.FAILED), (2, AttemptStatus.SUCCEEDED)]
-    assert JobResult.objects.get(job_id=flaky.id).result == {"echo": "second time", "attempt": 2}
+    assert Job.objects.get(id=flaky.id).stored_result.result == {"echo": "second time", "attempt": 2}
     assert attempts(hopeless) == [(n, AttemptStatus.FAILED) for n in (1, 2, 3)]
     assert events(hopeless)[-1] == EventType.JOB_DEAD
 

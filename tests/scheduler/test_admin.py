@@ -16,7 +16,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from scheduler import queues, schedules
 from scheduler.enqueuing import enqueue
-from scheduler.models import CronSchedule, Job, JobAttempt, JobResult, LeaderFence, OutboxEvent, Queue, WorkerNode
+from scheduler.models import CronSchedule, Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory
 
@@ -150,7 +150,9 @@ class TestJobList:
         JobAttempt.objects.create(
             job=job, attempt_number=2, status=AttemptStatus.SUCCEEDED, worker="w-1", started_at=timezone.now()
         )
-        JobResult.objects.create(job=job, attempt=2, status=AttemptStatus.SUCCEEDED, result={"echo": 1})
+        Job.objects.filter(id=job.id).update(
+            result_attempt=2, result_status=AttemptStatus.SUCCEEDED, result={"echo": 1}, result_at=timezone.now()
+        )
         first = OutboxEvent.objects.get(job_id=job.id, sequence=1)
         AuditEvent.objects.create(
             event_id=first.event_id,

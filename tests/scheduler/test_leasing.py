@@ -29,7 +29,7 @@ from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.rescuer import LeaseRescuer
-from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
+from scheduler.models import Job, JobAttempt, OutboxEvent
 from scheduler.registry import handler
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.subprocess_env import database_url
@@ -247,7 +247,7 @@ def test_a_completion_after_the_lease_was_rescued_is_discarded() -> None:
     assert rescued.status == JobStatus.RETRYING
     assert rescued.lease_token is None
     assert attempts(job) == [(1, AttemptStatus.LOST)]
-    assert not JobResult.objects.filter(job_id=job.id).exists()
+    assert Job.objects.get(id=job.id).stored_result is None
 
     # The rescued job runs again; the first worker's late report still cannot touch it.
     promote_all()
@@ -261,7 +261,7 @@ def test_a_completion_after_the_lease_was_rescued_is_discarded() -> None:
     assert record(report(second, Outcome.SUCCEEDED, result={"on": 2})) == {job.id}
     assert reload(job).status == JobStatus.SUCCESS
     assert attempts(job) == [(1, AttemptStatus.LOST), (2, AttemptStatus.SUCCEEDED)]
-    assert JobResult.objects.get(job_id=job.id).result == {"on": 2}
+    assert Job.objects.get(id=job.id).stored_result.result == {"on": 2}
 
 
 def test_an_outcome_is_recorded_once() -> None:
@@ -274,7 +274,7 @@ def test_an_outcome_is_recorded_once() -> None:
 
     assert reload(job).status == JobStatus.RETRYING
     assert attempts(job) == [(1, AttemptStatus.TIMED_OUT)]
-    assert not JobResult.objects.filter(job_id=job.id).exists()
+    assert Job.objects.get(id=job.id).stored_result is None
     assert events(job).count(EventType.JOB_RETRIED) == 1
 
 
@@ -381,7 +381,7 @@ def test_success_stores_result_attempt_and_event() -> None:
     assert (done.lease_owner, done.lease_token, done.lease_expires_at) == (None, None, None)
     attempt = JobAttempt.objects.get(job_id=job.id)
     assert (attempt.status, attempt.finished_at) == (AttemptStatus.SUCCEEDED, db_now())
-    result = JobResult.objects.get(job_id=job.id)
+    result = Job.objects.get(id=job.id).stored_result
     assert (result.attempt, result.status, result.result) == (1, AttemptStatus.SUCCEEDED, {"echo": "hi", "attempt": 1})
     assert events(job) == ["JOB_CREATED", "JOB_QUEUED", "JOB_STARTED", "JOB_COMPLETED"]
     assert list(OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").values_list("sequence", flat=True)) == [
@@ -409,7 +409,7 @@ def test_retryable_failure_retries_after_backoff() -> None:
         "RetryableError: boom",
         "Traceback...",
     )
-    assert not JobResult.objects.filter(job_id=job.id).exists()
+    assert Job.objects.get(id=job.id).stored_result is None
     retried = OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").last()
     assert retried.event_type == EventType.JOB_RETRIED
     assert retried.payload["backoff_seconds"] == 1.0
@@ -456,7 +456,7 @@ def test_no_attempts_left_dead_letters() -> None:
     assert dead.last_error == "timed out after 300 s"
     assert attempts(job) == [(1, AttemptStatus.FAILED), (2, AttemptStatus.TIMED_OUT)]
     assert events(job)[-1] == EventType.JOB_DEAD
-    assert JobResult.objects.get(job_id=job.id).result is None
+    assert Job.objects.get(id=job.id).stored_result.result is None
 
 
 def test_permanent_error_fails_without_retrying() -> None:
@@ -546,8 +546,8 @@ def test_a_mixed_batch_is_written_in_one_go() -> None:
     assert [attempts(j)[-1][1] for j in jobs] == ["SUCCEEDED", "FAILED", "FAILED", "CANCELLED", "TIMED_OUT", "LOST"] + [
         "RUNNING"
     ]
-    assert JobResult.objects.get(job_id=jobs[0].id).result == [1, 2]
-    assert not JobResult.objects.filter(job_id=jobs[6].id).exists()
+    assert Job.objects.get(id=jobs[0].id).stored_result.result == [1, 2]
+    assert Job.objects.get(id=jobs[6].id).stored_result is None
 
 
 def test_outcome_writes_do_not_grow_with_the_batch() -> None:
@@ -590,12 +590,12 @@ def test_a_result_postgresql_refuses_ends_its_job_failed_and_the_rest_of_the_bat
     assert done.accepted == {good.id, nul.id, surrogate.id, failing.id}
     assert done.unrecorded == [] and done.superseded == []
     assert [reload(j).status for j in (good, nul, surrogate, failing)] == ["SUCCESS", "FAILED", "FAILED", "RETRYING"]
-    assert JobResult.objects.get(job_id=good.id).result == {"ok": 1}
+    assert Job.objects.get(id=good.id).stored_result.result == {"ok": 1}
     for job in (nul, surrogate):
         failed = reload(job)
         assert failed.last_error.startswith("the handler's result could not be stored: DataError: ")
         assert attempts(job) == [(1, AttemptStatus.FAILED)]
-        assert JobResult.objects.get(job_id=job.id).result is None
+        assert Job.objects.get(id=job.id).stored_result.result is None
         assert events(job)[-1] == EventType.JOB_FAILED
     assert [r.outcome for r in done.recorded] == [Outcome.SUCCEEDED, Outcome.PERMANENT, Outcome.PERMANENT, "RETRYABLE"]
     assert done.final == {good.id: "SUCCESS", nul.id: "FAILED", surrogate.id: "FAILED", failing.id: "RETRYING"}
@@ -628,7 +628,7 @@ def test_a_batch_never_holds_two_reports_for_one_job_the_latest_attempt_wins() -
     assert done.accepted == {job.id} and done.recorded == [latest]
     assert reload(job).status == JobStatus.SUCCESS
     assert attempts(job) == [(1, AttemptStatus.LOST), (2, AttemptStatus.SUCCEEDED)]
-    assert JobResult.objects.get(job_id=job.id).result == "new"
+    assert Job.objects.get(id=job.id).stored_result.result == "new"
 
 
 def test_a_report_that_cannot_be_written_even_as_failed_is_set_aside_and_the_others_recorded() -> None:

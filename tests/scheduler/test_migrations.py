@@ -1,4 +1,4 @@
-"""Migration scheduler 0005_integer_priority: stored priorities move to the integer scale and back."""
+"""Data migrations of the scheduler: 0005 (integer priorities), 0012 (the result in the job row); forward and back."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = ("scheduler", "0004_retention_indexes")
 INTEGER = ("scheduler", "0005_integer_priority")
+RESULT_TABLE = ("scheduler", "0011_job_fillfactor")
+RESULT_IN_ROW = ("scheduler", "0012_job_result_in_row")
 
 
 def _migrate(target: tuple[str, str]) -> None:
@@ -20,7 +22,7 @@ def _migrate(target: tuple[str, str]) -> None:
     executor.migrate([target])
 
 
-def _insert_job(priority: int) -> uuid.UUID:
+def _insert_job(priority: int, *, status: str = "QUEUED", attempts: int = 0) -> uuid.UUID:
     job_id = uuid.uuid4()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -28,11 +30,28 @@ def _insert_job(priority: int) -> uuid.UUID:
             INSERT INTO stint_job (id, name, type, payload, status, priority, queue, scheduled_at, attempts,
                                    attempts_base, max_retries, timeout_seconds, cancel_requested, event_sequence,
                                    created_at, updated_at, last_error)
-            VALUES (%s, '', 'DEMO_TASK', '{}', 'QUEUED', %s, 'default', now(), 0, 0, 3, 300, false, 0, now(), now(), '')
+            VALUES (%s, '', 'DEMO_TASK', '{}', %s, %s, 'default', now(), %s, 0, 3, 300, false, 0, now(), now(), '')
             """,
-            [job_id, priority],
+            [job_id, status, priority, attempts],
         )
     return job_id
+
+
+def _insert_attempt(job_id: uuid.UUID, number: int, status: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO stint_job_attempt (job_id, attempt_number, status, worker, started_at, error, traceback)
+            VALUES (%s, %s, %s, 'w', now(), '', '')
+            """,
+            [job_id, number, status],
+        )
+
+
+def _fetch(sql: str, params: list) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def _priorities(ids: list[uuid.UUID]) -> list[int]:
@@ -54,5 +73,44 @@ def test_0005_maps_high_medium_low_to_50_0_minus_50_and_back() -> None:
 
         _migrate(BEFORE)
         assert _priorities(old + between) == [0, 1, 2, 0, 2]  # values between the names fall into bands
+    finally:
+        _migrate(leaf[0])
+
+
+def test_0012_moves_results_into_their_job_rows_drops_claim_time_attempt_rows_and_goes_back() -> None:
+    leaf = MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler")
+    try:
+        _migrate(RESULT_TABLE)
+        done, failed, waiting = (_insert_job(0, status=s, attempts=1) for s in ("SUCCESS", "FAILED", "QUEUED"))
+        running = _insert_job(0, status="RUNNING", attempts=2)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                INSERT INTO stint_job_result (job_id, attempt, status, result, created_at) VALUES
+                    (%s, 1, 'SUCCEEDED', '{"echo": [1, 2]}', '2026-01-02T03:04:05Z'),
+                    (%s, 1, 'FAILED', NULL, '2026-01-02T03:04:06Z')
+                """,
+                [done, failed],
+            )
+        _insert_attempt(running, 1, "FAILED")  # a finished attempt: history, kept
+        _insert_attempt(running, 2, "RUNNING")  # written at claim by an older release: the job row says it
+        _insert_attempt(done, 1, "RUNNING")  # a stale row of a job no longer running: kept as it was
+
+        _migrate(RESULT_IN_ROW)
+        rows = _fetch(
+            "SELECT id, result_attempt, result_status, result::text, result_at::text FROM stint_job WHERE id = ANY(%s)",
+            [[done, failed, waiting]],
+        )
+        assert {r[0]: r[1:] for r in rows} == {
+            done: (1, "SUCCEEDED", '{"echo": [1, 2]}', "2026-01-02 03:04:05+00"),
+            failed: (1, "FAILED", None, "2026-01-02 03:04:06+00"),
+            waiting: (None, None, None, None),
+        }
+        attempts = "SELECT job_id, attempt_number, status FROM stint_job_attempt WHERE job_id = ANY(%s) ORDER BY 1, 2"
+        assert set(_fetch(attempts, [[running, done]])) == {(running, 1, "FAILED"), (done, 1, "RUNNING")}
+
+        _migrate(RESULT_TABLE)
+        back = _fetch("SELECT job_id, attempt, status, result::text FROM stint_job_result ORDER BY status", [])
+        assert back == [(failed, 1, "FAILED", None), (done, 1, "SUCCEEDED", '{"echo": [1, 2]}')]
     finally:
         _migrate(leaf[0])

@@ -7,7 +7,7 @@ from django.db import connection
 
 import scheduler
 from scheduler import leasing
-from scheduler.models import JobResult
+from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db
 
@@ -31,8 +31,8 @@ def test_enqueue_and_claim_statements_are_prepared_once_per_connection() -> None
     statements = prepared_statements()
     assert any("UPDATE stint_job j" in s and "lease_token = gen_random_uuid()" in s for s in statements)
     # Outcomes are bound server-side, unprepared: their plan depends on the batch's size.
-    assert not any("INSERT INTO stint_job_result" in s for s in statements)
-    assert JobResult.objects.filter(job_id=claimed.id).exists()
+    assert not any("INSERT INTO stint_job_attempt" in s for s in statements)
+    assert Job.objects.get(id=claimed.id).stored_result is not None
 
 
 @pytest.mark.django_db(transaction=True)

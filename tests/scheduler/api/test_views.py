@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler import enqueuing
-from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent
+from scheduler.models import Job, JobAttempt, OutboxEvent
 from scheduler.states import AttemptStatus, JobStatus, Priority
 from tests.support.factories import JobFactory
 
@@ -624,7 +624,9 @@ def test_result_is_404_no_result_until_there_is_one(user_api, user):
     assert none_yet.status_code == 404
     assert _error(none_yet)["code"] == "no_result"
 
-    JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.SUCCEEDED, result={"echo": [1, 2]})
+    Job.objects.filter(id=job.id).update(
+        result_attempt=1, result_status=AttemptStatus.SUCCEEDED, result={"echo": [1, 2]}, result_at=timezone.now()
+    )
     resp = user_api.get(f"{JOBS}/{job.id}/result")
     assert resp.status_code == 200
     assert {k: resp.json()[k] for k in ("status", "result", "attempt")} == {
@@ -670,7 +672,9 @@ ENDPOINTS = [
 def _job_in(state: str, owner) -> Job:
     job = JobFactory(owner=owner, **({} if state == "queued" else {state: True}))
     if state == "succeeded":
-        JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.SUCCEEDED, result=1)
+        Job.objects.filter(id=job.id).update(
+            result_attempt=1, result_status=AttemptStatus.SUCCEEDED, result=1, result_at=timezone.now()
+        )
     return job
 
 

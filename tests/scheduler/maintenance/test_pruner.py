@@ -13,7 +13,7 @@ import pytest
 from audit.models import AuditEvent
 from scheduler import metrics
 from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner, jobs_prune
-from scheduler.models import CronSchedule, IdempotencyRecord, Job, JobAttempt, JobResult, OutboxEvent, WorkerNode
+from scheduler.models import CronSchedule, IdempotencyRecord, Job, JobAttempt, OutboxEvent, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory, outbox_row, worker_node
 
@@ -45,7 +45,9 @@ def finished(status: str, *, age: dt.timedelta, published: bool = True, **fields
     job = JobFactory(**{TRAIT[status]: True}, **fields)
     Job.objects.filter(id=job.id).update(finished_at=NOW - age)
     JobAttempt.objects.create(job=job, attempt_number=1, status=AttemptStatus.FAILED, started_at=NOW - age)
-    JobResult.objects.create(job=job, attempt=1, status=AttemptStatus.FAILED, result={"n": 1})
+    Job.objects.filter(id=job.id).update(
+        result_attempt=1, result_status=AttemptStatus.FAILED, result={"n": 1}, result_at=NOW - age
+    )
     events = [
         {"event_id": uuid.uuid4(), "event_type": event, "job_id": job.id, "owner_id": job.owner_id,
          "sequence": sequence, "to_status": "QUEUED"}
@@ -71,7 +73,7 @@ def left(*jobs: Job) -> dict[str, set[uuid.UUID]]:
     return {
         "jobs": set(Job.objects.filter(id__in=ids).values_list("id", flat=True)),
         "attempts": set(JobAttempt.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
-        "results": set(JobResult.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
+        "results": set(Job.objects.filter(id__in=ids, result_attempt__isnull=False).values_list("id", flat=True)),
         "audit": set(AuditEvent.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
     }
 

@@ -18,7 +18,7 @@ from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper, rescue_held_by
-from scheduler.models import Job, JobAttempt, JobResult, OutboxEvent, WorkerNode
+from scheduler.models import Job, JobAttempt, OutboxEvent, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.factories import worker_node
 from tests.support.jobs import (
@@ -100,7 +100,7 @@ def test_a_rescue_stores_no_result_and_a_rescued_cancel_keeps_the_jobs_error() -
 
     assert status(dead) == JobStatus.DEAD
     assert status(cancelled) == JobStatus.CANCELLED
-    assert not JobResult.objects.filter(job_id__in=[dead.id, cancelled.id]).exists()
+    assert not Job.objects.filter(id__in=[dead.id, cancelled.id], result_attempt__isnull=False).exists()
     assert Job.objects.get(id=cancelled.id).last_error == "earlier"
     last = {j.id: OutboxEvent.objects.filter(job_id=j.id).order_by("sequence").last() for j in (dead, cancelled)}
     assert last[dead.id].payload["reason"] == "lease_expired"

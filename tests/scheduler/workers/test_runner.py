@@ -15,7 +15,7 @@ from scheduler import leasing
 from scheduler.enqueuing import enqueue
 from scheduler.flow import claim as flow_claim
 from scheduler.leasing import Outcome, Report
-from scheduler.models import Job, JobAttempt, JobResult
+from scheduler.models import Job, JobAttempt
 from scheduler.states import JobStatus
 from scheduler.workers.runner import Worker, WorkerOptions
 from tests.support.subprocess_env import database_url
@@ -96,7 +96,7 @@ def test_a_batch_of_successes_in_autocommit_is_one_statement_with_attempts_and_r
     assert len(queries) == 1  # job moves, events, attempts and results: one statement, its own transaction
     assert done.accepted == {c.id for c in claimed}
     for i, c in enumerate(claimed):
-        assert JobResult.objects.get(job_id=c.id).result == {"n": i}
+        assert Job.objects.get(id=c.id).stored_result.result == {"n": i}
         attempt = JobAttempt.objects.get(job_id=c.id)
         assert (attempt.status, attempt.worker, attempt.started_at) == ("SUCCEEDED", "w-test", c.started_at)
 
