@@ -197,9 +197,12 @@ class JobAttemptSerializer(serializers.ModelSerializer):
 
 
 class JobResultSerializer(serializers.Serializer):
-    """The outcome of a job's latest finished attempt (a ``scheduler.models.JobResult``, kept in the job row)."""
+    """The outcome of a job's latest finished attempt."""
+
+    # Serializes a ``scheduler.models.JobResult`` (kept in the job row); the OpenAPI shape is the
+    # one the table's model serializer had.
 
     status = AttemptStatusField()
     result = serializers.JSONField(read_only=True, allow_null=True)
-    attempt = serializers.IntegerField(read_only=True, min_value=0, max_value=2147483647)
+    attempt = serializers.IntegerField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)

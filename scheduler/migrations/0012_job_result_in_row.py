@@ -2,7 +2,9 @@
 # UPDATE of stint_job, which happens anyway, now sets result_at, result_attempt, result_status and
 # result, where a separate stint_job_result row (heap, primary key, ON CONFLICT's HEAP_CONFIRM) cost
 # about 240 WAL bytes per job (bench/wal_breakdown.py, a 20,000-job drain). Existing results are
-# copied into their jobs' rows, then stint_job_result is dropped (nothing else reads it).
+# copied into their jobs' rows, then stint_job_result is dropped (nothing else reads it). With the
+# attempt insert below, a drain's WAL fell from 2,231 to 1,975 bytes per job (the job row's update
+# grew by about 40 bytes).
 #
 # Attempt rows are now inserted without ON CONFLICT (scheduler.lifecycle._ATTEMPT_ROW). The only
 # rows that statement could meet are those written at claim by releases before the
