@@ -370,10 +370,11 @@ def rescue_leases(
 # inputs (``v``): the attempt's one row. A plain INSERT (no ON CONFLICT, whose speculative insertion
 # costs a HEAP_CONFIRM record per row): the row (job, n) is written once. Only this statement writes
 # attempt rows; it writes (job, attempts) for a job it moves out of RUNNING, under the row lock and
-# fenced by the lease token, so at most once per claim, and attempts only grows (the claim's +1).
-# Rows written at claim by releases before the attempt-at-outcome change were finished or removed
-# by migration 0012; those releases cannot claim since 0010 (their claim writes outbox columns 0010
-# dropped). The unique (job, attempt_number) index stays the guard: a second row is refused.
+# fenced by the lease token, so at most once per claim (a concurrent move waits for the row lock,
+# then finds the job moved), and attempts only grows (the claim's +1). The RUNNING rows that
+# releases before the attempt-at-outcome change wrote at claim were removed by migration 0012 for
+# jobs still running them; those releases cannot claim since 0010 (their claim writes outbox
+# columns 0010 dropped). The unique (job, attempt_number) index stays the guard: a second row is refused.
 _ATTEMPT_ROW = """att AS (
     INSERT INTO stint_job_attempt (job_id, attempt_number, status, worker, lease_token, started_at,
                                    finished_at, error, traceback)

@@ -278,6 +278,25 @@ def test_an_outcome_is_recorded_once() -> None:
     assert events(job).count(EventType.JOB_RETRIED) == 1
 
 
+def test_an_attempt_row_is_written_once_and_a_second_one_is_refused_with_its_outcome() -> None:
+    job = make_job()
+    claimed = claim_one(job)
+    # Only the outcome writes the running attempt's row, so none can be there; were one there (a
+    # bug), the unique (job, attempt_number) index refuses the outcome whole: no second row.
+    JobAttempt.objects.create(
+        job_id=job.id, attempt_number=1, status=AttemptStatus.SUCCEEDED, started_at=claimed.started_at
+    )
+
+    done = leasing.record_batch([report(claimed, Outcome.SUCCEEDED, result=1)])
+
+    assert done.accepted == set()
+    assert [r.job.id for r, _why in done.unrecorded] == [job.id]
+    assert "attempt_unique_number" in done.unrecorded[0][1]
+    assert reload(job).status == JobStatus.RUNNING
+    assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)]
+    assert Job.objects.get(id=job.id).stored_result is None
+
+
 # -- heartbeat -------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from scheduler import enqueuing
+from scheduler import enqueuing, selectors
 from scheduler.models import Job, JobAttempt, OutboxEvent
 from scheduler.states import AttemptStatus, JobStatus, Priority
 from tests.support.factories import JobFactory
@@ -625,15 +625,30 @@ def test_result_is_404_no_result_until_there_is_one(user_api, user):
     assert _error(none_yet)["code"] == "no_result"
 
     Job.objects.filter(id=job.id).update(
-        result_attempt=1, result_status=AttemptStatus.SUCCEEDED, result={"echo": [1, 2]}, result_at=timezone.now()
+        result_attempt=1,
+        result_status=AttemptStatus.SUCCEEDED,
+        result={"echo": [1, 2]},
+        result_at=dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC),
     )
     resp = user_api.get(f"{JOBS}/{job.id}/result")
     assert resp.status_code == 200
-    assert {k: resp.json()[k] for k in ("status", "result", "attempt")} == {
+    assert resp.json() == {
         "status": "SUCCEEDED",
         "result": {"echo": [1, 2]},
         "attempt": 1,
+        "created_at": "2026-01-02T03:04:05.678000Z",
     }
+
+
+def test_job_lists_leave_each_handlers_result_in_the_database(user):
+    job = JobFactory(owner=user, succeeded=True)
+    Job.objects.filter(id=job.id).update(
+        result_attempt=1, result_status=AttemptStatus.SUCCEEDED, result={"big": "x" * 10_000}, result_at=timezone.now()
+    )
+
+    for listed in (selectors.job_list_owned(owner=user).get(id=job.id), selectors.job_list_all().get(id=job.id)):
+        assert listed.get_deferred_fields() == {"result"}
+    assert selectors.job_get(job_id=job.id, actor=user).stored_result.result == {"big": "x" * 10_000}
 
 
 # --- admin list -------------------------------------------------------------------------------
