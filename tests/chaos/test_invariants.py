@@ -212,6 +212,15 @@ def test_i4_a_broken_event_chain_fails():
     assert any("leaves QUEUED but event 3 entered RUNNING" in s for s in verdict(snap).violations["I4"])
 
 
+def test_i4_and_i5_read_the_reconcilers_copy_of_a_lost_event_as_the_same_event():
+    # The reconciler copies a lost event (same event id) into a new outbox row: the chain and the
+    # trail are unchanged (seen in the short profile's audit-kill-after-commit with a 20 s grace).
+    outbox = events()
+    snap = clean(outbox=outbox + outbox[:2])  # events 1 and 2 twice: the original and its copy
+    assert "I4" not in verdict(snap).violations
+    assert "I5" not in verdict(snap).violations
+
+
 def test_i4_a_fence_token_going_back_or_an_unfenced_cron_fire_fails():
     log = [FenceRow(seq=1, txid=10, token=3), FenceRow(seq=2, txid=11, token=2)]
     v = verdict(clean(fence_log=log))
