@@ -15,7 +15,7 @@ from django.utils import timezone
 import scheduler
 from scheduler import enqueuing, job_actions
 from scheduler.exceptions import IllegalTransition, InvalidJob, JobNotFound, PayloadTooLarge, UnknownJobType
-from scheduler.models import Job, OutboxEvent, Queue
+from scheduler.models import Job, OutboxBatch, OutboxEvent, Queue
 from scheduler.registry import handler
 from scheduler.states import EventType, JobStatus, Priority
 from tests.support.factories import JobFactory
@@ -205,6 +205,40 @@ def test_enqueue_many_inserts_every_job_in_one_statement_with_its_events(user):
     assert jobs[ids[2]].payload == []  # an empty list is a payload, not "no payload"
     assert len({j.created_at for j in jobs.values()}) == 1
     assert all(len(_events(i)) == 2 for i in ids)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_one_or_many_jobs_write_one_outbox_row_with_each_jobs_two_events_in_order(user, count):
+    later = timezone.now() + dt.timedelta(hours=1)
+    specs = [{"type": "DEMO_TASK", "scheduled_at": later if i == 1 else None} for i in range(count)]
+    if count == 1:  # the single-job statement (scalar parameters) ...
+        ids = [scheduler.enqueue("DEMO_TASK", owner=user).id]
+    else:  # ... and the batch one (arrays) write the same row shape
+        ids = enqueuing.enqueue_many(specs, owner=user)
+
+    (row,) = OutboxBatch.objects.all()
+    assert row.event_count == len(row.events) == 2 * count
+    pairs = [row.events[i : i + 2] for i in range(0, len(row.events), 2)]
+    assert sorted(first["job_id"] for first, _ in pairs) == sorted(str(i) for i in ids)
+    for first, second in pairs:  # a job's events stay together, in sequence order
+        assert first["job_id"] == second["job_id"]
+        assert (first["sequence"], first["event_type"], first["from_status"], first["to_status"]) == (
+            1,
+            EventType.JOB_CREATED,
+            "",
+            JobStatus.CREATED,
+        )
+        status = Job.objects.get(id=second["job_id"]).status
+        event = EventType.JOB_QUEUED if status == JobStatus.QUEUED else EventType.JOB_SCHEDULED
+        assert (second["sequence"], second["event_type"], second["from_status"], second["to_status"]) == (
+            2,
+            event,
+            JobStatus.CREATED,
+            status,
+        )
+        assert first["owner_id"] == second["owner_id"] == user.pk
+        assert first["payload"] == second["payload"] == {"type": "DEMO_TASK", "queue": "default", "priority": "MEDIUM"}
+        assert first["event_id"] != second["event_id"]
 
 
 def test_the_package_api_enqueues_one_or_many(user):
