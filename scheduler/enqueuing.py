@@ -142,35 +142,38 @@ def jobs_insert(jobs: Sequence[NewJob]) -> list[lifecycle.Inserted]:
 
 
 def _job_from(new: NewJob, row: lifecycle.Inserted) -> Job:
-    """The ``Job`` that ``row`` inserted for ``new``, built without reading it back."""
-    job = Job(
-        id=new.id,
-        owner_id=new.owner_id,
-        name=new.name,
-        type=new.type,
-        payload=new.payload,
-        status=row.status,
-        priority=new.priority,
-        queue=new.queue,
-        scheduled_at=row.scheduled_at,
-        attempts=0,
-        attempts_base=0,
-        max_retries=new.max_retries,
-        timeout_seconds=new.timeout_seconds,
-        cancel_requested=False,
-        idempotency_key=new.idempotency_key,
-        schedule_id=new.schedule_id,
-        fire_time=new.fire_time,
-        event_sequence=2,
-        created_at=row.created_at,
-        updated_at=row.created_at,
-        last_error="",
-        isolated=False,
-        trace_context=new.trace_context,
-    )
-    job._state.adding = False
-    job._state.db = connection.alias
-    return job
+    """The ``Job`` that ``row`` inserted for ``new``, built without reading it back.
+
+    Through ``Model.from_db`` with every column in order: a third of the cost of keyword arguments.
+    """
+    given = {
+        "id": new.id,
+        "owner_id": new.owner_id,
+        "name": new.name,
+        "type": new.type,
+        "payload": new.payload,
+        "status": row.status,
+        "priority": new.priority,
+        "queue": new.queue,
+        "scheduled_at": row.scheduled_at,
+        "attempts": 0,
+        "attempts_base": 0,
+        "max_retries": new.max_retries,
+        "timeout_seconds": new.timeout_seconds,
+        "cancel_requested": False,
+        "idempotency_key": new.idempotency_key,
+        "schedule_id": new.schedule_id,
+        "fire_time": new.fire_time,
+        "event_sequence": 2,
+        "created_at": row.created_at,
+        "updated_at": row.created_at,
+        "last_error": "",
+        "isolated": False,
+        "trace_context": new.trace_context,
+    }
+    fields = Job._meta.concrete_fields
+    values = [given[f.attname] if f.attname in given else f.get_default() for f in fields]
+    return Job.from_db(connection.alias, [f.attname for f in fields], values)
 
 
 def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
