@@ -44,3 +44,27 @@ def test_with_prepared_statements_off_nothing_is_prepared(settings) -> None:
     (claimed,) = leasing.claim_jobs(worker_id="w", limit=1, queues=None)
     leasing.record_batch([leasing.Report(job=claimed, outcome=leasing.Outcome.SUCCEEDED, result=None)])
     assert prepared_statements() == []
+
+
+def test_a_prepared_cursor_loads_timestamps_as_the_same_aware_instants_as_django() -> None:
+    from scheduler import prepared
+
+    timestamptz = 1184  # its type OID
+
+    sql = (
+        "SELECT now(), timestamptz '2026-03-29 01:30:00+01', timestamptz '1999-12-31 23:59:59.999999-08',"
+        " NULL::timestamptz"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        by_django = cursor.fetchone()
+    with prepared.cursor() as cursor:
+        cursor.execute(sql, {})
+        ours = cursor.fetchone()
+
+    assert ours == by_django  # same instants (now() is the transaction's: one transaction here)
+    assert all(value.utcoffset() is not None for value in ours[:3])  # aware, as Django's
+    assert ours[3] is None
+    with prepared.cursor() as cursor:  # psycopg's C loader, where Django's connection has its Python one
+        assert cursor._cursor.adapters.get_loader(timestamptz, 0).__module__ == "psycopg_binary._psycopg"
+    assert connection.connection.adapters.get_loader(timestamptz, 0).__module__.startswith("django.")
