@@ -204,23 +204,21 @@ def _transition(
             WHERE j.id = l.id AND v.id = j.id
             RETURNING j.id, l.old_status, j.event_sequence, j.attempts, j.owner_id, j.type, j.queue,
                       j.priority, v.evp
-        ), ev AS (
-            INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
-            SELECT {SCHEMA_VERSION}, now(), count(*), jsonb_agg({
-        EVENT_SQL.format(
-            event="%(event)s::text",
-            job="id",
-            owner="owner_id",
-            sequence="event_sequence",
-            attempt="attempts",
-            source="old_status",
-            to="%(to)s::text",
-            payload=f"jsonb_build_object('type', type, 'queue', queue, "
-            f"'priority', {PRIORITY_NAME.format('priority')}) || evp",
+        ), ev AS ({
+        _outbox_row(
+            EVENT_SQL.format(
+                event="%(event)s::text",
+                job="id",
+                owner="owner_id",
+                sequence="event_sequence",
+                attempt="attempts",
+                source="old_status",
+                to="%(to)s::text",
+                payload=f"jsonb_build_object('type', type, 'queue', queue, "
+                f"'priority', {PRIORITY_NAME.format('priority')}) || evp",
+            )
         )
-    } ORDER BY id)
-            FROM moved
-            HAVING count(*) > 0
+    }
         ){"".join(f", {cte}" for cte in also)}
         SELECT id, old_status, event_sequence, attempts FROM moved
     """  # noqa: S608 - identifiers are whitelisted above; values are bound parameters
@@ -231,6 +229,19 @@ def _transition(
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [Moved(job_id=r[0], from_status=r[1], sequence=r[2], attempts=r[3]) for r in rows]
+
+
+def _outbox_row(event: str) -> str:
+    """The INSERT of ONE outbox row holding ``event`` (an ``EVENT_SQL`` filled in) for each row of ``moved``.
+
+    Ordered by job id; no row when nothing moved. The claim and every transition write their events
+    through it (new jobs write theirs in pairs: ``_insert_sql``).
+    """
+    return f"""
+            INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
+            SELECT {SCHEMA_VERSION}, now(), count(*), jsonb_agg({event} ORDER BY id)
+            FROM moved
+            HAVING count(*) > 0"""  # noqa: S608 - constants only
 
 
 def _rows_document(inputs: Sequence[tuple[str, str, Sequence[Any]]]) -> str:
@@ -809,23 +820,21 @@ def claim(
             RETURNING j.id, j.type, j.payload, j.attempts, j.lease_token, j.timeout_seconds, j.owner_id,
                       j.max_retries, j.attempts_base, j.queue, j.priority, j.scheduled_at, j.started_at,
                       j.event_sequence
-        ), ev AS (
-            INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
-            SELECT {SCHEMA_VERSION}, now(), count(*), jsonb_agg({
-        EVENT_SQL.format(
-            event="%(event)s::text",
-            job="id",
-            owner="owner_id",
-            sequence="event_sequence",
-            attempt="attempts",
-            source="'QUEUED'",
-            to="'RUNNING'",
-            payload=f"jsonb_build_object('type', type, 'queue', queue, "
-            f"'priority', {PRIORITY_NAME.format('priority')}, 'worker', %(worker)s::text)",
+        ), ev AS ({
+        _outbox_row(
+            EVENT_SQL.format(
+                event="%(event)s::text",
+                job="id",
+                owner="owner_id",
+                sequence="event_sequence",
+                attempt="attempts",
+                source="'QUEUED'",
+                to="'RUNNING'",
+                payload=f"jsonb_build_object('type', type, 'queue', queue, "
+                f"'priority', {PRIORITY_NAME.format('priority')}, 'worker', %(worker)s::text)",
+            )
         )
-    } ORDER BY id)
-            FROM moved
-            HAVING count(*) > 0
+    }
         )
         SELECT id, type, payload, attempts, lease_token, timeout_seconds, owner_id, max_retries, attempts_base,
                queue, priority, scheduled_at, started_at
