@@ -193,8 +193,11 @@ def _transition(
         WITH v AS (
             SELECT {selected} FROM jsonb_to_recordset(%(rows)s::jsonb) AS r({columns})
         ), locked AS (
+            -- One primary-key lookup per input row, whatever the statistics say: a join would let
+            -- the planner scan every RUNNING job when it believes there are none (OFFSET 0 keeps
+            -- the subquery from being flattened into such a join).
             SELECT j.id, j.status AS old_status
-            FROM stint_job j JOIN v ON v.id = j.id
+            FROM v, LATERAL (SELECT s.id, s.status, s.lease_token FROM stint_job s WHERE s.id = v.id OFFSET 0) j
             WHERE j.status = ANY(%(expected)s::text[]) {fence}
             ORDER BY j.id
             FOR UPDATE OF j
@@ -222,10 +225,11 @@ def _transition(
         ){"".join(f", {cte}" for cte in also)}
         SELECT id, old_status, event_sequence, attempts FROM moved
     """  # noqa: S608 - identifiers are whitelisted above; values are bound parameters
-    # Bound server-side but not prepared: its batches range from 1 to 1,000 jobs, and the generic
-    # plan PostgreSQL settles on after a few small batches made large ones about twice as slow (a
-    # 10,000-job drain, measured); planned per batch, the planning costs little per job.
-    with prepared.cursor(prepare=False) as cursor:
+    # Prepared (once per connection and statement text): with the rows in one jsonb document and
+    # one primary-key lookup per row, the plan no longer depends on the batch size (it did with
+    # unnest()ed arrays, whose generic plan made large batches twice as slow). Planning was about
+    # 1 ms a statement: a one-job outcome took 2.5-2.6 ms unprepared, 1.4-1.5 ms prepared.
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [Moved(job_id=r[0], from_status=r[1], sequence=r[2], attempts=r[3]) for r in rows]

@@ -5,8 +5,7 @@ each array element into the SQL text, and PostgreSQL parses and plans the whole 
 The enqueue, claim and outcome statements are few, fixed texts run thousands of times a
 second, so they go through a plain psycopg ``Cursor`` on Django's own connection (same
 transaction, same type adapters): parameters travel separately in the extended protocol, and
-the enqueue and claim texts are parsed and planned once per connection (the outcome
-transitions are not prepared: see ``lifecycle._transition``).
+the enqueue, claim and transition texts are parsed and planned once per connection.
 
 Their cursors load ``timestamptz`` with psycopg's own (C) loader instead of the Python subclass
 Django registers on its connections (which parses in Python, then replaces the tzinfo): a claim
@@ -137,6 +136,6 @@ def cursor(*, prepare: bool = True) -> PreparedCursor:
     """Return a ``PreparedCursor`` on Django's connection (a context manager).
 
     ``prepare`` False binds server-side without preparing: for a statement whose best plan
-    depends on the size of its array parameters (see ``lifecycle._transition``).
+    depends on its parameters' values (a generic plan would fit some of them badly).
     """
     return PreparedCursor(prepare=prepare)
