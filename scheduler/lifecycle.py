@@ -176,8 +176,6 @@ def _transition(
             raise ValueError(f"per_row[{name}] must align with job_ids")
         inputs.append((name, pg_type, values))
     params["rows"] = _rows_document(inputs)
-    columns = ", ".join(f"{name} {pg_type}" for name, pg_type, _ in inputs)
-    selected = _document_columns((name, pg_type) for name, pg_type, _ in inputs)
 
     sets = ["status = %(to)s", "updated_at = now()", "event_sequence = j.event_sequence + 1"]
     for i, (column, value) in enumerate((assign or {}).items()):
@@ -191,7 +189,7 @@ def _transition(
     fence = "AND j.lease_token = v.token" if lease_tokens is not None else ""
     sql = f"""
         WITH v AS (
-            SELECT {selected} FROM jsonb_to_recordset(%(rows)s::jsonb) AS r({columns})
+            {_from_document((name, pg_type) for name, pg_type, _ in inputs)}
         ), locked AS (
             -- One primary-key lookup per input row, whatever the statistics say: a join would let
             -- the planner scan every RUNNING job when it believes there are none (OFFSET 0 keeps
@@ -208,19 +206,7 @@ def _transition(
             RETURNING j.id, l.old_status, j.event_sequence, j.attempts, j.owner_id, j.type, j.queue,
                       j.priority, v.evp
         ), ev AS ({
-        _outbox_row(
-            EVENT_SQL.format(
-                event="%(event)s::text",
-                job="id",
-                owner="owner_id",
-                sequence="event_sequence",
-                attempt="attempts",
-                source="old_status",
-                to="%(to)s::text",
-                payload=f"jsonb_build_object('type', type, 'queue', queue, "
-                f"'priority', {PRIORITY_NAME.format('priority')}) || evp",
-            )
-        )
+        _outbox_row(source="old_status", to="%(to)s::text", payload=f"jsonb_build_object({_PAYLOAD}) || evp")
     }
         ){"".join(f", {cte}" for cte in also)}
         SELECT id, old_status, event_sequence, attempts FROM moved
@@ -235,12 +221,32 @@ def _transition(
     return [Moved(job_id=r[0], from_status=r[1], sequence=r[2], attempts=r[3]) for r in rows]
 
 
-def _outbox_row(event: str) -> str:
-    """The INSERT of ONE outbox row holding ``event`` (an ``EVENT_SQL`` filled in) for each row of ``moved``.
+def _event_payload(row: str = "") -> str:
+    """The pairs every event payload starts with: type, queue, priority label of ``row`` ("" or an alias + ".")."""
+    return f"'type', {row}type, 'queue', {row}queue, 'priority', {PRIORITY_NAME.format(row + 'priority')}"
 
-    Ordered by job id; no row when nothing moved. The claim and every transition write their events
-    through it (new jobs write theirs in pairs: ``_insert_sql``).
+
+_PAYLOAD = _event_payload()  # read from ``moved``'s columns
+
+
+def _outbox_row(*, source: str, to: str, payload: str) -> str:
+    """The INSERT of ONE outbox row holding an event (``%(event)s``) for each row of ``moved``.
+
+    ``source``/``to``: SQL of the event's from/to status; ``payload``: SQL of its payload object.
+    ``moved`` gives id, owner_id, event_sequence and attempts. Ordered by job id; no row when
+    nothing moved. The claim and every transition write their events through it (new jobs write
+    theirs in pairs: ``_insert_sql``).
     """
+    event = EVENT_SQL.format(
+        event="%(event)s::text",
+        job="id",
+        owner="owner_id",
+        sequence="event_sequence",
+        attempt="attempts",
+        source=source,
+        to=to,
+        payload=payload,
+    )
     return f"""
             INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
             SELECT {SCHEMA_VERSION}, now(), count(*), jsonb_agg({event} ORDER BY id)
@@ -272,9 +278,12 @@ def _rows_document(inputs: Sequence[tuple[str, str, Sequence[Any]]]) -> str:
     return json.dumps([dict(zip(names, row, strict=True)) for row in zip(*(c for _, c in columns), strict=True)])
 
 
-def _document_columns(columns: Iterable[tuple[str, str]]) -> str:
-    """The select list reading ``_rows_document``'s record ``r``: (name, type) -> ``r.name``, a jsonb one unwrapped."""
-    return ", ".join(f"r.{name} -> 'v' AS {name}" if kind == "jsonb" else f"r.{name}" for name, kind in columns)
+def _from_document(columns: Iterable[tuple[str, str]]) -> str:
+    """``SELECT ... FROM`` the ``%(rows)s`` document (``_rows_document``): (name, type) -> a column, jsonb unwrapped."""
+    columns = list(columns)
+    selected = ", ".join(f"r.{name} -> 'v' AS {name}" if kind == "jsonb" else f"r.{name}" for name, kind in columns)
+    typed = ", ".join(f"{name} {kind}" for name, kind in columns)
+    return f"SELECT {selected} FROM jsonb_to_recordset(%(rows)s::jsonb) AS r({typed})"  # noqa: S608 - constants only
 
 
 def _transition_one(
@@ -694,8 +703,7 @@ def _insert_sql(*, ensure_queues: bool, notify: bool, single: bool) -> str:
         if notify
         else ""
     )
-    priority = PRIORITY_NAME.format("ins.priority")
-    payload = f"jsonb_build_object('type', ins.type, 'queue', ins.queue, 'priority', {priority})"
+    payload = f"jsonb_build_object({_event_payload('ins.')})"
     common = {"job": "ins.id", "owner": "ins.owner_id", "attempt": "0", "payload": payload}
     # Each job's two events, in their order; no sort: a job's pair stays together and in order.
     pair = "jsonb_build_array({}, {})".format(
@@ -717,9 +725,7 @@ def _insert_sql(*, ensure_queues: bool, notify: bool, single: bool) -> str:
         values = ", ".join(f"%({name})s::{kind}" for name, _, kind, _ in _INSERT_COLUMNS)
         rows = f"SELECT * FROM (VALUES ({values})) AS v({names})"  # noqa: S608 - constants only
     else:
-        selected = _document_columns((column, kind) for _, column, kind, _ in _INSERT_COLUMNS)
-        typed = ", ".join(f"{column} {kind}" for _, column, kind, _ in _INSERT_COLUMNS)
-        rows = f"SELECT {selected} FROM jsonb_to_recordset(%(rows)s::jsonb) AS r({typed})"  # noqa: S608 - constants only
+        rows = _from_document((column, kind) for _, column, kind, _ in _INSERT_COLUMNS)
     # The final SELECT reads n's column, so PostgreSQL cannot leave the NOTIFY out.
     notify_join = ", n.sent FROM ins LEFT JOIN n ON true" if notify else " FROM ins"
     return f"""
@@ -826,17 +832,7 @@ def claim(
                       j.event_sequence
         ), ev AS ({
         _outbox_row(
-            EVENT_SQL.format(
-                event="%(event)s::text",
-                job="id",
-                owner="owner_id",
-                sequence="event_sequence",
-                attempt="attempts",
-                source="'QUEUED'",
-                to="'RUNNING'",
-                payload=f"jsonb_build_object('type', type, 'queue', queue, "
-                f"'priority', {PRIORITY_NAME.format('priority')}, 'worker', %(worker)s::text)",
-            )
+            source="'QUEUED'", to="'RUNNING'", payload=f"jsonb_build_object({_PAYLOAD}, 'worker', %(worker)s::text)"
         )
     }
         )
