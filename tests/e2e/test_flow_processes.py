@@ -7,6 +7,7 @@ database rows (``flow.limits.limit_set``), the way the API and console set them.
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import time
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 
 from scheduler.enqueuing import enqueue_many
 from scheduler.flow import limits as flow_limits
@@ -24,6 +26,8 @@ from tests.support.processes import Processes, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 LIMIT = 3
+JOB_SECONDS = 0.5  # each job's handler sleeps this long
+KILL_WITHIN = 0.2  # seconds: a job this fresh has at least 0.3 s of its sleep left when its process is killed
 RUN_WAIT = 60.0  # seconds for every job to finish on two shared cores
 
 
@@ -44,7 +48,7 @@ def _running() -> int:
 
 def test_a_concurrency_limit_of_3_holds_across_4_workers_of_10_slots_through_a_sigkill(procs: Processes) -> None:
     flow_limits.limit_set(scope="type", name="DEMO_TASK", data={"concurrency": LIMIT})
-    ids = enqueue_many([{"type": "DEMO_TASK", "payload": {"sleep_seconds": 0.25}} for _ in range(24)])
+    ids = enqueue_many([{"type": "DEMO_TASK", "payload": {"sleep_seconds": JOB_SECONDS}} for _ in range(24)])
     procs.scheduler()  # rescues the SIGKILLed worker's jobs and promotes them back to QUEUED
     workers = [procs.worker(concurrency=10, processes=2, ready=False) for _ in range(2)]
     procs.wait_ready(*workers)
@@ -56,7 +60,12 @@ def test_a_concurrency_limit_of_3_holds_across_4_workers_of_10_slots_through_a_s
         samples.append(_running())
         if killed is None and samples[-1] > 0:
             # SIGKILL a worker process that holds a job: its unit stays taken until its lease is rescued.
-            owner = Job.objects.filter(id__in=ids, status=JobStatus.RUNNING).values_list("lease_owner", flat=True)
+            # Only a job that started under KILL_WITHIN ago (database clock) is a target, so that the
+            # kill lands while its handler still sleeps, not after its outcome committed.
+            fresh = Now() - datetime.timedelta(seconds=KILL_WITHIN)
+            owner = Job.objects.filter(id__in=ids, status=JobStatus.RUNNING, started_at__gt=fresh).values_list(
+                "lease_owner", flat=True
+            )
             pid = WorkerNode.objects.filter(id__in=list(owner)).values_list("pid", flat=True).first()
             if pid:
                 os.kill(pid, signal.SIGKILL)
