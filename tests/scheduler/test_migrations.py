@@ -1,12 +1,14 @@
-"""Data migrations of the scheduler: 0005 (integer priorities), 0012 (the result in the job row); forward and back."""
+"""Migrations of the scheduler: 0005 (integer priorities), 0012 (the result in the job row), 0013 (attempt
+constraint, outbox compression); forward and back."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.db.utils import NotSupportedError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -14,6 +16,7 @@ BEFORE = ("scheduler", "0004_retention_indexes")
 INTEGER = ("scheduler", "0005_integer_priority")
 RESULT_TABLE = ("scheduler", "0011_job_fillfactor")
 RESULT_IN_ROW = ("scheduler", "0012_job_result_in_row")
+LZ4_OUTBOX = ("scheduler", "0013_attempt_fk_check_outbox_lz4")
 
 
 def _migrate(target: tuple[str, str]) -> None:
@@ -114,3 +117,53 @@ def test_0012_moves_results_into_their_job_rows_drops_claim_time_attempt_rows_an
         assert back == [(failed, 1, "FAILED", None), (done, 1, "SUCCEEDED", '{"echo": [1, 2]}')]
     finally:
         _migrate(leaf[0])
+
+
+def _server_has_lz4() -> bool:
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("CREATE TEMP TABLE lz4_probe (v text COMPRESSION lz4) ON COMMIT DROP")
+    except NotSupportedError:  # "compression method lz4 not supported"
+        return False
+    return True
+
+
+def _events_compression() -> str:
+    """pg_attribute.attcompression of stint_outbox.events: 'l' lz4, 'p' pglz, '' the server default (pglz)."""
+    return _fetch(
+        "SELECT attcompression FROM pg_attribute WHERE attrelid = 'stint_outbox'::regclass AND attname = 'events'", []
+    )[0][0]
+
+
+def _attempt_constraints() -> list[tuple]:
+    return _fetch(
+        "SELECT conname FROM pg_constraint WHERE conrelid = 'stint_job_attempt'::regclass AND contype = 'f'", []
+    )
+
+
+def test_0013_drops_the_attempt_check_and_compresses_outbox_events_with_lz4_where_the_server_can() -> None:
+    leaf = MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler")
+    try:
+        _migrate(RESULT_IN_ROW)
+        assert _events_compression() == ""
+        assert len(_attempt_constraints()) == 1
+
+        _migrate(LZ4_OUTBOX)  # on a server without lz4 (the dev stack's) it notes so and goes on
+        assert _events_compression() == ("l" if _server_has_lz4() else "")
+        assert _attempt_constraints() == []
+
+        _migrate(RESULT_IN_ROW)
+        assert _events_compression() == ""
+        assert len(_attempt_constraints()) == 1
+    finally:
+        _migrate(leaf[0])
+
+
+def test_deleting_a_job_through_django_still_deletes_its_attempts() -> None:
+    job_id = _insert_job(0, status="FAILED", attempts=2)
+    _insert_attempt(job_id, 1, "FAILED")
+    _insert_attempt(job_id, 2, "FAILED")
+    from scheduler.models import Job
+
+    Job.objects.filter(id=job_id).delete()
+    assert _fetch("SELECT count(*) FROM stint_job_attempt WHERE job_id = %s", [job_id]) == [(0,)]
