@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -48,8 +49,8 @@ def positive_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    return _number(text, float, "a number", lambda v: v > 0, "must be > 0")
+    """argparse type: a finite number > 0 ("inf" and "nan" are refused: no interval or TTL is endless)."""
+    return _number(text, float, "a number", lambda v: 0 < v < math.inf, "must be a finite number > 0")
 
 
 def port(text: str) -> int:

@@ -6,8 +6,10 @@ once, failovers included) and ``skip`` (at most one catch-up fire per failover).
 SIGKILL and starts a replacement, so three processes always run. The fence row is polled to
 record each term's token and start (its ``updated_at`` is the database time of the claim).
 
-The suite runs about 40 s (``STINT_CRON_FAILOVER_SECONDS``, default 40: two kills); the issue's full
-scenario is ``STINT_CRON_FAILOVER_SECONDS=180 pytest tests/e2e/test_cron_failover.py -s``.
+The schedulers run with ``--leader-ttl-seconds 3`` (the default is 10 s), so a failover takes
+about 3 s and the suite runs about 18 s (``STINT_CRON_FAILOVER_SECONDS``, default 18: two kills);
+the issue's full scenario is ``STINT_CRON_FAILOVER_SECONDS=180 STINT_CRON_FAILOVER_KILL_EVERY=15
+pytest tests/e2e/test_cron_failover.py -s``.
 Durations (failover times against TTL + tick) are measured and printed as JSON, not asserted.
 """
 
@@ -30,7 +32,7 @@ from django.db import connection
 from django_redis import get_redis_connection
 
 from scheduler import schedules
-from scheduler.leadership import DEFAULT_TTL_SECONDS, lock_key, token_key
+from scheduler.leadership import lock_key, token_key
 from scheduler.models import Job
 from tests.support.factories import UserFactory
 from tests.support.subprocess_env import database_url
@@ -38,11 +40,12 @@ from tests.support.subprocess_env import database_url
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-DURATION = float(os.environ.get("STINT_CRON_FAILOVER_SECONDS", "40"))  # seconds of steady state and kills
-KILL_EVERY = float(os.environ.get("STINT_CRON_FAILOVER_KILL_EVERY", "15"))  # seconds
+DURATION = float(os.environ.get("STINT_CRON_FAILOVER_SECONDS", "18"))  # seconds of steady state and kills
+KILL_EVERY = float(os.environ.get("STINT_CRON_FAILOVER_KILL_EVERY", "7"))  # seconds
 PROCESSES = 3
-FIRST_KILL = 8.0  # seconds after the first leader appears
+FIRST_KILL = 4.0  # seconds after the first leader appears
 TICK = 0.2  # seconds, run_scheduler --tick-seconds
+TTL = 3.0  # seconds, run_scheduler --leader-ttl-seconds
 READY_WAIT = 60.0  # seconds for the first leader (process start-up on a busy machine)
 POLL = 0.1  # seconds between fence reads
 ENV = {
@@ -78,7 +81,7 @@ class Schedulers:
         log = self.tmp_path / f"scheduler-{len(self.procs):02d}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "run_scheduler", f"--tick-seconds={TICK}"],
+                [sys.executable, "manage.py", "run_scheduler", f"--tick-seconds={TICK}", f"--leader-ttl-seconds={TTL}"],
                 cwd=ROOT,
                 env=self.env,
                 stdout=out,
@@ -152,10 +155,10 @@ def test_every_fire_time_exists_exactly_once_while_leaders_are_killed(schedulers
         poll(time.monotonic() + 0.5)
     assert terms, "no scheduler became leader\n" + schedulers.report()
 
-    # Kill at 8 s, then every KILL_EVERY, as long as the failover completes within DURATION.
+    # Kill at FIRST_KILL, then every KILL_EVERY, as long as the failover completes within DURATION.
     started = time.monotonic()
     offsets = [FIRST_KILL + k * KILL_EVERY for k in range(int(DURATION // KILL_EVERY) + 1)]
-    for offset in [o for o in offsets if o + DEFAULT_TTL_SECONDS + 2 <= DURATION]:
+    for offset in [o for o in offsets if o + TTL + 2 <= DURATION]:
         poll(started + offset)
         token, holder, _ = fence()
         pid = int(holder.split(":")[1])
@@ -204,6 +207,6 @@ def test_every_fire_time_exists_exactly_once_while_leaders_are_killed(schedulers
         "skip_catch_up_fires_per_failover": [catch_ups[s] for s in first_after_kill],
         "failover_s": [round(x, 3) for x in failovers],
         "failover_max_s": round(max(failovers), 3),
-        "bound_s": DEFAULT_TTL_SECONDS + TICK,
+        "bound_s": TTL + TICK,
     }
     print("cron failover:", json.dumps(summary))  # noqa: T201 - shown with -s: the measurement

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from core.command_line import configure_verbosity, port, positive_float
 from core.stop_signals import install_stop_handlers
-from scheduler.leadership import Leadership
+from scheduler.leadership import DEFAULT_TTL_SECONDS, Leadership
 from scheduler.maintenance import default_services, leader_services
 from scheduler.maintenance.loop import SchedulerLoop
+
+MAX_LEADER_TTL_SECONDS = 3600  # a failover slower than an hour is no failover
 
 
 class Command(BaseCommand):
@@ -22,11 +24,28 @@ class Command(BaseCommand):
         """Declare the options."""
         parser.add_argument("--tick-seconds", type=positive_float, default=0.2, help="loop tick (default 0.2 s)")
         parser.add_argument("--metrics-port", type=port, default=0, help="serve Prometheus metrics (0: off)")
+        parser.add_argument(
+            "--leader-ttl-seconds",
+            type=positive_float,
+            default=DEFAULT_TTL_SECONDS,
+            help=(
+                f"TTL of the cron leader's lock (default {DEFAULT_TTL_SECONDS:g} s): a leader that dies is replaced"
+                " within about this plus a tick; renewed every tick, so it must exceed two ticks"
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the loop, install signal handlers, run it."""
         configure_verbosity(options["verbosity"])
-        leadership = Leadership(role="cron")
+        ttl, tick = options["leader_ttl_seconds"], options["tick_seconds"]
+        if ttl > MAX_LEADER_TTL_SECONDS:
+            raise CommandError(f"--leader-ttl-seconds ({ttl:g}) must be at most {MAX_LEADER_TTL_SECONDS} (an hour)")
+        if ttl <= 2 * tick:
+            raise CommandError(
+                f"--leader-ttl-seconds ({ttl:g}) must exceed two ticks (--tick-seconds {tick:g}):"
+                " a lock renewed every tick would otherwise expire between renewals"
+            )
+        leadership = Leadership(role="cron", ttl_seconds=ttl)
         loop = SchedulerLoop(
             services=default_services(),
             leader_services=leader_services(leadership),

@@ -1,0 +1,36 @@
+"""The commands' option types and run_scheduler's leader TTL: bad values are clear errors, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from core.command_line import positive_float
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "inf", "-inf", "nan", "1e999", "abc", ""])
+def test_positive_float_refuses_what_is_not_a_finite_positive_number(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        positive_float(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("0.5", 0.5), ("10", 10.0), ("1e-3", 0.001)])
+def test_positive_float_takes_finite_positive_numbers(text: str, value: float) -> None:
+    assert positive_float(text) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--leader-ttl-seconds=0.4", "--tick-seconds=0.2"], "must exceed two ticks"),
+        (["--leader-ttl-seconds=1", "--tick-seconds=0.5"], "must exceed two ticks"),
+        (["--leader-ttl-seconds=3601"], "must be at most 3600"),
+        (["--leader-ttl-seconds=inf"], "must be a finite number > 0"),
+        (["--leader-ttl-seconds=ten"], "is not a number"),
+    ],
+)
+def test_run_scheduler_refuses_a_leader_ttl_it_could_not_keep(argv: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("run_scheduler", *argv)
