@@ -53,6 +53,11 @@ def positive_float(text: str) -> float:
     return _number(text, float, "a number", lambda v: 0 < v < math.inf, "must be a finite number > 0")
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (0 meaning "at once", e.g. a grace period)."""
+    return _number(text, float, "a number", lambda v: 0 <= v < math.inf, "must be a finite number >= 0")
+
+
 def port(text: str) -> int:
     """argparse type: a TCP port, 0 meaning off."""
     return _number(text, int, "a port", lambda v: 0 <= v <= 65535, "must be 0-65535")

@@ -34,3 +34,18 @@ def test_positive_float_takes_finite_positive_numbers(text: str, value: float) -
 def test_run_scheduler_refuses_a_leader_ttl_it_could_not_keep(argv: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("run_scheduler", *argv)
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "message"),
+    [
+        ("run_workers", ["--grace-seconds=nan"], "must be a finite number >= 0"),
+        ("run_workers", ["--grace-seconds=-1"], "must be a finite number >= 0"),
+        ("run_workers", ["--poll-seconds=inf"], "must be a finite number > 0"),
+        ("create_topics", ["--timeout=-1"], "must be a finite number > 0"),
+        ("create_topics", ["--timeout=nan"], "must be a finite number > 0"),
+    ],
+)
+def test_other_commands_refuse_endless_or_negative_seconds(command: str, argv: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command(command, *argv)

@@ -7,6 +7,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from django.core.management.base import BaseCommand, CommandError
 
+from core.command_line import positive_float
 from scheduler.kafka import ADMIN_TIMEOUT_SECONDS, ensure_topic, event_stream_conf
 
 
@@ -24,7 +25,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         """``--timeout SECONDS``: how long the broker may take to answer (default 10)."""
-        parser.add_argument("--timeout", type=float, default=ADMIN_TIMEOUT_SECONDS, help="seconds (default 10)")
+        parser.add_argument(
+            "--timeout", type=positive_float, default=ADMIN_TIMEOUT_SECONDS, help="seconds (default 10)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Create the topic; exit 1 with the broker's error when it cannot be reached or refuses."""

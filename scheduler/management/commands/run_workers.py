@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from core.command_line import configure_verbosity, port, positive_float, positive_int
+from core.command_line import configure_verbosity, non_negative_float, port, positive_float, positive_int
 from core.stop_signals import install_stop_handlers
 from scheduler.conf import conf
 from scheduler.workers.runner import DEFAULT_PROCESS_SLOTS, DEFAULT_THREAD_SLOTS, WorkerOptions, default_concurrency
@@ -56,7 +56,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--poll-seconds", type=positive_float, default=None)
         parser.add_argument("--heartbeat-seconds", type=positive_float, default=None)
-        parser.add_argument("--grace-seconds", type=float, default=None, help="shutdown grace period")
+        parser.add_argument(
+            "--grace-seconds",
+            type=non_negative_float,
+            default=None,
+            help="shutdown grace period (0: hand back at once)",
+        )
         parser.add_argument("--metrics-port", type=port, default=0, help="serve Prometheus metrics (0: off)")
 
     def handle(self, *args: Any, **options: Any) -> None:
