@@ -78,17 +78,10 @@ def _cursor() -> psycopg.Cursor[Any]:
 
 
 def _run(sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool) -> tuple[list[tuple[Any, ...]], int]:
-    connection.ensure_connection()
-    logged = connection.queries_logged
-    started = time.monotonic() if logged else 0.0
-    with connection.wrap_database_errors:
-        with _cursor() as cursor:
-            cursor.execute(sql, params, prepare=_prepare_flag())
-            rows = cursor.fetchall() if fetch and cursor.description is not None else []
-            count = cursor.rowcount
-    if logged:
-        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
-    return rows, count
+    with PreparedCursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall() if fetch and cursor.returns_rows else []
+        return rows, cursor.rowcount
 
 
 class PreparedCursor:
@@ -98,10 +91,9 @@ class PreparedCursor:
     where code used ``connection.cursor()``.
     """
 
-    def __init__(self, *, prepare: bool = True) -> None:
+    def __init__(self) -> None:
         connection.ensure_connection()
         self._cursor = _cursor()
-        self._prepare = prepare
 
     def __enter__(self) -> PreparedCursor:
         return self
@@ -114,7 +106,7 @@ class PreparedCursor:
         logged = connection.queries_logged
         started = time.monotonic() if logged else 0.0
         with connection.wrap_database_errors:
-            self._cursor.execute(sql, params, prepare=_prepare_flag() if self._prepare else False)
+            self._cursor.execute(sql, params, prepare=_prepare_flag())
         if logged:
             connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
 
@@ -127,15 +119,16 @@ class PreparedCursor:
         return self._cursor.fetchone()
 
     @property
+    def returns_rows(self) -> bool:
+        """Whether the statement returned a result set (``fetchall`` raises when it did not)."""
+        return self._cursor.description is not None
+
+    @property
     def rowcount(self) -> int:
         """Rows the statement returned or changed."""
         return self._cursor.rowcount
 
 
-def cursor(*, prepare: bool = True) -> PreparedCursor:
-    """Return a ``PreparedCursor`` on Django's connection (a context manager).
-
-    ``prepare`` False binds server-side without preparing: for a statement whose best plan
-    depends on its parameters' values (a generic plan would fit some of them badly).
-    """
-    return PreparedCursor(prepare=prepare)
+def cursor() -> PreparedCursor:
+    """Return a ``PreparedCursor`` on Django's connection (a context manager)."""
+    return PreparedCursor()
