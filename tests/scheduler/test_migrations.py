@@ -10,6 +10,8 @@ from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import NotSupportedError
 
+from scheduler.models import Job
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = ("scheduler", "0004_retention_indexes")
@@ -163,7 +165,5 @@ def test_deleting_a_job_through_django_still_deletes_its_attempts() -> None:
     job_id = _insert_job(0, status="FAILED", attempts=2)
     _insert_attempt(job_id, 1, "FAILED")
     _insert_attempt(job_id, 2, "FAILED")
-    from scheduler.models import Job
-
     Job.objects.filter(id=job_id).delete()
     assert _fetch("SELECT count(*) FROM stint_job_attempt WHERE job_id = %s", [job_id]) == [(0,)]
