@@ -36,11 +36,15 @@ _OCCURRED_AT_SQL = """to_char(o.occurred_at AT TIME ZONE 'UTC',
     CASE WHEN extract(microseconds FROM o.occurred_at) %% 1000000 = 0
          THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"' ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"' END)"""
 
-# An outbox row ``o`` (``stint_outbox``) holds the events one statement wrote: ``events`` is a JSON
-# array of entries (``scheduler.models.EVENT_KEYS``), ``occurred_at`` and ``schema_version`` are
-# the row's. ``EVENTS_OF`` joins each row to its entries ``e.ev`` and their 1-based ``e.position``,
-# the order the relay produces them in (a job's events in sequence order).
-EVENTS_OF = "CROSS JOIN LATERAL jsonb_array_elements(o.events) WITH ORDINALITY AS e(ev, position)"
+# An outbox row ``o`` (``stint_outbox``) holds the events one statement wrote, packed
+# (``packed_events``, an array of ``stint_packed_event``: claims, transitions, new jobs) or as a JSON
+# array (``events``: rows written before migration 0014, and the reconciler's repair copies);
+# ``occurred_at`` and ``schema_version`` are the row's. ``EVENTS_OF`` joins each row to its
+# entries ``e.ev`` (JSON objects of ``scheduler.models.EVENT_KEYS``, rendered by the SQL function
+# ``stint_outbox_entries`` from either form) and their 1-based ``e.position``, the order the relay
+# produces them in (a job's events in sequence order). A query reading ``o`` from a subquery
+# selects both columns.
+EVENTS_OF = "CROSS JOIN LATERAL stint_outbox_entries(o.events, o.packed_events) AS e(ev, position)"
 
 # The message value of the event ``e.ev`` of outbox row ``o`` (a ``LifecycleEvent``) as JSON text,
 # its key (the job id) and its event type, in that order. Written for a cursor with parameters

@@ -6,16 +6,18 @@ Models hold data and constraints only; every status change goes through ``schedu
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 
 from scheduler import retry
+from scheduler.events import EVENTS_OF
 from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, AttemptStatus, EventType, JobStatus, Priority, priority_label
 
 DEFAULT_QUEUE = "default"
@@ -320,20 +322,24 @@ class LeaderFence(models.Model):
 class OutboxBatch(models.Model):
     """The lifecycle events one statement wrote, as one row, relayed to Kafka (one message per event).
 
-    A transition batch, a claim, an outcome batch or an enqueue writes its N events as ONE row:
-    ``events`` is a JSON array of N event entries (``EVENT_KEYS``; docs/events.md), in the order
-    the relay produces them (a job's events in sequence order); ``occurred_at`` and
-    ``schema_version`` are the statement's, shared by its events. One heap row and two index
-    entries per statement instead of per event: the outbox's share of the WAL of a job falls by
-    more than half (bench/side_by_side.py, ``WAL B/job``). The relay marks a row published only
-    when every one of its events was delivered. ``OutboxEvent`` reads the events one per row.
+    A transition batch, a claim, an outcome batch or an enqueue writes its N events as ONE row,
+    packed: the column ``packed_events`` (an array of N values of the composite type
+    ``stint_packed_event``, migration 0014; not a model field, Django has no such type), in the
+    order the relay produces them (a job's events in sequence order); ``occurred_at`` and
+    ``schema_version`` are the statement's, shared by its events. Rows written before that
+    migration, and the reconciler's repair copies, hold a JSON array of entries (``EVENT_KEYS``;
+    docs/events.md) in ``events`` instead; exactly one of the two is set. Read the events with
+    ``scheduler.events.EVENTS_OF``, ``entries()`` or ``OutboxEvent``, which render either form as
+    those JSON entries. One heap row and two index entries per statement instead of per event:
+    the outbox's share of the WAL of a job falls by more than half (bench/side_by_side.py,
+    ``WAL B/job``). The relay marks a row published only when every one of its events was delivered.
     """
 
     id = models.BigAutoField(primary_key=True)
     schema_version = models.PositiveSmallIntegerField(default=1)
     occurred_at = models.DateTimeField()
     event_count = models.PositiveIntegerField()
-    events = models.JSONField()
+    events = models.JSONField(null=True)  # the JSON form, or NULL: see the docstring
     published_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -345,6 +351,15 @@ class OutboxBatch(models.Model):
 
     def __str__(self) -> str:
         return f"outbox row {self.id}: {self.event_count} events"
+
+    def entries(self) -> list[dict[str, Any]]:
+        """This row's events as JSON objects (``EVENT_KEYS``), in the relay's order, from either form (one query)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT e.ev FROM stint_outbox o {EVENTS_OF} WHERE o.id = %s ORDER BY e.position",  # noqa: S608
+                [self.id],
+            )
+            return [json.loads(ev) if isinstance(ev, str) else ev for (ev,) in cursor.fetchall()]
 
 
 # The keys of one entry of ``OutboxBatch.events`` (the rest of an event is its row's).

@@ -41,8 +41,8 @@ def priority_label(value: int) -> str:
     """Return how a stored priority reads: its name at a named point, else its decimal string ("37", "-5").
 
     One rule for the API, the pages, the admin, metrics labels and event payloads (the SQL twin
-    is ``lifecycle.PRIORITY_NAME``), so a reader that knows only the names keeps working for
-    every job created with a name.
+    is the function ``stint_outbox_entries`` of migration 0014, which renders event payloads), so a
+    reader that knows only the names keeps working for every job created with a name.
     """
     try:
         return Priority(value).name

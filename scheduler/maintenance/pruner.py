@@ -28,6 +28,7 @@ from django.db import connection, transaction
 
 from scheduler import metrics
 from scheduler.conf import conf
+from scheduler.events import EVENTS_OF
 from scheduler.idempotency import idempotency_prune
 from scheduler.states import JobStatus
 
@@ -44,10 +45,10 @@ JOB_MAX_BATCHES = 100  # statements per status per run: at most 50,000 jobs of a
 # outbox_unpublished, a set that is empty while the relay keeps up). Its published events are not
 # deleted here: an outbox row holds the events of many jobs, and the outbox pruner deletes whole
 # rows by age (``OUTBOX_RETENTION_DAYS``); the audit reconciler skips events of deleted jobs.
-_PRUNE_JOBS = """
+_PRUNE_JOBS = f"""
     WITH unpublished AS MATERIALIZED (
         SELECT DISTINCT (e.ev->>'job_id')::uuid AS job_id
-        FROM stint_outbox o CROSS JOIN LATERAL jsonb_array_elements(o.events) AS e(ev)
+        FROM stint_outbox o {EVENTS_OF}
         WHERE o.published_at IS NULL
           AND o.occurred_at < coalesce(%(now)s, now()) - make_interval(days => %(days)s)
     ),
@@ -70,7 +71,7 @@ _PRUNE_JOBS = """
     keys AS (DELETE FROM stint_idempotency i USING doomed d WHERE i.job_id = d.id),
     audit AS (DELETE FROM stint_audit_event e USING doomed d WHERE e.job_id = d.id)
     DELETE FROM stint_job j USING doomed d WHERE j.id = d.id
-"""
+"""  # noqa: S608 - constant SQL
 
 
 AUTH_BATCH_SIZE = 10_000  # expired tokens, blacklist entries and sessions deleted per statement per run

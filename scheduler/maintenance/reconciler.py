@@ -61,11 +61,11 @@ _SCAN_SQL = f"""
            e.ev->>'event_type', o.published_at,
            a.id IS NOT NULL OR NOT EXISTS (SELECT FROM stint_job j WHERE j.id = (e.ev->>'job_id')::uuid) AS audited
     FROM (
-        SELECT id, events, published_at FROM (
-            SELECT id, events, published_at,
+        SELECT id, events, packed_events, published_at FROM (
+            SELECT id, events, packed_events, published_at,
                    sum(event_count) OVER (ORDER BY published_at, id) - event_count AS before
             FROM (
-                SELECT id, events, event_count, published_at
+                SELECT id, events, packed_events, event_count, published_at
                 FROM stint_outbox
                 WHERE published_at IS NOT NULL
                   AND published_at >= %(lo)s AND (published_at > %(lo)s OR id > %(lo_id)s)

@@ -78,7 +78,7 @@ _LEASE_SQL = f"""
         ) c
         WHERE before < %(events)s
     ), leased AS MATERIALIZED (
-        SELECT o.id, o.schema_version, o.occurred_at, o.events
+        SELECT o.id, o.schema_version, o.occurred_at, o.events, o.packed_events
         FROM stint_outbox o,
              set_config('idle_in_transaction_session_timeout', %(hold)s, true) AS hold_limit,
              set_config('synchronous_commit', 'off', true) AS async_commit

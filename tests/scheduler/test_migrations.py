@@ -1,8 +1,9 @@
 """Migrations of the scheduler: 0005 (integer priorities), 0012 (the result in the job row), 0013 (attempt
-constraint, outbox compression); forward and back."""
+constraint, outbox compression), 0014 (packed outbox events); forward and back."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -19,6 +20,7 @@ INTEGER = ("scheduler", "0005_integer_priority")
 RESULT_TABLE = ("scheduler", "0011_job_fillfactor")
 RESULT_IN_ROW = ("scheduler", "0012_job_result_in_row")
 LZ4_OUTBOX = ("scheduler", "0013_attempt_fk_check_outbox_lz4")
+PACKED_OUTBOX = ("scheduler", "0014_outbox_packed_events")
 
 
 def _migrate(target: tuple[str, str]) -> None:
@@ -167,3 +169,66 @@ def test_deleting_a_job_through_django_still_deletes_its_attempts() -> None:
     _insert_attempt(job_id, 2, "FAILED")
     Job.objects.filter(id=job_id).delete()
     assert _fetch("SELECT count(*) FROM stint_job_attempt WHERE job_id = %s", [job_id]) == [(0,)]
+
+
+def _insert_json_row(job_id: uuid.UUID, event_id: uuid.UUID) -> int:
+    """An outbox row in the JSON form (as every row was before 0014): one JOB_CREATED event."""
+    event = {
+        "event_id": str(event_id),
+        "event_type": "JOB_CREATED",
+        "job_id": str(job_id),
+        "owner_id": None,
+        "sequence": 1,
+        "attempt": 0,
+        "from_status": "",
+        "to_status": "CREATED",
+        "payload": {"type": "DEMO_TASK", "queue": "default", "priority": "MEDIUM"},
+    }
+    return _fetch(
+        "INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)"
+        " VALUES (1, now(), 1, jsonb_build_array(%s::jsonb)) RETURNING id",
+        [json.dumps(event)],
+    )[0][0]
+
+
+def _rendered(outbox_id: int) -> list[dict]:
+    """A row's events as the relay reads them (through ``stint_outbox_entries`` where it exists)."""
+    function = _fetch("SELECT count(*) FROM pg_proc WHERE proname = 'stint_outbox_entries'", [])[0][0]
+    entries = (
+        "stint_outbox_entries(o.events, o.packed_events) AS e(ev, position)"
+        if function
+        else "jsonb_array_elements(o.events) WITH ORDINALITY AS e(ev, position)"
+    )
+    rows = _fetch(
+        f"SELECT e.ev FROM stint_outbox o CROSS JOIN LATERAL {entries} WHERE o.id = %s ORDER BY e.position",  # noqa: S608
+        [outbox_id],
+    )
+    return [json.loads(ev) if isinstance(ev, str) else ev for (ev,) in rows]
+
+
+def test_0014_keeps_json_rows_writes_packed_ones_and_unpacks_them_going_back() -> None:
+    from scheduler import lifecycle
+    from scheduler.states import JobStatus
+
+    leaf = MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler")
+    try:
+        _migrate(LZ4_OUTBOX)
+        job_id, event_id = _insert_job(0), uuid.uuid4()
+        json_row = _insert_json_row(job_id, event_id)
+        before = _rendered(json_row)
+
+        _migrate(PACKED_OUTBOX)
+        assert _rendered(json_row) == before  # an old row reads as it did, its random event id kept
+        with transaction.atomic():
+            lifecycle._transition(job_ids=[job_id], to=JobStatus.CANCELLED)
+        (packed_row,) = _fetch("SELECT id FROM stint_outbox WHERE packed_events IS NOT NULL", [])[0]
+        packed = _rendered(packed_row)
+        assert [(e["event_type"], e["sequence"], e["to_status"]) for e in packed] == [("JOB_CANCELLED", 1, "CANCELLED")]
+        assert packed[0]["payload"] == {"type": "DEMO_TASK", "queue": "default", "priority": "MEDIUM"}
+
+        _migrate(LZ4_OUTBOX)  # packed rows become JSON rows holding the very entries they rendered
+        assert _rendered(packed_row) == packed
+        assert _rendered(json_row) == before
+        assert _fetch("SELECT count(*) FROM stint_outbox WHERE events IS NULL", []) == [(0,)]
+    finally:
+        _migrate(leaf[0])

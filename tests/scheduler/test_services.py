@@ -217,8 +217,9 @@ def test_one_or_many_jobs_write_one_outbox_row_with_each_jobs_two_events_in_orde
         ids = enqueuing.enqueue_many(specs, owner=user)
 
     (row,) = OutboxBatch.objects.all()
-    assert row.event_count == len(row.events) == 2 * count
-    pairs = [row.events[i : i + 2] for i in range(0, len(row.events), 2)]
+    events = row.entries()
+    assert row.event_count == len(events) == 2 * count
+    pairs = [events[i : i + 2] for i in range(0, len(events), 2)]
     assert sorted(first["job_id"] for first, _ in pairs) == sorted(str(i) for i in ids)
     for first, second in pairs:  # a job's events stay together, in sequence order
         assert first["job_id"] == second["job_id"]

@@ -233,7 +233,7 @@ def test_the_lost_events_of_a_grouped_row_are_copied_and_its_audited_ones_are_no
 
     copy = OutboxBatch.objects.get(published_at=None)
     assert copy.event_count == 2
-    assert [e["event_id"] for e in copy.events] == [str(ids[1]), str(ids[3])]  # in the row's order
+    assert [e["event_id"] for e in copy.entries()] == [str(ids[1]), str(ids[3])]  # in the row's order
     assert copy.occurred_at == T - 10 * MINUTE
     assert OutboxBatch.objects.exclude(id=copy.id).get().published_at == T - 10 * MINUTE
     assert AuditReconciler().run_once(now=T) == 0

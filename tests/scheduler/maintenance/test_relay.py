@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from audit.consumer import AuditConsumer
@@ -233,6 +234,27 @@ def test_relay_publishes_every_event_keyed_by_job_in_sequence_order_and_marks_it
     assert_gapless_trails()
 
 
+def test_a_packed_events_id_is_the_version_8_uuid_of_its_job_and_sequence_and_renders_the_same_each_time(db):
+    (job_id,) = enqueue_many([{"type": "DEMO_TASK"}])
+    events = [e for row in OutboxBatch.objects.order_by("id") for e in row.entries()]
+    for event in events:
+        digest = hashlib.md5(f"{event['job_id']}/{event['sequence']}".encode()).hexdigest()  # noqa: S324 - an id, not a secret
+        expected = uuid.UUID(digest[:12] + "8" + digest[13:16] + "8" + digest[17:])
+        assert uuid.UUID(event["event_id"]) == expected
+        assert expected.version == 8 and expected.variant == uuid.RFC_4122
+    assert [e["event_id"] for row in OutboxBatch.objects.order_by("id") for e in row.entries()] == [
+        e["event_id"] for e in events
+    ]
+    assert [(e["job_id"], e["sequence"]) for e in events] == [(str(job_id), 1), (str(job_id), 2)]
+
+
+def test_an_outbox_row_holds_exactly_one_form_of_its_events(db):
+    for events, packed in [("NULL", "NULL"), ("'[]'::jsonb", "'{}'::stint_packed_event[]")]:
+        with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+            columns = "schema_version, occurred_at, event_count, events, packed_events"
+            cursor.execute(f"INSERT INTO stint_outbox ({columns}) VALUES (1, now(), 0, {events}, {packed})")  # noqa: S608
+
+
 def test_a_batch_of_transitions_writes_one_outbox_row_holding_each_event_in_order(db):
     job_ids = enqueue_many([{"type": "DEMO_TASK"} for _ in range(5)])
     assert list(OutboxBatch.objects.values_list("event_count", flat=True)) == [10]  # created + queued, per job
@@ -241,12 +263,14 @@ def test_a_batch_of_transitions_writes_one_outbox_row_holding_each_event_in_orde
     moved = lifecycle._transition(job_ids=job_ids, to=JobStatus.CANCELLED)  # the builder under every verb
 
     row = OutboxBatch.objects.exclude(id__in=before).get()
-    assert row.event_count == len(row.events) == len(moved) == 5
-    assert [e["job_id"] for e in row.events] == sorted(str(j) for j in job_ids)  # in id order
-    assert {(e["event_type"], e["sequence"], e["from_status"], e["to_status"]) for e in row.events} == {
+    assert row.events is None  # written packed (migration 0014), rendered by entries()
+    events = row.entries()
+    assert row.event_count == len(events) == len(moved) == 5
+    assert [e["job_id"] for e in events] == sorted(str(j) for j in job_ids)  # in id order
+    assert {(e["event_type"], e["sequence"], e["from_status"], e["to_status"]) for e in events} == {
         ("JOB_CANCELLED", 3, "QUEUED", "CANCELLED")
     }
-    assert len({e["event_id"] for e in row.events}) == 5
+    assert len({e["event_id"] for e in events}) == 5
     for job_id in job_ids:  # each job's trail is gapless, in sequence order
         trail = OutboxEvent.objects.filter(job_id=job_id).order_by("id")
         assert [e.sequence for e in trail] == [1, 2, 3]
@@ -288,7 +312,7 @@ def test_a_row_with_one_undelivered_event_stays_unpublished_and_the_others_are_m
     assert OutboxBatch.objects.get(id=poisoned.id).published_at is None  # sent again whole, later
     assert relay.failures == 1
     delivered = {json.loads(m.value())["job_id"] for m in topic_messages(kafka_topic)}
-    assert {e["job_id"] for e in poisoned.events} - delivered == {str(poison["job_id"])}
+    assert {e["job_id"] for e in poisoned.entries()} - delivered == {str(poison["job_id"])}
 
 
 def test_events_sent_again_after_an_unmarked_delivery_are_stored_once(db, kafka_topic, audit_pool):
