@@ -39,32 +39,41 @@ _OCCURRED_AT_SQL = """to_char(o.occurred_at AT TIME ZONE 'UTC',
 # An outbox row ``o`` (``stint_outbox``) holds the events one statement wrote, packed
 # (``packed_events``, an array of ``stint_packed_event``: claims, transitions, new jobs) or as a JSON
 # array (``events``: rows written before migration 0014, and the reconciler's repair copies);
-# ``occurred_at`` and ``schema_version`` are the row's. ``EVENTS_OF`` joins each row to its
-# entries ``e.ev`` (JSON objects of ``scheduler.models.EVENT_KEYS``, rendered by the SQL function
-# ``stint_outbox_entries`` from either form) and their 1-based ``e.position``, the order the relay
+# ``occurred_at`` and ``schema_version`` are the row's. ``EVENTS_OF`` joins each row to its events
+# ``e``, rendered from either form by the SQL function ``stint_outbox_entries``: the fields of
+# ``scheduler.models.EVENT_KEYS`` as columns (``e.event_id`` uuid, ``e.event_type``, ``e.job_id``
+# uuid, ``e.owner_id``, ``e.sequence``, ``e.attempt``, ``e.from_status`` ('' for none),
+# ``e.to_status``, ``e.payload`` jsonb) and the 1-based ``e.position``, the order the relay
 # produces them in (a job's events in sequence order). A query reading ``o`` from a subquery
 # selects both columns.
-EVENTS_OF = "CROSS JOIN LATERAL stint_outbox_entries(o.events, o.packed_events) AS e(ev, position)"
+EVENTS_OF = "CROSS JOIN LATERAL stint_outbox_entries(o.events, o.packed_events) AS e"
 
-# The message value of the event ``e.ev`` of outbox row ``o`` (a ``LifecycleEvent``) as JSON text,
+# The event ``e`` as an entry of the JSON form (``scheduler.models.EVENT_KEYS``): jsonb.
+ENTRY_SQL = (
+    "jsonb_build_object('event_id', e.event_id, 'event_type', e.event_type, 'job_id', e.job_id,"
+    " 'owner_id', e.owner_id, 'sequence', e.sequence, 'attempt', e.attempt, 'from_status', e.from_status,"
+    " 'to_status', e.to_status, 'payload', e.payload)"
+)
+
+# The message value of the event ``e`` of outbox row ``o`` (a ``LifecycleEvent``) as JSON text,
 # its key (the job id) and its event type, in that order. Written for a cursor with parameters
 # (``%%`` is ``%``).
 MESSAGE_SQL = f"""
     json_build_object(
         'schema_version', o.schema_version,
-        'event_id', e.ev->>'event_id',
-        'event_type', e.ev->>'event_type',
-        'job_id', e.ev->>'job_id',
-        'owner_id', e.ev->'owner_id',
-        'sequence', e.ev->'sequence',
-        'attempt', e.ev->'attempt',
-        'from_status', nullif(e.ev->>'from_status', ''),
-        'to_status', e.ev->>'to_status',
+        'event_id', e.event_id,
+        'event_type', e.event_type,
+        'job_id', e.job_id,
+        'owner_id', e.owner_id,
+        'sequence', e.sequence,
+        'attempt', e.attempt,
+        'from_status', nullif(e.from_status, ''),
+        'to_status', e.to_status,
         'occurred_at', {_OCCURRED_AT_SQL},
-        'payload', coalesce(e.ev->'payload', '{{}}'::jsonb)
+        'payload', e.payload
     )::text,
-    e.ev->>'job_id',
-    e.ev->>'event_type'
+    e.job_id::text,
+    e.event_type
 """
 
 

@@ -17,7 +17,7 @@ from django.db import connection, models
 from django.db.models import Q
 
 from scheduler import retry
-from scheduler.events import EVENTS_OF
+from scheduler.events import ENTRY_SQL, EVENTS_OF
 from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, AttemptStatus, EventType, JobStatus, Priority, priority_label
 
 DEFAULT_QUEUE = "default"
@@ -356,7 +356,7 @@ class OutboxBatch(models.Model):
         """This row's events as JSON objects (``EVENT_KEYS``), in the relay's order, from either form (one query)."""
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT e.ev FROM stint_outbox o {EVENTS_OF} WHERE o.id = %s ORDER BY e.position",  # noqa: S608
+                f"SELECT {ENTRY_SQL} FROM stint_outbox o {EVENTS_OF} WHERE o.id = %s ORDER BY e.position",  # noqa: S608
                 [self.id],
             )
             return [json.loads(ev) if isinstance(ev, str) else ev for (ev,) in cursor.fetchall()]

@@ -47,7 +47,7 @@ JOB_MAX_BATCHES = 100  # statements per status per run: at most 50,000 jobs of a
 # rows by age (``OUTBOX_RETENTION_DAYS``); the audit reconciler skips events of deleted jobs.
 _PRUNE_JOBS = f"""
     WITH unpublished AS MATERIALIZED (
-        SELECT DISTINCT (e.ev->>'job_id')::uuid AS job_id
+        SELECT DISTINCT e.job_id
         FROM stint_outbox o {EVENTS_OF}
         WHERE o.published_at IS NULL
           AND o.occurred_at < coalesce(%(now)s, now()) - make_interval(days => %(days)s)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 
 from scheduler import metrics
-from scheduler.events import EVENTS_OF
+from scheduler.events import ENTRY_SQL, EVENTS_OF
 from scheduler.kafka import event_stream_conf
 
 logger = logging.getLogger(__name__)
@@ -57,9 +57,8 @@ COMMIT_MARGIN_SECONDS = 10  # a relay's mark statement and its commit take well 
 # the job with its audit rows; its published events stay in the outbox until the outbox retention,
 # and publishing them again would only bring back audit rows of a deleted job).
 _SCAN_SQL = f"""
-    SELECT o.id, (e.ev->>'event_id')::uuid, (e.ev->>'job_id')::uuid, (e.ev->>'sequence')::int,
-           e.ev->>'event_type', o.published_at,
-           a.id IS NOT NULL OR NOT EXISTS (SELECT FROM stint_job j WHERE j.id = (e.ev->>'job_id')::uuid) AS audited
+    SELECT o.id, e.event_id, e.job_id, e.sequence, e.event_type, o.published_at,
+           a.id IS NOT NULL OR NOT EXISTS (SELECT FROM stint_job j WHERE j.id = e.job_id) AS audited
     FROM (
         SELECT id, events, packed_events, published_at FROM (
             SELECT id, events, packed_events, published_at,
@@ -76,7 +75,7 @@ _SCAN_SQL = f"""
         ) c
         WHERE before < %(limit)s
     ) o {EVENTS_OF}
-    LEFT JOIN stint_audit_event a ON a.event_id = (e.ev->>'event_id')::uuid
+    LEFT JOIN stint_audit_event a ON a.event_id = e.event_id
     ORDER BY o.published_at, o.id, e.position
 """  # noqa: S608 - constant SQL
 
@@ -85,9 +84,9 @@ _SCAN_SQL = f"""
 # stays published, so its other events are not sent again.
 _REPAIR_SQL = f"""
     INSERT INTO stint_outbox (schema_version, occurred_at, event_count, events)
-    SELECT o.schema_version, o.occurred_at, count(*), jsonb_agg(e.ev ORDER BY e.position)
+    SELECT o.schema_version, o.occurred_at, count(*), jsonb_agg({ENTRY_SQL} ORDER BY e.position)
     FROM stint_outbox o {EVENTS_OF}
-    WHERE o.id = ANY(%(rows)s) AND e.ev->>'event_id' = ANY(%(events)s::text[])
+    WHERE o.id = ANY(%(rows)s) AND e.event_id = ANY(%(events)s::uuid[])
     GROUP BY o.id
     ORDER BY o.id
     RETURNING event_count

@@ -1,10 +1,11 @@
 # The events of a claim or a transition are stored packed (issue 13): one composite value per event
 # (type stint_packed_event) in the array column stint_outbox.packed_events, instead of a JSON
 # object each in `events`. Building the JSON cost a drain's statements about 6 us an event (two
-# events a job), the packed value about 1.5; the JSON is now rendered where it is read: the SQL
-# function stint_outbox_entries(events, packed_events) returns a row's entries in the JSON shape
-# of scheduler.models.EVENT_KEYS whichever form the row holds, and every reader (the relay, the
-# reconciler, the job pruner, the view stint_outbox_event) reads through it. A packed event's
+# events a job), the packed value about 1.5; the JSON is now built where it is read: the SQL
+# function stint_outbox_entries(events, packed_events) returns a row's events as rows of the
+# fields of scheduler.models.EVENT_KEYS (and their position), whichever form the row holds, and
+# every reader (the relay, the reconciler, the job pruner, the view stint_outbox_event) reads
+# through it. A packed event's
 # event_id is derived from its job id and sequence: the md5 of "<job_id>/<sequence>" as an RFC 9562
 # version 8 uuid (version and variant nibbles set to 8). An event has one (job, sequence) pair, so
 # the id is unique per event like a random one, and the same every time the row is rendered. Rows written in the JSON form (earlier rows, new jobs' events, the
@@ -20,6 +21,13 @@ PRIORITY = (
     "(CASE p.priority "
     + " ".join(f"WHEN {int(p)} THEN '{p.name}'" for p in scheduler.states.Priority)
     + " ELSE (p.priority::text) END)"
+)
+
+# A rendered event (a row ``e`` of stint_outbox_entries) as the JSON entry of the JSON form.
+ENTRY = (
+    "jsonb_build_object('event_id', e.event_id, 'event_type', e.event_type, 'job_id', e.job_id,"
+    " 'owner_id', e.owner_id, 'sequence', e.sequence, 'attempt', e.attempt, 'from_status', e.from_status,"
+    " 'to_status', e.to_status, 'payload', e.payload)"
 )
 
 FORWARD = f"""
@@ -38,18 +46,17 @@ EXCEPTION WHEN feature_not_supported THEN
 END
 $$;
 CREATE FUNCTION stint_outbox_entries(events jsonb, packed stint_packed_event[])
-RETURNS TABLE (ev jsonb, "position" bigint)
+RETURNS TABLE (event_id uuid, event_type text, job_id uuid, owner_id bigint, sequence integer, attempt integer,
+               from_status text, to_status text, payload jsonb, "position" bigint)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-    SELECT e.ev, e.ord FROM jsonb_array_elements(events) WITH ORDINALITY AS e(ev, ord)
+    SELECT (e.ev->>'event_id')::uuid, e.ev->>'event_type', (e.ev->>'job_id')::uuid, (e.ev->>'owner_id')::bigint,
+           (e.ev->>'sequence')::integer, (e.ev->>'attempt')::integer, coalesce(e.ev->>'from_status', ''),
+           e.ev->>'to_status', coalesce(e.ev->'payload', '{{}}'::jsonb), e.ord
+    FROM jsonb_array_elements(events) WITH ORDINALITY AS e(ev, ord)
     UNION ALL
-    SELECT jsonb_build_object(
-               'event_id', overlay(overlay(md5(p.job_id::text || '/' || p.sequence::text) PLACING '8' FROM 13)
-                                   PLACING '8' FROM 17)::uuid,
-               'event_type', p.event_type, 'job_id', p.job_id, 'owner_id', p.owner_id,
-               'sequence', p.sequence, 'attempt', p.attempt, 'from_status', p.from_status,
-               'to_status', p.to_status,
-               'payload', jsonb_build_object('type', p.type, 'queue', p.queue, 'priority', {PRIORITY})
-                          || coalesce(p.extra, '{{}}'::jsonb)),
+    SELECT overlay(overlay(md5(p.job_id::text || '/' || p.sequence::text) PLACING '8' FROM 13) PLACING '8' FROM 17)::uuid,
+           p.event_type, p.job_id, p.owner_id, p.sequence, p.attempt, p.from_status, p.to_status,
+           jsonb_build_object('type', p.type, 'queue', p.queue, 'priority', {PRIORITY}) || coalesce(p.extra, '{{}}'::jsonb),
            p.ord
     FROM unnest(packed) WITH ORDINALITY AS p(event_type, job_id, owner_id, sequence, attempt, from_status,
                                             to_status, type, queue, priority, extra, ord)
@@ -58,16 +65,16 @@ CREATE OR REPLACE VIEW stint_outbox_event AS
 SELECT o.id * {STRIDE} + e.position AS id,
        o.id AS outbox_id,
        e.position::integer AS position,
-       (e.ev->>'event_id')::uuid AS event_id,
-       (e.ev->>'event_type')::varchar(32) AS event_type,
-       (e.ev->>'job_id')::uuid AS job_id,
-       (e.ev->>'owner_id')::bigint AS owner_id,
-       (e.ev->>'sequence')::integer AS sequence,
-       (e.ev->>'attempt')::integer AS attempt,
-       coalesce(e.ev->>'from_status', '')::varchar(10) AS from_status,
-       (e.ev->>'to_status')::varchar(10) AS to_status,
+       e.event_id,
+       e.event_type::varchar(32) AS event_type,
+       e.job_id,
+       e.owner_id,
+       e.sequence,
+       e.attempt,
+       e.from_status::varchar(10) AS from_status,
+       e.to_status::varchar(10) AS to_status,
        o.schema_version,
-       coalesce(e.ev->'payload', '{{}}'::jsonb) AS payload,
+       e.payload,
        o.occurred_at,
        o.published_at
 FROM stint_outbox o CROSS JOIN LATERAL stint_outbox_entries(o.events, o.packed_events) AS e;
@@ -92,7 +99,7 @@ SELECT o.id * {STRIDE} + e.ord AS id,
        o.published_at
 FROM stint_outbox o CROSS JOIN LATERAL jsonb_array_elements(o.events) WITH ORDINALITY AS e(ev, ord);
 UPDATE stint_outbox o SET events = (
-           SELECT jsonb_agg(e.ev ORDER BY e.position) FROM stint_outbox_entries(NULL, o.packed_events) e),
+           SELECT jsonb_agg({ENTRY} ORDER BY e.position) FROM stint_outbox_entries(NULL, o.packed_events) e),
        packed_events = NULL
 WHERE packed_events IS NOT NULL;
 DROP FUNCTION stint_outbox_entries(jsonb, stint_packed_event[]);

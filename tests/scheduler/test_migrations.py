@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import NotSupportedError
 
+from scheduler.events import ENTRY_SQL
 from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -194,13 +195,13 @@ def _insert_json_row(job_id: uuid.UUID, event_id: uuid.UUID) -> int:
 def _rendered(outbox_id: int) -> list[dict]:
     """A row's events as the relay reads them (through ``stint_outbox_entries`` where it exists)."""
     function = _fetch("SELECT count(*) FROM pg_proc WHERE proname = 'stint_outbox_entries'", [])[0][0]
-    entries = (
-        "stint_outbox_entries(o.events, o.packed_events) AS e(ev, position)"
+    entries, entry = (
+        ("stint_outbox_entries(o.events, o.packed_events) AS e", ENTRY_SQL)
         if function
-        else "jsonb_array_elements(o.events) WITH ORDINALITY AS e(ev, position)"
+        else ("jsonb_array_elements(o.events) WITH ORDINALITY AS e(ev, position)", "e.ev")
     )
     rows = _fetch(
-        f"SELECT e.ev FROM stint_outbox o CROSS JOIN LATERAL {entries} WHERE o.id = %s ORDER BY e.position",  # noqa: S608
+        f"SELECT {entry} FROM stint_outbox o CROSS JOIN LATERAL {entries} WHERE o.id = %s ORDER BY e.position",  # noqa: S608
         [outbox_id],
     )
     return [json.loads(ev) if isinstance(ev, str) else ev for (ev,) in rows]
