@@ -79,9 +79,9 @@ class _Sql:
 # One packed event (the composite type ``stint_packed_event``, migration 0014): every statement
 # that moves or creates jobs writes ONE ``stint_outbox`` row whose ``packed_events`` array holds one
 # of these per event, in the order the relay produces them. The SQL function
-# ``stint_outbox_entries`` renders each as the JSON entry of ``scheduler.models.EVENT_KEYS`` where
-# it is read (its ``event_id`` derived from job id and sequence; its payload ``type``, ``queue``,
-# the priority's label, then ``extra``'s pairs). Building that JSON here cost about 6 us an event,
+# ``stint_outbox_entries`` renders each where it is read, as the fields of
+# ``scheduler.models.EVENT_KEYS`` (its ``event_id`` derived from job id and sequence; its payload
+# ``type``, ``queue``, the priority's label, then ``extra``'s pairs). Building that JSON here cost about 6 us an event,
 # the packed value about 1.5. Filled with SQL expressions by ``str.format``; ``row`` is "" or an
 # alias and a dot for the type, queue and priority columns.
 PACKED_EVENT_SQL = (
