@@ -22,8 +22,9 @@ from django.db.models import (
     CharField,
     Q,
     QuerySet,
+    Value,
 )
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Replace
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -36,6 +37,7 @@ from django.utils.timezone import localtime
 from scheduler import queues, schedules
 from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, job_bulk_apply_filtered
 from scheduler.exceptions import StintError
+from scheduler.ids import short_job_id
 from scheduler.models import CronSchedule, Job, JobAttempt, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
 from scheduler.selectors import (
@@ -320,8 +322,8 @@ class JobAdmin(OperatorAdmin):
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: Job) -> str:
-        """The first 8 hex digits of the id."""
-        return str(job.id)[:8]
+        """The last 8 hex digits of the id (``scheduler.ids.short_job_id``)."""
+        return short_job_id(job.id)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, job: Job) -> SafeString:
@@ -334,19 +336,24 @@ class JobAdmin(OperatorAdmin):
         return priority_label(job.priority)
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[Any, bool]:
-        """Search by full id, id prefix (8+ hex digits), name (contains) or idempotency key (exact)."""
+        """Search by full id, 8 to 32 hex digits from either end of the id, name (contains) or idempotency key (exact).
+
+        The lists show a job's last 8 digits (``short_job_id``); a pasted start of an id finds it too,
+        with the other jobs made in the same stretch of time (a version 7 id starts with its time).
+        """
         term = search_term.strip()
         try:
             return queryset.filter(Q(id=uuid.UUID(term)) | Q(idempotency_key=term)), False
         except ValueError:
             pass
         found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
-        prefix = term.lower().replace("-", "")
-        if 8 <= len(prefix) <= 32 and all(c in "0123456789abcdef" for c in prefix):
-            by_prefix = queryset.annotate(id_text=Cast("id", output_field=CharField())).filter(
-                id_text__startswith=_hyphenated_prefix(prefix)
+        digits = term.lower().replace("-", "")
+        if 8 <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
+            hex_id = Replace(Cast("id", output_field=CharField()), Value("-"), Value(""))
+            by_digits = queryset.annotate(id_hex=hex_id).filter(
+                Q(id_hex__startswith=digits) | Q(id_hex__endswith=digits)
             )
-            found = found | by_prefix
+            found = found | by_digits
         return found, may_have_duplicates
 
     # -- actions on selected rows --------------------------------------------------------------
@@ -449,16 +456,6 @@ class JobAdmin(OperatorAdmin):
             "form_url": request.get_full_path(),
         }
         return TemplateResponse(request, "admin/scheduler/job/bulk_confirm.html", context)
-
-
-def _hyphenated_prefix(hex_prefix: str) -> str:
-    """Return ``hex_prefix`` with the hyphens a UUID's text form has at positions 8, 12, 16 and 20."""
-    out = []
-    for i, c in enumerate(hex_prefix):
-        if i in (8, 12, 16, 20):
-            out.append("-")
-        out.append(c)
-    return "".join(out)
 
 
 # -- schedules --------------------------------------------------------------------------------------

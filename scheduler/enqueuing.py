@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection
 
 from scheduler import idempotency, lifecycle, metrics, tracing
+from scheduler.ids import new_job_id
 from scheduler.jobspec import job_spec_validate
 from scheduler.lifecycle import NewJob
 from scheduler.models import DEFAULT_QUEUE, Job
@@ -225,7 +226,7 @@ def _new_job(
     payload = {} if fields["payload"] is None else fields["payload"]
     spec = job_spec_validate(**{**fields, "payload": payload})
     return NewJob(
-        id=uuid.uuid4(),
+        id=new_job_id(),
         owner_id=owner_id,
         name=fields["name"],
         type=fields["type_"],

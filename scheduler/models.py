@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from scheduler import retry
 from scheduler.events import ENTRY_SQL, EVENTS_OF
+from scheduler.ids import new_job_id
 from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, AttemptStatus, EventType, JobStatus, Priority, priority_label
 
 DEFAULT_QUEUE = "default"
@@ -28,7 +29,7 @@ DEFAULT_TIMEOUT_SECONDS = 300  # seconds
 class Job(models.Model):
     """One unit of work. ``scheduled_at`` is when it becomes due (creation time for immediate jobs)."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_job_id, editable=False)
     # No single-column indexes on the two foreign keys: every job row version (insert, claim,
     # outcome: none can be HOT, status is in the partial indexes' predicates) writes an entry in
     # each index, and job_owner_recent (owner, created_at) and job_unique_schedule_fire

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import uuid
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -32,6 +31,7 @@ from scheduler.cron import (
     zone_for,
 )
 from scheduler.exceptions import InvalidJob, InvalidSchedule, ScheduleNotFound, UnknownJobType
+from scheduler.ids import new_job_id
 from scheduler.jobspec import has_nul, job_spec_validate
 from scheduler.lifecycle import NewJob
 from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy, Queue
@@ -441,7 +441,7 @@ def schedule_job(
     carries ``schedule`` and ``fire_time``: the unique (schedule, fire_time) makes a fire once.
     """
     return NewJob(
-        id=uuid.uuid4(),
+        id=new_job_id(),
         owner_id=schedule.owner_id,
         name=schedule.name,
         type=schedule.job_type,

@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from django.db import IntegrityError, connection, transaction
 
 from scheduler.exceptions import InvalidUnique, UniqueConflict
 from scheduler.flow.limits import PARTITION_KEY
+from scheduler.ids import new_job_id
 from scheduler.lifecycle import NewJob
 from scheduler.models import Job
 from scheduler.states import JobStatus
@@ -138,7 +138,7 @@ def enqueue_unique(new: NewJob, spec: UniqueSpec, *, insert: Callable[[Sequence[
     ``TRIES`` rounds, and what ``insert`` raises.
     """
     for _ in range(TRIES):
-        job_id = uuid.uuid4()
+        job_id = new_job_id()
         candidate = NewJob(**{**{f: getattr(new, f) for f in new.__dataclass_fields__}, "id": job_id})
         key = ""
         try:

@@ -15,6 +15,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from scheduler.ids import short_job_id
 from scheduler.states import JobStatus, priority_label
 
 register = template.Library()
@@ -36,6 +37,12 @@ BADGE_STYLE = (
     "display:inline-block;padding:0.1em 0.55em;border-radius:0.8em;font-size:0.85em;font-weight:600;"
     "line-height:1.5;letter-spacing:0.02em;color:#ffffff;background-color:{}"
 )
+
+
+@register.filter
+def short_id(job_id: Any) -> str:
+    """A job id's short form for lists and titles (``scheduler.ids.short_job_id``)."""
+    return short_job_id(job_id)
 
 
 @register.filter

@@ -16,6 +16,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from scheduler import queues, schedules
 from scheduler.enqueuing import enqueue
+from scheduler.ids import short_job_id
 from scheduler.models import CronSchedule, Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory
@@ -126,11 +127,24 @@ class TestJobList:
         assert [j.id for j in response.context["cl"].result_list] == [mine.id]
         assert operator.get(CHANGELIST, {"owner__id__exact": "nobody"}).status_code == 302  # Django: "?e=1", no 500
 
-    @pytest.mark.parametrize("how", ["id", "prefix", "key", "name"])
+    @pytest.mark.parametrize("how", ["id", "prefix", "short id", "suffix", "key", "name"])
     def test_search(self, operator, user, how):
-        job = JobFactory(owner=user, name="quarterly report", idempotency_key="key-123")
-        JobFactory(owner=user, name="other")
-        term = {"id": str(job.id), "prefix": str(job.id)[:8], "key": "key-123", "name": "quarterly"}[how]
+        # Fixed ids: two version 7 ids made together share their first digits (their time).
+        job = JobFactory(
+            id=uuid.UUID("01a23351-5603-75a0-8a05-0c4f92cf1d36"),
+            owner=user,
+            name="quarterly report",
+            idempotency_key="key-123",
+        )
+        JobFactory(id=uuid.UUID("01a23399-0000-7000-8000-000000000001"), owner=user, name="other")
+        term = {
+            "id": str(job.id),
+            "prefix": "01a23351-56",
+            "short id": short_job_id(job.id),
+            "suffix": "8a05-0c4f92cf1d36",
+            "key": "key-123",
+            "name": "quarterly",
+        }[how]
 
         response = operator.get(CHANGELIST, {"q": term})
 
