@@ -1,27 +1,33 @@
-# The events of a claim or a transition are stored packed (issue 13): one composite value per event
-# (type stint_packed_event) in the array column stint_outbox.packed_events, instead of a JSON
-# object each in `events`. Building the JSON cost a drain's statements about 6 us an event (two
-# events a job), the packed value about 1.5; the JSON is now built where it is read: the SQL
-# function stint_outbox_entries(events, packed_events) returns a row's events as rows of the
-# fields of scheduler.models.EVENT_KEYS (and their position), whichever form the row holds, and
-# every reader (the relay, the reconciler, the job pruner, the view stint_outbox_event) reads
-# through it. A packed event's
-# event_id is derived from its job id and sequence: the md5 of "<job_id>/<sequence>" as an RFC 9562
-# version 8 uuid (version and variant nibbles set to 8). An event has one (job, sequence) pair, so
-# the id is unique per event like a random one, and the same every time the row is rendered. Rows written in the JSON form (earlier rows, new jobs' events, the
-# reconciler's repair copies) keep it; exactly one of the two columns is set.
+# The events of a claim, a transition or new jobs are stored packed (issue 13): one composite value
+# per event (type stint_packed_event) in the array column stint_outbox.packed_events, instead of a
+# JSON object each in `events`. Building the JSON cost a drain's statements about 6 us an event
+# (two events a job), the packed value about 1.5; the JSON is now built where it is read: the SQL
+# function stint_outbox_entries(events, packed_events) returns a row's events as rows of the fields
+# of scheduler.models.EVENT_KEYS (and their position), whichever form the row holds, and every
+# reader (the relay, the reconciler, the job pruner, the view stint_outbox_event) reads through it.
+# A packed event's event_id is derived from its job id and sequence: the md5 of
+# "<job_id>/<sequence>" as an RFC 9562 version 8 uuid (version and variant nibbles set to 8). An
+# event has one (job, sequence) pair, so the id is unique per event like a random one, and the same
+# every time the row is rendered. Rows written in the JSON form (earlier rows, the reconciler's
+# repair copies) keep it; exactly one of the two columns is set. Going back unpacks packed rows
+# into JSON with the same ids and restores 0010's view.
+
+import importlib
 
 from django.db import migrations, models
 
 import scheduler.states
 
 STRIDE = 1 << 20  # scheduler.models.EVENT_ID_STRIDE
-# The priority label of a packed event's payload, as scheduler.lifecycle.PRIORITY_NAME writes it.
+# The priority label of a packed event's payload, as scheduler.states.priority_label names it.
 PRIORITY = (
     "(CASE p.priority "
     + " ".join(f"WHEN {int(p)} THEN '{p.name}'" for p in scheduler.states.Priority)
     + " ELSE (p.priority::text) END)"
 )
+
+# The view as migration 0010 made it (reading the JSON form only), restored going back.
+VIEW_0010 = importlib.import_module("scheduler.migrations.0010_outbox_event_batches").VIEW
 
 # A rendered event (a row ``e`` of stint_outbox_entries) as the JSON entry of the JSON form.
 ENTRY = (
@@ -81,23 +87,8 @@ FROM stint_outbox o CROSS JOIN LATERAL stint_outbox_entries(o.events, o.packed_e
 """
 
 BACKWARD = f"""
-CREATE OR REPLACE VIEW stint_outbox_event AS
-SELECT o.id * {STRIDE} + e.ord AS id,
-       o.id AS outbox_id,
-       e.ord::integer AS position,
-       (e.ev->>'event_id')::uuid AS event_id,
-       (e.ev->>'event_type')::varchar(32) AS event_type,
-       (e.ev->>'job_id')::uuid AS job_id,
-       (e.ev->>'owner_id')::bigint AS owner_id,
-       (e.ev->>'sequence')::integer AS sequence,
-       (e.ev->>'attempt')::integer AS attempt,
-       coalesce(e.ev->>'from_status', '')::varchar(10) AS from_status,
-       (e.ev->>'to_status')::varchar(10) AS to_status,
-       o.schema_version,
-       coalesce(e.ev->'payload', '{{}}'::jsonb) AS payload,
-       o.occurred_at,
-       o.published_at
-FROM stint_outbox o CROSS JOIN LATERAL jsonb_array_elements(o.events) WITH ORDINALITY AS e(ev, ord);
+DROP VIEW stint_outbox_event;
+{VIEW_0010};
 UPDATE stint_outbox o SET events = (
            SELECT jsonb_agg({ENTRY} ORDER BY e.position) FROM stint_outbox_entries(NULL, o.packed_events) e),
        packed_events = NULL
