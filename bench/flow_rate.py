@@ -85,7 +85,7 @@ def main() -> int:
             proc.wait(timeout=60)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT extract(epoch FROM a.started_at)::float8 FROM stint_job_attempt a"
+            "SELECT extract(epoch FROM a.started_at)::float8 FROM stint_attempt a"
             " JOIN stint_job j ON j.id = a.job_id WHERE j.type = 'BENCH_NOOP' ORDER BY 1"
         )
         starts = [r[0] for r in cursor.fetchall()]

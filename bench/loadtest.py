@@ -319,7 +319,7 @@ def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_code
         # Executions the side table saw beyond the attempts of the database's record.
         cursor.execute(
             """
-            SELECT count(*) FROM stint_job_attempt a
+            SELECT count(*) FROM stint_attempt a
             LEFT JOIN stint_bench_execution e ON e.job_id = a.job_id AND e.attempt = a.attempt_number
             WHERE e.job_id IS NULL AND a.status NOT IN ('LOST') AND (SELECT payload->>'record' FROM stint_job
                   WHERE id = a.job_id) IS DISTINCT FROM 'false'
@@ -345,7 +345,7 @@ def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_code
         cursor.execute(
             """
             SELECT extract(epoch FROM a.started_at - j.created_at) * 1000
-            FROM stint_job j JOIN stint_job_attempt a ON a.job_id = j.id AND a.attempt_number = 1
+            FROM stint_job j JOIN stint_attempt a ON a.job_id = j.id AND a.attempt_number = 1
             WHERE j.scheduled_at <= j.created_at + interval '1 millisecond'
             """
         )

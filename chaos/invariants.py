@@ -52,7 +52,7 @@ class JobRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptRow:
-    """One ``stint_job_attempt`` row."""
+    """One attempt of the view ``stint_attempt`` (``scheduler.models.Attempt``)."""
 
     job_id: str
     number: int

@@ -123,7 +123,7 @@ def collect(
         AttemptRow(job_id=r[0], number=r[1], status=r[2], error=r[3])
         for r in conn.execute(
             """
-            SELECT a.job_id::text, a.attempt_number, a.status, a.error FROM stint_job_attempt a
+            SELECT a.job_id::text, a.attempt_number, a.status, a.error FROM stint_attempt a
             JOIN stint_job j ON j.id = a.job_id WHERE j.owner_id = %(o)s
             """,
             o,

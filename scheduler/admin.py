@@ -38,7 +38,7 @@ from scheduler import queues, schedules
 from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, job_bulk_apply_filtered
 from scheduler.exceptions import StintError
 from scheduler.ids import short_job_id
-from scheduler.models import CronSchedule, Job, JobAttempt, OutboxEvent, Queue, WorkerNode
+from scheduler.models import Attempt, CronSchedule, Job, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
 from scheduler.selectors import (
     LIST_DEFERRED,
@@ -133,20 +133,20 @@ class ReadOnlyInline(admin.TabularInline):
 
 
 class JobAttemptInline(ReadOnlyInline):
-    """A job's attempts, first first, each with its traceback folded under the error."""
+    """A job's attempts (``Attempt``), first first, each with its traceback folded under the error."""
 
-    model = JobAttempt
+    model = Attempt
     fields = ("attempt_number", "status", "worker", "started_at", "finished_at", "error_and_traceback")
     readonly_fields = fields
     ordering = ("attempt_number",)
 
     @admin.display(description="error")
-    def error_and_traceback(self, attempt: JobAttempt) -> SafeString:
+    def error_and_traceback(self, attempt: Attempt) -> SafeString:
         """The error line, and the handler's traceback in a collapsed ``<details>`` when there is one."""
         return attempt_error_html(attempt)
 
 
-def attempt_error_html(attempt: JobAttempt) -> SafeString:
+def attempt_error_html(attempt: Attempt) -> SafeString:
     """Render an attempt's error and, folded, its traceback (escaped): the console's and pages' one rule."""
     return _render("admin/stint/_attempt_error.html", attempt=attempt)
 

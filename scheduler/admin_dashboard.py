@@ -16,7 +16,7 @@ from django.db.models import Count, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 
 from scheduler.leadership import DEFAULT_ROLE
-from scheduler.models import Job, JobAttempt, LeaderFence, OutboxBatch, Queue, WorkerNode
+from scheduler.models import Attempt, Job, LeaderFence, OutboxBatch, Queue, WorkerNode
 from scheduler.selectors import worker_alive_q
 from scheduler.states import AttemptStatus, JobStatus
 
@@ -154,7 +154,7 @@ def chart_build(*, now: dt.datetime, counts: dict[dt.datetime, tuple[int, int]])
 def _throughput(now: dt.datetime) -> dict[dt.datetime, tuple[int, int]]:
     since = now.replace(second=0, microsecond=0) - dt.timedelta(minutes=WINDOW_MINUTES - 1)
     rows = (
-        JobAttempt.objects.filter(finished_at__gte=since, finished_at__lte=now)
+        Attempt.objects.filter(finished_at__gte=since, finished_at__lte=now)
         .annotate(minute=TruncMinute("finished_at", tzinfo=dt.UTC))
         .values("minute")
         .annotate(

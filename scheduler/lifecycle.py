@@ -2,7 +2,8 @@
 
 Every status change in Stint is a call to one of this module's verbs, and each verb owns what
 its move writes: the job's columns (the result among them: ``Job.result*``), the attempt's
-``JobAttempt`` row (written here and nowhere else), and its events' payloads.
+``JobAttempt`` row (written here and nowhere else; a successful attempt has none, the job row is
+its record: ``models.Attempt``), and its events' payloads.
 
 - New jobs: ``insert_jobs`` / ``create_jobs`` (CREATED -> QUEUED or SCHEDULED).
 - The worker: ``claim`` (QUEUED -> RUNNING), then one of ``complete`` (SUCCESS), ``fail``
@@ -333,8 +334,17 @@ class AttemptEnd:
 
 
 def complete(ends: Sequence[AttemptEnd]) -> list[Moved]:
-    """RUNNING -> SUCCESS: finish each job, store its attempt (SUCCEEDED) and its result; JOB_COMPLETED."""
-    return _end_attempts(ends, to=JobStatus.SUCCESS)
+    """RUNNING -> SUCCESS: finish each job and store its result; JOB_COMPLETED.
+
+    The successful attempt gets no ``JobAttempt`` row: the job row is its record (``Attempt``,
+    the view ``stint_attempt``, shows it): ``result_attempt`` its number, ``started_at`` and
+    ``finished_at`` its times, and ``lease_owner``/``lease_token``, which a SUCCESS job keeps, the
+    worker and the lease it ran under (only ``lease_expires_at`` is cleared). Raises
+    ``ValueError`` for an end whose status is not SUCCEEDED.
+    """
+    if any(e.status != AttemptStatus.SUCCEEDED for e in ends):
+        raise ValueError("complete records SUCCEEDED attempts only")
+    return _end_attempts(ends, to=JobStatus.SUCCESS, attempt_row=False)
 
 
 def fail(ends: Sequence[AttemptEnd]) -> list[Moved]:
@@ -414,7 +424,8 @@ def rescue_leases(
 
 
 # Written by an attempt-ending statement for the jobs that moved (``moved``), from the per-row
-# inputs (``v``): the attempt's one row. A plain INSERT (no ON CONFLICT, whose speculative insertion
+# inputs (``v``): the attempt's one row (``complete`` writes none: a successful attempt is kept in
+# the job row, ``models.Attempt``). A plain INSERT (no ON CONFLICT, whose speculative insertion
 # costs a HEAP_CONFIRM record per row): the row (job, n) is written once. Only this statement writes
 # attempt rows; it writes (job, attempts) for a job it moves out of RUNNING, under the row lock and
 # fenced by the lease token, so at most once per claim (a concurrent move waits for the row lock,
@@ -449,36 +460,43 @@ def _end_attempts(
     backoffs: Sequence[float] | None = None,
     results: bool = True,
     record_error: bool = True,
+    attempt_row: bool = True,
 ) -> list[Moved]:
     """Move the jobs of ``ends`` from RUNNING to ``to``, fenced by their lease tokens, with their attempt rows.
 
     The lease is cleared; ``isolated`` set per end (None: unchanged). A finished job (any ``to``
     but RETRYING) gets ``finished_at`` and, with ``results``, its result (``Job.result*``,
-    written by the same UPDATE: an outcome that lost its lease writes none).
+    written by the same UPDATE: an outcome that lost its lease writes none). Without
+    ``attempt_row`` (``complete``) no ``JobAttempt`` row is written and the job keeps
+    ``lease_owner`` and ``lease_token``, the record of the attempt with its result.
     ``record_error`` writes each end's error as the job's ``last_error`` and in its event.
     ``backoffs`` (seconds, aligned) go in the events as ``backoff_seconds``. One statement.
     """
     if not ends:
         return []
     columns: dict[str, Any] = {
-        "lease_owner": _NULL,
-        "lease_token": _NULL,
         "lease_expires_at": _NULL,
         "isolated": _Sql("coalesce(v.iso, j.isolated)"),
     }
+    if attempt_row:
+        columns.update(lease_owner=_NULL, lease_token=_NULL)
     if record_error:
         columns["last_error"] = _Sql("v.err")
     inputs: dict[str, tuple[str, Sequence[Any]]] = {
         "err": ("text", [e.error for e in ends]),
         "iso": ("bool", [e.isolated for e in ends]),
         "ast": ("text", [AttemptStatus(e.status).value for e in ends]),
-        "worker": ("text", [e.worker for e in ends]),
-        "started": ("timestamptz", [e.started_at for e in ends]),
-        "fin": ("timestamptz", [e.finished_at for e in ends]),
-        "tb": ("text", [e.traceback for e in ends]),
-        **(per_row or {}),
     }
-    also = [_ATTEMPT_ROW]
+    also = []
+    if attempt_row:
+        inputs.update(
+            worker=("text", [e.worker for e in ends]),
+            started=("timestamptz", [e.started_at for e in ends]),
+            fin=("timestamptz", [e.finished_at for e in ends]),
+            tb=("text", [e.traceback for e in ends]),
+        )
+        also.append(_ATTEMPT_ROW)
+    inputs.update(per_row or {})
     if to != JobStatus.RETRYING:
         columns["finished_at"] = _NOW
         if results:

@@ -179,7 +179,11 @@ class Job(models.Model):
 
 
 class JobAttempt(models.Model):
-    """One execution of a job by a worker."""
+    """One execution of a job by a worker that did not succeed (or succeeded before migration 0016).
+
+    Written once, at the attempt's outcome, by ``lifecycle._ATTEMPT_ROW`` only. A successful
+    attempt is kept in its job row instead; ``Attempt`` reads both.
+    """
 
     # No index of its own: the unique (job, attempt_number) index serves every lookup by job.
     # No database constraint either (migration 0013): the one statement that inserts attempt rows
@@ -204,6 +208,38 @@ class JobAttempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "attempt_number"], name="attempt_unique_number"),
         ]
+        ordering = ["job", "attempt_number"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} #{self.attempt_number} {self.status}"
+
+
+class Attempt(models.Model):
+    """One attempt a worker ended, however it is kept: what people read (API, pages, console).
+
+    A read-only model of the view ``stint_attempt`` (migration 0016): the rows of ``JobAttempt``
+    (attempts that did not succeed, and successful ones finished before 0016), and the successful
+    attempt of each SUCCESS job without such a row, made up from the job row (``result_attempt``,
+    ``started_at``, ``finished_at``, ``lease_owner`` as the worker, ``lease_token``; no error or
+    traceback), which ``lifecycle.complete`` writes instead of a row. ``id`` is the row's id as
+    text, or the job's id for an attempt kept in the job row. A RUNNING job's current attempt is
+    not here (``selectors.job_running_attempt``).
+    """
+
+    id = models.TextField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, related_name="attempts_made", db_constraint=False)
+    attempt_number = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=AttemptStatus.choices)
+    worker = models.CharField(max_length=100)
+    lease_token = models.UUIDField(null=True)
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    error = models.TextField()
+    traceback = models.TextField()
+
+    class Meta:
+        managed = False
+        db_table = "stint_attempt"
         ordering = ["job", "attempt_number"]
 
     def __str__(self) -> str:

@@ -31,7 +31,7 @@ from django.db.models.functions import Coalesce, Now
 
 from scheduler.conf import conf
 from scheduler.exceptions import JobNotFound, NoResult
-from scheduler.models import Job, JobAttempt, JobResult, Queue, WorkerNode
+from scheduler.models import Attempt, Job, JobAttempt, JobResult, Queue, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 
 # Stable order for paging: created_at ties (jobs inserted by one statement share now()) break on id.
@@ -70,19 +70,19 @@ def job_get(*, job_id: uuid.UUID, actor: Any) -> Job:
     return job
 
 
-def job_attempt_list(*, job_id: uuid.UUID, actor: Any) -> QuerySet[JobAttempt]:
+def job_attempt_list(*, job_id: uuid.UUID, actor: Any) -> QuerySet[Attempt]:
     """Return the attempts of a job ``actor`` may see, first attempt first; raise ``JobNotFound`` otherwise.
 
-    The finished attempts only: a RUNNING job's current attempt has no row until its outcome
-    (``job_running_attempt`` describes it).
+    The finished attempts only (``Attempt``: rows, and a successful one kept in the job row): a
+    RUNNING job's current attempt has no record until its outcome (``job_running_attempt`` describes it).
     """
     if not job_visible_to(actor=actor).filter(id=job_id).exists():
         raise JobNotFound()
-    return JobAttempt.objects.filter(job_id=job_id).order_by("attempt_number")
+    return Attempt.objects.filter(job_id=job_id).order_by("attempt_number")
 
 
-def job_running_attempt(*, job_id: uuid.UUID) -> JobAttempt | None:
-    """Return the attempt a RUNNING job is making now, as an unsaved ``JobAttempt``, or None.
+def job_running_attempt(*, job_id: uuid.UUID) -> Attempt | None:
+    """Return the attempt a RUNNING job is making now, as an unsaved ``Attempt``, or None.
 
     Attempts are written once, at their outcome (``scheduler.lifecycle``'s verbs); until then the job row
     (``attempts``, ``lease_owner``, ``started_at``) describes the running one. No access check:
@@ -96,13 +96,16 @@ def job_running_attempt(*, job_id: uuid.UUID) -> JobAttempt | None:
     if row is None or not row[0] or JobAttempt.objects.filter(job_id=job_id, attempt_number=row[0]).exists():
         return None
     attempts, worker, token, started_at = row
-    return JobAttempt(
+    return Attempt(
+        id=str(job_id),
         job_id=job_id,
         attempt_number=attempts,
         status=AttemptStatus.RUNNING,
         worker=worker or "",
         lease_token=token,
         started_at=started_at,
+        error="",
+        traceback="",
     )
 
 

@@ -47,7 +47,7 @@ _QUERY = """
     SELECT j.type, j.status, j.priority, j.queue, j.payload::text, j.created_at, j.finished_at,
            coalesce((SELECT json_agg(json_build_array(a.attempt_number, a.status, a.worker, a.started_at,
                                                       a.error, a.traceback) ORDER BY a.attempt_number)
-                     FROM stint_job_attempt a WHERE a.job_id = j.id), '[]')::text,
+                     FROM stint_attempt a WHERE a.job_id = j.id), '[]')::text,
            CASE WHEN j.status = 'SUCCESS' THEN j.result::text END
     FROM stint_job j
     WHERE j.id = %s

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from accounts.serializers import StrictSerializer
 from scheduler.exceptions import UnknownJobType
 from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
-from scheduler.models import DEFAULT_QUEUE, Job, JobAttempt
+from scheduler.models import DEFAULT_QUEUE, Attempt, Job
 from scheduler.registry import get_handler
 from scheduler.states import AttemptStatus, JobStatus, Priority
 
@@ -191,7 +191,7 @@ class JobAttemptSerializer(serializers.ModelSerializer):
     status = AttemptStatusField()
 
     class Meta:
-        model = JobAttempt
+        model = Attempt
         fields = ["attempt_number", "status", "worker", "started_at", "finished_at", "error", "traceback"]
         read_only_fields = fields
 

@@ -27,7 +27,7 @@ from scheduler.api.serializers import (
     JobResultSerializer,
     JobSerializer,
 )
-from scheduler.models import Job, JobAttempt
+from scheduler.models import Attempt, Job
 from scheduler.states import JobStatus
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -279,13 +279,13 @@ class JobAttemptListView(generics.ListAPIView):
     pagination_class = AttemptPagination
     filter_backends: list = []
 
-    def get_queryset(self) -> QuerySet[JobAttempt]:
+    def get_queryset(self) -> QuerySet[Attempt]:
         """The job's attempts; 404 when the job is missing or someone else's."""
         if getattr(self, "swagger_fake_view", False):
-            return JobAttempt.objects.none()
+            return Attempt.objects.none()
         return selectors.job_attempt_list(job_id=self.kwargs["job_id"], actor=self.request.user)
 
-    def paginate_queryset(self, queryset: QuerySet[JobAttempt]) -> list[JobAttempt] | None:
+    def paginate_queryset(self, queryset: QuerySet[Attempt]) -> list[Attempt] | None:
         """The page of finished attempts; the last page also shows a RUNNING job's current attempt."""
         page = super().paginate_queryset(queryset)
         running = selectors.job_running_attempt(job_id=self.kwargs["job_id"])

@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 
 from scheduler.enqueuing import enqueue_many
 from scheduler.flow import limits as flow_limits
-from scheduler.models import Job, JobAttempt, WorkerNode
+from scheduler.models import Attempt, Job, WorkerNode
 from scheduler.states import JobStatus
 from tests.support.processes import Processes, wait_until
 
@@ -71,7 +71,7 @@ def test_a_concurrency_limit_of_3_holds_across_4_workers_of_10_slots_through_a_s
                 os.kill(pid, signal.SIGKILL)
                 killed = pid
     assert killed is not None
-    assert JobAttempt.objects.filter(job_id__in=ids, status="LOST").exists()  # the kill hit a running job
+    assert Attempt.objects.filter(job_id__in=ids, status="LOST").exists()  # the kill hit a running job
     assert max(samples) == LIMIT, f"max RUNNING {max(samples)} over {len(samples)} samples"
 
 
@@ -85,7 +85,7 @@ def test_a_rate_limit_admits_at_most_its_count_in_every_window(procs: Processes)
         what="30 jobs admitted (3 windows)",
         timeout=RUN_WAIT,
     )
-    starts = sorted(JobAttempt.objects.filter(job_id__in=ids).values_list("started_at", flat=True))
+    starts = sorted(Attempt.objects.filter(job_id__in=ids).values_list("started_at", flat=True))
     # Every window (t - period, t] ending at an admission holds at most `count` admissions: the log's rule.
     most = max(sum(1 for s in starts if t.timestamp() - period < s.timestamp() <= t.timestamp()) for t in starts)
     assert most <= count, f"{most} admissions within {period} s"

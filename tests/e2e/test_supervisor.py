@@ -16,7 +16,7 @@ from django.db import connection
 import tests.support.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.maintenance.promoter import DuePromoter
-from scheduler.models import Job, JobAttempt, WorkerNode
+from scheduler.models import Attempt, Job, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.hostile.jobs import CRASH_TABLE
 from tests.support.jobs import attempts, events, status
@@ -73,10 +73,10 @@ def test_system_exit_and_keyboard_interrupt_are_outcomes_and_the_slot_keeps_serv
     wait_until(status_is(after, JobStatus.SUCCESS), what="the next job ran in the same one slot")
 
     for job, error in ((exits, "SystemExit: 3"), (interrupts, "KeyboardInterrupt")):
-        rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("status", "error", "worker"))
+        rows = list(Attempt.objects.filter(job_id=job.id).values_list("status", "error", "worker"))
         assert rows == [(AttemptStatus.FAILED, error, node)] * 2
-        assert error.split(":")[0] in JobAttempt.objects.filter(job_id=job.id).first().traceback
-    assert JobAttempt.objects.get(job_id=after.id).worker == node
+        assert error.split(":")[0] in Attempt.objects.filter(job_id=job.id).first().traceback
+    assert Attempt.objects.get(job_id=after.id).worker == node
     # Neither the worker process nor its pool child was replaced: the exceptions never left the handler.
     assert worker_pid(worker) == process
     assert pool_children(process) == children
@@ -118,7 +118,7 @@ def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succ
     )
 
     lost = f"worker process died ({death}) while running this job"
-    poison_attempts = list(JobAttempt.objects.filter(job_id=poison.id).values_list("status", "error", "worker"))
+    poison_attempts = list(Attempt.objects.filter(job_id=poison.id).values_list("status", "error", "worker"))
     assert [(s, e) for s, e, _ in poison_attempts] == [(AttemptStatus.LOST, lost)] * 4  # 1 + max_retries
     isolation_nodes = set(
         WorkerNode.objects.filter(supervisor_pid=worker.pid, isolation=True).values_list("id", flat=True)
@@ -131,7 +131,7 @@ def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succ
 
     for job_id in neighbours:
         job = Job.objects.get(id=job_id)
-        rows = list(JobAttempt.objects.filter(job_id=job_id).values_list("status", "error", "worker"))
+        rows = list(Attempt.objects.filter(job_id=job_id).values_list("status", "error", "worker"))
         assert job.status == JobStatus.SUCCESS
         assert [(s, e) for s, e, _ in rows] == [(AttemptStatus.LOST, lost), (AttemptStatus.SUCCEEDED, "")]
         assert rows[1][2] in isolation_nodes
@@ -139,7 +139,7 @@ def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succ
         assert Job.objects.get(id=job_id).stored_result.result["attempt"] == 2
 
     # Rescue followed the first crash at once (the supervisor, not a lease expiry 3 s later).
-    first_loss = JobAttempt.objects.get(job_id=poison.id, attempt_number=1).finished_at
+    first_loss = Attempt.objects.get(job_id=poison.id, attempt_number=1).finished_at
     assert dt.timedelta(0) <= first_loss - crash_times(poison)[1] < dt.timedelta(seconds=2)
     # The supervisor replaced the dead worker process and is still running.
     assert worker.popen.poll() is None
@@ -189,7 +189,7 @@ def test_outcomes_postgresql_refuses_never_block_the_others(hostile: Processes) 
     assert all(job.status == JobStatus.SUCCESS for job in ordinary)
     assert nul_error.status == JobStatus.DEAD
     assert nul_error.last_error == "ValueError: badbyte ? here"
-    failed = JobAttempt.objects.filter(job_id=nul_error.id)
+    failed = Attempt.objects.filter(job_id=nul_error.id)
     assert [a.error for a in failed] == ["ValueError: badbyte ? here"] * 2
     assert all("\x00" not in a.traceback and "ValueError" in a.traceback for a in failed)
     assert nul_result.status == JobStatus.FAILED

@@ -16,7 +16,7 @@ import pytest
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
-from scheduler.models import Job, JobAttempt, OutboxEvent, Queue, WorkerNode
+from scheduler.models import Attempt, Job, OutboxEvent, Queue, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus, Priority
 from tests.support.jobs import attempts, events, status
 from tests.support.processes import (
@@ -52,8 +52,8 @@ def test_ten_workers_racing_run_each_job_exactly_once(procs: Processes) -> None:
     wait_until(
         lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCESS).count() == 200, what="200 jobs succeeded"
     )
-    assert JobAttempt.objects.filter(job_id__in=ids).count() == 200
-    assert set(JobAttempt.objects.filter(job_id__in=ids).values_list("attempt_number", flat=True)) == {1}
+    assert Attempt.objects.filter(job_id__in=ids).count() == 200
+    assert set(Attempt.objects.filter(job_id__in=ids).values_list("attempt_number", flat=True)) == {1}
     assert OutboxEvent.objects.filter(job_id__in=ids, event_type=EventType.JOB_STARTED).count() == 200
     assert all(w.popen.poll() is None for w in workers)
 
@@ -72,7 +72,7 @@ def test_a_job_of_a_killed_worker_is_rescued_and_completes_on_another(procs: Pro
 
     wait_until(status_is(job, JobStatus.SUCCESS), what="the rescued job succeeded")
 
-    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status", "worker"))
+    rows = list(Attempt.objects.filter(job_id=job.id).values_list("attempt_number", "status", "worker"))
     assert rows == [(1, AttemptStatus.LOST, first_id), (2, AttemptStatus.SUCCEEDED, worker_of(second))]
     assert Job.objects.get(id=job.id).stored_result.result == {"echo": "survived", "attempt": 2}
     assert events(job).count(EventType.JOB_LEASE_EXPIRED) == 1
@@ -273,9 +273,7 @@ def test_priorities_are_honoured_when_slots_are_scarce(procs: Processes) -> None
     )
     wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCESS).count() == 9, what="all nine succeeded")
 
-    ran = list(
-        JobAttempt.objects.filter(job_id__in=ids).order_by("started_at").values_list("started_at", "job__priority")
-    )
+    ran = list(Attempt.objects.filter(job_id__in=ids).order_by("started_at").values_list("started_at", "job__priority"))
     assert [Priority(p).name for _, p in ran] == ["HIGH"] * 3 + ["MEDIUM"] * 3 + ["LOW"] * 3
     assert len({started for started, _ in ran}) == 9  # one claim per freed slot, never a batch beyond it
 
@@ -291,7 +289,7 @@ def test_a_permanent_error_ends_failed_without_retry(procs: Processes) -> None:
     failed = Job.objects.get(id=bad.id)
     assert "since must be an ISO date" in failed.last_error
     assert attempts(bad) == [(1, AttemptStatus.FAILED)]
-    assert "PermanentError" in JobAttempt.objects.get(job_id=bad.id).traceback
+    assert "PermanentError" in Attempt.objects.get(job_id=bad.id).traceback
     assert events(bad)[-1] == EventType.JOB_FAILED
     assert Job.objects.get(id=good.id).stored_result.result["total"] == 2
 

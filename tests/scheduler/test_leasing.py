@@ -20,7 +20,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import leasing, selectors
+from scheduler import leasing, lifecycle, selectors
 from scheduler.enqueuing import enqueue
 from scheduler.exceptions import RetryableError
 from scheduler.flow import limits as flow_limits
@@ -29,7 +29,7 @@ from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.rescuer import LeaseRescuer
-from scheduler.models import Job, JobAttempt, OutboxEvent
+from scheduler.models import Attempt, Job, JobAttempt, OutboxEvent
 from scheduler.registry import handler
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.subprocess_env import database_url
@@ -99,7 +99,7 @@ def reload(job: Job | Claimed) -> Job:
 
 def attempts(job: Job | Claimed) -> list[tuple[int, str]]:
     """The job's attempts as the API lists them: the finished rows, then a RUNNING job's current one."""
-    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    rows = list(Attempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
     running = selectors.job_running_attempt(job_id=job.id)
     return rows + ([(running.attempt_number, running.status)] if running else [])
 
@@ -171,7 +171,7 @@ def test_claim_takes_at_most_limit_and_writes_lease_and_event_and_the_attempt_sh
         assert job.lease_token == c.lease_token is not None
         assert job.lease_expires_at == now + dt.timedelta(seconds=30)
         assert job.started_at == now
-        assert not JobAttempt.objects.filter(job_id=job.id).exists()  # its row is written once, at its outcome
+        assert not Attempt.objects.filter(job_id=job.id).exists()  # its row is written once, at its outcome
         running = selectors.job_running_attempt(job_id=job.id)
         assert (running.attempt_number, running.status, running.worker) == (1, AttemptStatus.RUNNING, WORKER)
         assert (running.started_at, running.lease_token) == (now, c.lease_token)
@@ -283,18 +283,26 @@ def test_an_attempt_row_is_written_once_and_a_second_one_is_refused_with_its_out
     claimed = claim_one(job)
     # Only the outcome writes the running attempt's row, so none can be there; were one there (a
     # bug), the unique (job, attempt_number) index refuses the outcome whole: no second row.
-    JobAttempt.objects.create(
-        job_id=job.id, attempt_number=1, status=AttemptStatus.SUCCEEDED, started_at=claimed.started_at
-    )
+    JobAttempt.objects.create(job_id=job.id, attempt_number=1, status=AttemptStatus.LOST, started_at=claimed.started_at)
 
-    done = leasing.record_batch([report(claimed, Outcome.SUCCEEDED, result=1)])
+    done = leasing.record_batch([report(claimed, Outcome.PERMANENT, error="PermanentError: no")])
 
     assert done.accepted == set()
     assert [r.job.id for r, _why in done.unrecorded] == [job.id]
     assert "attempt_unique_number" in done.unrecorded[0][1]
     assert reload(job).status == JobStatus.RUNNING
-    assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)]
+    assert attempts(job) == [(1, AttemptStatus.LOST)]
     assert Job.objects.get(id=job.id).stored_result is None
+
+
+def test_complete_records_succeeded_attempts_only() -> None:
+    claimed = claim_one(make_job())
+    end = lifecycle.AttemptEnd(job_id=claimed.id, lease_token=claimed.lease_token, status=AttemptStatus.FAILED)
+
+    with pytest.raises(ValueError, match="SUCCEEDED"):
+        lifecycle.complete([end])
+
+    assert reload(claimed).status == JobStatus.RUNNING
 
 
 # -- heartbeat -------------------------------------------------------------------------------
@@ -397,9 +405,23 @@ def test_success_stores_result_attempt_and_event() -> None:
     done = reload(job)
     assert done.status == JobStatus.SUCCESS
     assert done.finished_at == db_now()
-    assert (done.lease_owner, done.lease_token, done.lease_expires_at) == (None, None, None)
-    attempt = JobAttempt.objects.get(job_id=job.id)
-    assert (attempt.status, attempt.finished_at) == (AttemptStatus.SUCCEEDED, db_now())
+    # The successful attempt is kept in the job row, which keeps its worker and lease token.
+    assert (done.lease_owner, done.lease_token, done.lease_expires_at) == (claimed.worker, claimed.lease_token, None)
+    assert not Attempt.objects.filter(job_id=job.id).exists()
+    attempt = Attempt.objects.get(job_id=job.id)
+    assert (attempt.id, attempt.attempt_number, attempt.status, attempt.worker, attempt.lease_token) == (
+        str(job.id),
+        1,
+        AttemptStatus.SUCCEEDED,
+        claimed.worker,
+        claimed.lease_token,
+    )
+    assert (attempt.started_at, attempt.finished_at, attempt.error, attempt.traceback) == (
+        claimed.started_at,
+        db_now(),
+        "",
+        "",
+    )
     result = Job.objects.get(id=job.id).stored_result
     assert (result.attempt, result.status, result.result) == (1, AttemptStatus.SUCCEEDED, {"echo": "hi", "attempt": 1})
     assert events(job) == ["JOB_CREATED", "JOB_QUEUED", "JOB_STARTED", "JOB_COMPLETED"]
@@ -422,7 +444,7 @@ def test_retryable_failure_retries_after_backoff() -> None:
     assert retrying.scheduled_at == db_now() + dt.timedelta(seconds=1)
     assert retrying.last_error == "RetryableError: boom"
     assert retrying.finished_at is None
-    attempt = JobAttempt.objects.get(job_id=job.id)
+    attempt = Attempt.objects.get(job_id=job.id)
     assert (attempt.status, attempt.error, attempt.traceback) == (
         AttemptStatus.FAILED,
         "RetryableError: boom",
@@ -628,7 +650,7 @@ def test_nul_and_lone_surrogates_are_stripped_from_errors_and_tracebacks() -> No
 
     assert done.accepted == {job.id}
     assert reload(job).last_error == "badbyte ?!"
-    attempt = JobAttempt.objects.get(job_id=job.id)
+    attempt = Attempt.objects.get(job_id=job.id)
     assert (attempt.error, attempt.traceback) == ("badbyte ?!", "Traceback ?")
     assert events(job)[-1] == EventType.JOB_RETRIED
 

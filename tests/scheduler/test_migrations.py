@@ -1,5 +1,6 @@
 """Migrations of the scheduler: 0005 (integer priorities), 0012 (the result in the job row), 0013 (attempt
-constraint, outbox compression), 0014 (packed outbox events); forward and back."""
+constraint, outbox compression), 0014 (packed outbox events), 0016 (successful attempts kept in
+the job row); forward and back."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ RESULT_TABLE = ("scheduler", "0011_job_fillfactor")
 RESULT_IN_ROW = ("scheduler", "0012_job_result_in_row")
 LZ4_OUTBOX = ("scheduler", "0013_attempt_fk_check_outbox_lz4")
 PACKED_OUTBOX = ("scheduler", "0014_outbox_packed_events")
+UUID7_IDS = ("scheduler", "0015_job_id_uuid7")
+ATTEMPT_VIEW = ("scheduler", "0016_attempt_view")
 
 
 def _migrate(target: tuple[str, str]) -> None:
@@ -231,5 +234,57 @@ def test_0014_keeps_json_rows_writes_packed_ones_and_unpacks_them_going_back() -
         assert _rendered(packed_row) == packed
         assert _rendered(json_row) == before
         assert _fetch("SELECT count(*) FROM stint_outbox WHERE events IS NULL", []) == [(0,)]
+    finally:
+        _migrate(leaf[0])
+
+
+def _attempts(job_id: uuid.UUID) -> list[tuple]:
+    return _fetch(
+        "SELECT attempt_number, status, worker, lease_token IS NOT NULL, id ~ '^[0-9]+$' FROM stint_attempt"
+        " WHERE job_id = %s ORDER BY attempt_number",
+        [job_id],
+    )
+
+
+def test_0016_shows_old_rows_and_job_kept_successes_once_and_writes_the_rows_going_back() -> None:
+    from scheduler import lifecycle
+    from scheduler.states import AttemptStatus
+
+    leaf = MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler")
+    try:
+        _migrate(UUID7_IDS)
+        old = _insert_job(0, status="SUCCESS", attempts=1)  # finished before 0016: its row stays the record
+        _insert_attempt(old, 1, "SUCCEEDED")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE stint_job SET result_attempt = 1, result_status = 'SUCCEEDED', result_at = now(),"
+                " finished_at = now(), started_at = now() WHERE id = %s",
+                [old],
+            )
+
+        _migrate(ATTEMPT_VIEW)
+        assert _attempts(old) == [(1, "SUCCEEDED", "w", False, True)]  # shown once, from its row
+        new = _insert_job(0, attempts=1)
+        _insert_attempt(new, 1, "LOST")  # a first attempt lost, then a successful second one
+        with transaction.atomic():
+            (claimed,) = lifecycle.claim(worker_id="w2", limit=1, lease_seconds=30, queues=None)
+            lifecycle.complete(
+                [
+                    lifecycle.AttemptEnd(
+                        job_id=claimed.id, lease_token=claimed.lease_token, status=AttemptStatus.SUCCEEDED
+                    )
+                ]
+            )
+        assert _fetch("SELECT count(*) FROM stint_job_attempt WHERE job_id = %s", [new]) == [(1,)]
+        assert _attempts(new) == [(1, "LOST", "w", False, True), (2, "SUCCEEDED", "w2", True, False)]
+
+        _migrate(UUID7_IDS)  # the made-up row is written, and the job's lease cleared as 0015's code left it
+        assert _fetch(
+            "SELECT attempt_number, status, worker, lease_token = %s FROM stint_job_attempt"
+            " WHERE job_id = %s ORDER BY attempt_number",
+            [claimed.lease_token, new],
+        ) == [(1, "LOST", "w", None), (2, "SUCCEEDED", "w2", True)]
+        assert _fetch("SELECT lease_owner, lease_token FROM stint_job WHERE id = %s", [new]) == [(None, None)]
+        assert _fetch("SELECT count(*) FROM stint_job_attempt WHERE job_id = %s", [old]) == [(1,)]
     finally:
         _migrate(leaf[0])

@@ -55,7 +55,7 @@ def test_sync_async_context_and_failing_tasks_run_on_a_worker(workers: Workers, 
     assert failing.status == TaskResultStatus.FAILED and failing.attempts == 2
     assert [e.exception_class for e in failing.errors] == [ValueError, ValueError]
     assert Job.objects.get(id=failing.id).status == JobStatus.DEAD
-    assert added.worker_ids == [Job.objects.get(id=added.id).attempt_set.get().worker] and added.worker_ids[0]
+    assert added.worker_ids == [Job.objects.get(id=added.id).attempts_made.get().worker] and added.worker_ids[0]
 
 
 def test_a_task_enqueued_in_a_transaction_runs_only_after_commit_woken_by_its_notify(workers: Workers) -> None:

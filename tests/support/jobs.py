@@ -17,7 +17,7 @@ from django.db import connection
 import scheduler
 from scheduler import leasing, selectors
 from scheduler.lifecycle import Claimed
-from scheduler.models import Job, JobAttempt, OutboxEvent
+from scheduler.models import Attempt, Job, OutboxEvent
 
 WORKER = "test-host:1:abc"  # the worker id the tests claim as
 LEASE = 30  # seconds: LEASE_SECONDS under ``maintenance_settings``
@@ -73,7 +73,7 @@ def events(job: Job | Claimed) -> list[str]:
 
 def attempts(job: Job | Claimed) -> list[tuple[int, str]]:
     """The job's attempts as the API lists them: the finished rows, then a RUNNING job's current one."""
-    rows = list(JobAttempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
+    rows = list(Attempt.objects.filter(job_id=job.id).values_list("attempt_number", "status"))
     running = selectors.job_running_attempt(job_id=job.id)
     return rows + ([(running.attempt_number, running.status)] if running else [])
 

@@ -13,7 +13,7 @@ import pytest
 from audit.models import AuditEvent
 from scheduler import metrics
 from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner, jobs_prune
-from scheduler.models import CronSchedule, IdempotencyRecord, Job, JobAttempt, OutboxEvent, WorkerNode
+from scheduler.models import Attempt, CronSchedule, IdempotencyRecord, Job, JobAttempt, OutboxEvent, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory, outbox_row, worker_node
 
@@ -72,7 +72,7 @@ def left(*jobs: Job) -> dict[str, set[uuid.UUID]]:
     ids = [j.id for j in jobs]
     return {
         "jobs": set(Job.objects.filter(id__in=ids).values_list("id", flat=True)),
-        "attempts": set(JobAttempt.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
+        "attempts": set(Attempt.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
         "results": set(Job.objects.filter(id__in=ids, result_attempt__isnull=False).values_list("id", flat=True)),
         "audit": set(AuditEvent.objects.filter(job_id__in=ids).values_list("job_id", flat=True)),
     }

@@ -18,7 +18,7 @@ from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper, rescue_held_by
-from scheduler.models import Job, JobAttempt, OutboxEvent, WorkerNode
+from scheduler.models import Attempt, Job, JobAttempt, OutboxEvent, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.factories import worker_node
 from tests.support.jobs import (
@@ -62,7 +62,7 @@ def test_rescuer_retries_an_expired_lease_with_backoff() -> None:
     assert (rescued.lease_owner, rescued.lease_token, rescued.lease_expires_at) == (None, None, None)
     assert "lease expired" in rescued.last_error
     assert attempts(job) == [(1, AttemptStatus.LOST)]
-    assert JobAttempt.objects.get(job_id=job.id).finished_at is not None
+    assert Attempt.objects.get(job_id=job.id).finished_at is not None
     event = OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").last()
     assert (event.event_type, event.from_status, event.to_status) == ("JOB_LEASE_EXPIRED", "RUNNING", "RETRYING")
     assert event.payload["backoff_seconds"] == 1.0
@@ -107,7 +107,7 @@ def test_a_rescue_stores_no_result_and_a_rescued_cancel_keeps_the_jobs_error() -
     assert "lease expired" in last[dead.id].payload["error"]
     assert last[cancelled.id].payload["reason"] == "lease_expired"
     assert "error" not in last[cancelled.id].payload
-    lost = JobAttempt.objects.get(job_id=cancelled.id)
+    lost = Attempt.objects.get(job_id=cancelled.id)
     assert (lost.status, "lease expired" in lost.error) == (AttemptStatus.LOST, True)
 
 
@@ -129,7 +129,7 @@ def test_rescuer_works_through_every_batch() -> None:
     claim(limit=7)
 
     assert LeaseRescuer(batch=2).run_once(now=later(LEASE + 1)) == 7
-    assert JobAttempt.objects.filter(status=AttemptStatus.LOST).count() == 7
+    assert Attempt.objects.filter(status=AttemptStatus.LOST).count() == 7
 
 
 @pytest.mark.django_db(transaction=True)
@@ -149,7 +149,7 @@ def test_concurrent_rescuers_never_rescue_a_job_twice() -> None:
     )
     assert len(expired) == 200
     assert set(expired.values()) == {1}
-    assert JobAttempt.objects.filter(job_id__in=ids, status=AttemptStatus.LOST).count() == 200
+    assert Attempt.objects.filter(job_id__in=ids, status=AttemptStatus.LOST).count() == 200
 
 
 @pytest.mark.django_db(transaction=True)
@@ -169,7 +169,7 @@ def test_a_rescue_racing_late_completions_lets_exactly_one_side_win() -> None:
 
     assert completed + rescued == 200
     rows = dict(Job.objects.filter(id__in=ids).values_list("id", "status"))
-    attempt_rows = dict(JobAttempt.objects.filter(job_id__in=ids).values_list("job_id", "status"))
+    attempt_rows = dict(Attempt.objects.filter(job_id__in=ids).values_list("job_id", "status"))
     finals = Counter(
         OutboxEvent.objects.filter(
             job_id__in=ids, event_type__in=[EventType.JOB_COMPLETED, EventType.JOB_LEASE_EXPIRED]
@@ -211,7 +211,7 @@ def test_the_jobs_of_a_dead_worker_process_are_rescued_at_once_and_isolated() ->
     assert rows[retried.id].last_error == DIED
     assert rows[retried.id].attempts_left == 2  # the lost attempt counts, as after a lease expiry
     for job in (retried, last_try, cancelled):
-        attempt = JobAttempt.objects.filter(job_id=job.id).get()
+        attempt = Attempt.objects.filter(job_id=job.id).get()
         assert (attempt.status, attempt.error) == (AttemptStatus.LOST, DIED)
     event = OutboxEvent.objects.filter(job_id=retried.id).order_by("sequence").last()
     assert (event.event_type, event.payload["reason"], event.payload["error"]) == (

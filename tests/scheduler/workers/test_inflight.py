@@ -20,7 +20,7 @@ import scheduler
 from scheduler import leasing
 from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
-from scheduler.models import Job, JobAttempt
+from scheduler.models import Attempt, Job
 from scheduler.registry import JobContext, handler
 from scheduler.states import AttemptStatus, JobStatus
 from scheduler.workers.inflight import InFlight
@@ -361,7 +361,7 @@ def test_the_reported_outcomes_recorded_as_one_batch_end_each_job_as_its_outcome
         succeeded.id: JobStatus.SUCCESS,
         handed_back.id: JobStatus.RETRYING,
     }
-    attempts = dict(JobAttempt.objects.values_list("job_id", "status"))
+    attempts = dict(Attempt.objects.values_list("job_id", "status"))
     assert attempts == {
         timed_out.id: AttemptStatus.TIMED_OUT,
         cancelled.id: AttemptStatus.CANCELLED,

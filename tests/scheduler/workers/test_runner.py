@@ -15,7 +15,7 @@ from scheduler import leasing
 from scheduler.enqueuing import enqueue
 from scheduler.flow import claim as flow_claim
 from scheduler.leasing import Outcome, Report
-from scheduler.models import Job, JobAttempt
+from scheduler.models import Attempt, Job
 from scheduler.states import JobStatus
 from scheduler.workers.runner import Worker, WorkerOptions
 from tests.support.subprocess_env import database_url
@@ -97,7 +97,7 @@ def test_a_batch_of_successes_in_autocommit_is_one_statement_with_attempts_and_r
     assert done.accepted == {c.id for c in claimed}
     for i, c in enumerate(claimed):
         assert Job.objects.get(id=c.id).stored_result.result == {"n": i}
-        attempt = JobAttempt.objects.get(job_id=c.id)
+        attempt = Attempt.objects.get(job_id=c.id)
         assert (attempt.status, attempt.worker, attempt.started_at) == ("SUCCEEDED", "w-test", c.started_at)
 
 
@@ -111,4 +111,4 @@ def test_a_refused_single_statement_batch_in_autocommit_still_records_the_others
         ]
     )
     assert done.final == {good.id: JobStatus.SUCCESS, bad.id: JobStatus.FAILED}
-    assert JobAttempt.objects.filter(job_id__in=[good.id, bad.id]).count() == 2
+    assert Attempt.objects.filter(job_id__in=[good.id, bad.id]).count() == 2
