@@ -248,35 +248,57 @@ def _outbox_row(*, source: str, to: str, extra: str) -> str:
 
 
 def _rows_document(inputs: Sequence[tuple[str, str, Sequence[Any]]]) -> str:
-    """The per-row inputs of a transition as one JSON array of objects (one per row), for ``jsonb_to_recordset``.
+    """The per-row inputs of a statement as one JSON object of columns, for ``_from_document``.
 
-    ``inputs``: (name, PostgreSQL type, values aligned with the rows). One text parameter, encoded by the C JSON
-    encoder, instead of an array parameter per input that psycopg quotes element by element in
-    Python (a fifth of a worker's CPU in a drain). UUIDs travel as text, datetimes as ISO 8601
-    (offset included), ``Jsonb`` values as their object; a jsonb input's value is wrapped as
-    ``{"v": value}`` so that a JSON ``null`` stays a jsonb null and only None is SQL NULL.
+    ``inputs``: (name, PostgreSQL type, values aligned with the rows) -> ``{name: [one value per
+    row]}``; raises ``ValueError`` when the columns differ in length. One text parameter, encoded
+    by the C JSON encoder, instead of an array parameter per input that psycopg quotes element by
+    element in Python (a fifth of a worker's CPU in a drain); by column rather than an object per
+    row, which cost the encoder about 2.6 times as much (3.2 against 1.2 us a row of a success
+    outcome). UUIDs travel as their 32 hex digits (``UUID.hex``, which PostgreSQL's uuid input
+    reads, at 0.19 us against ``str``'s 0.49), datetimes as ISO 8601 (offset included), ``Jsonb``
+    values as their object; a jsonb input's value is wrapped as ``{"v": value}`` so that a JSON
+    ``null`` stays a jsonb null and only None is SQL NULL.
     """
-    columns = []
+    document: dict[str, list[Any]] = {}
+    rows = None
     for name, pg_type, values in inputs:
         if pg_type == "uuid":
-            encoded: list[Any] = [str(v) if v is not None else None for v in values]
+            # Anything but a UUID goes as its text, for PostgreSQL to accept or refuse.
+            encoded: list[Any] = [v.hex if isinstance(v, uuid.UUID) else None if v is None else str(v) for v in values]
         elif pg_type == "timestamptz":
             encoded = [v.isoformat() if v is not None else None for v in values]
         elif pg_type == "jsonb":
             encoded = [None if v is None else {"v": v.obj if isinstance(v, Jsonb) else v} for v in values]
         else:
             encoded = list(values)
-        columns.append((name, encoded))
-    names = [name for name, _ in columns]
-    return json.dumps([dict(zip(names, row, strict=True)) for row in zip(*(c for _, c in columns), strict=True)])
+        if rows is None:
+            rows = len(encoded)
+        elif len(encoded) != rows:
+            raise ValueError(f"input {name} has {len(encoded)} values for {rows} rows")
+        document[name] = encoded
+    return json.dumps(document)
 
 
 def _from_document(columns: Iterable[tuple[str, str]]) -> str:
-    """``SELECT ... FROM`` the ``%(rows)s`` document (``_rows_document``): (name, type) -> a column, jsonb unwrapped."""
+    """``SELECT ... FROM`` the ``%(rows)s`` document (``_rows_document``): one row per position.
+
+    ``columns``: (name, PostgreSQL type) in the document. ``ROWS FROM`` walks the columns' arrays
+    side by side, in order; each value is cast from its JSON text to its type, a jsonb one unwrapped
+    from its ``{"v": ...}``.
+    """
     columns = list(columns)
-    selected = ", ".join(f"r.{name} -> 'v' AS {name}" if kind == "jsonb" else f"r.{name}" for name, kind in columns)
-    typed = ", ".join(f"{name} {kind}" for name, kind in columns)
-    return f"SELECT {selected} FROM jsonb_to_recordset(%(rows)s::jsonb) AS r({typed})"  # noqa: S608 - constants only
+    arrays = ", ".join(
+        f"jsonb_array_elements(d.doc -> '{name}')"
+        if kind == "jsonb"
+        else f"jsonb_array_elements_text(d.doc -> '{name}')"
+        for name, kind in columns
+    )
+    selected = ", ".join(
+        f"r.{name} -> 'v' AS {name}" if kind == "jsonb" else f"r.{name}::{kind} AS {name}" for name, kind in columns
+    )
+    names = ", ".join(name for name, _ in columns)
+    return f"SELECT {selected} FROM (SELECT %(rows)s::jsonb AS doc) d, ROWS FROM ({arrays}) AS r({names})"  # noqa: S608 - constants only
 
 
 def _transition_one(

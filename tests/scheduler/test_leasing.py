@@ -407,7 +407,7 @@ def test_success_stores_result_attempt_and_event() -> None:
     assert done.finished_at == db_now()
     # The successful attempt is kept in the job row, which keeps its worker and lease token.
     assert (done.lease_owner, done.lease_token, done.lease_expires_at) == (claimed.worker, claimed.lease_token, None)
-    assert not Attempt.objects.filter(job_id=job.id).exists()
+    assert not JobAttempt.objects.filter(job_id=job.id).exists()
     attempt = Attempt.objects.get(job_id=job.id)
     assert (attempt.id, attempt.attempt_number, attempt.status, attempt.worker, attempt.lease_token) == (
         str(job.id),

@@ -33,7 +33,7 @@ def test_enqueue_claim_and_outcome_statements_are_prepared_once_per_connection()
     statements = prepared_statements()
     assert any("UPDATE stint_job j" in s and "lease_token = gen_random_uuid()" in s for s in statements)
     # The outcome too: its rows travel as one jsonb document, so one plan fits every batch size.
-    assert sum("jsonb_to_recordset" in s and "result_status = v.ast" in s for s in statements) == 1
+    assert sum("ROWS FROM" in s and "result_status = v.ast" in s for s in statements) == 1
     assert all(Job.objects.get(id=c.id).stored_result is not None for c in (first, second))
 
 
