@@ -115,7 +115,9 @@ class Job(models.Model):
                 name="job_isolated_claim_scan",
                 condition=Q(status=JobStatus.QUEUED, isolated=True),
             ),
-            models.Index(fields=["owner", "-created_at"], name="job_owner_recent"),
+            # Partial: jobs without an owner (enqueued by code: ``scheduler.enqueue``, cron without
+            # one) are never listed by owner, and each of their row versions skips this index.
+            models.Index(fields=["owner", "-created_at"], name="job_owner_recent", condition=Q(owner__isnull=False)),
             # Every owner's jobs newest first (the operator console and GET /api/admin/jobs page by it).
             models.Index(fields=["-created_at", "-id"], name="job_recent"),
             # The retention pruner's scan (oldest finished jobs of one status) and the dashboard's dead jobs.
