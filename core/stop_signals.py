@@ -1,7 +1,8 @@
-"""Stop signals of the long-running commands: the first SIGTERM/SIGINT stops gently, the second forces."""
+"""Signals of the long-running commands: SIGTERM/SIGINT stop gently, a second one forces; SIGUSR1 dumps stacks."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import socket
@@ -55,6 +56,20 @@ def install_stop_handlers(stop: Callable[..., None], *, name: str) -> None:
     threading.Thread(target=watch, name=f"{name}-signals", daemon=True).start()
     signal.signal(signal.SIGTERM, _acted_on_by_watcher)
     signal.signal(signal.SIGINT, _acted_on_by_watcher)
+    install_stack_dump()
+
+
+def install_stack_dump() -> None:
+    """On SIGUSR1, write the Python stack of every thread of this process to stderr, and go on.
+
+    For a process that looks wedged: ``kill -USR1 <pid>`` shows where each thread is, with no
+    debugger. Every process of ``run_workers`` installs it (supervisor, worker processes, pool
+    children), so signal them one at a time (their dumps share a log) and not as a group:
+    multiprocessing's resource tracker, in the same group, has no handler and would die.
+    ``faulthandler`` writes from its C-level handler, so it works while the main thread is blocked
+    or holds the GIL in C code. Without it SIGUSR1 would terminate the process.
+    """
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _acted_on_by_watcher(signum: int, frame: Any) -> None:

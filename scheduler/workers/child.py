@@ -14,6 +14,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+from core.stop_signals import install_stack_dump
+
 logger = logging.getLogger(__name__)
 
 # Messages on the supervisor's pipe: to the process, STOP (drain within the grace period) or
@@ -45,6 +47,7 @@ def worker_process_main(control: Connection, options: dict[str, Any], token: str
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    install_stack_dump()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 

@@ -23,6 +23,7 @@ from tests.support.processes import (
     ROOT,
     WAIT,
     Processes,
+    dump_stacks,
     gone,
     pool_children,
     status_is,
@@ -182,6 +183,27 @@ def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, p
     node = WorkerNode.objects.get(supervisor_pid=worker.pid)
     assert node.stopped_at is not None
     assert node.jobs_done == 1  # the console's "jobs done": the one outcome it recorded
+
+
+def test_sigusr1_to_the_process_group_dumps_every_stack_and_stops_nothing(procs: Processes) -> None:
+    worker = procs.worker(concurrency=1, pool="processes")
+    job = enqueue("DEMO_TASK", {"sleep_seconds": 1.5, "result": "finished"})
+    wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
+    process = worker_pid(worker)
+    children = pool_children(process)
+
+    # What an operator (or this suite's teardown) sends to each process of a run_workers that looks wedged.
+    assert dump_stacks(worker.pid) == sorted([worker.pid, process, *children])
+
+    wait_until(status_is(job, JobStatus.SUCCESS), what="the job ran on")
+    log = worker.output()
+    # faulthandler's lines: '  File "<path>", line <n> in <function>'
+    assert 'workers/supervisor.py", line' in log  # the supervisor's threads
+    assert 'workers/runner.py", line' in log and " in _claim_loop" in log  # the worker process's
+    assert " in _child_main" in log  # the pool child's, running the handler
+    assert worker.popen.poll() is None
+    assert (worker_pid(worker), pool_children(process)) == (process, children)
+    assert "died unexpectedly" not in log  # multiprocessing's resource tracker was spared
 
 
 def test_sigterm_hands_back_a_job_longer_than_the_grace_period(procs: Processes) -> None:

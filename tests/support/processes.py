@@ -3,8 +3,9 @@
 A test starts commands through the ``procs`` fixture (``procs.worker()``, ``procs.scheduler()``);
 they connect to the test database (``DATABASE_URL`` built from the test connection) and run with
 short leases, heartbeats and polls (``FAST``). Every process is stopped in teardown (SIGKILL to its
-process group if SIGTERM is not enough) and its log is written to stderr there, which pytest shows
-only when the test failed. Tests wait with ``wait_until`` (a bounded poll), never on fixed sleeps.
+process group if SIGTERM is not enough, after a SIGUSR1 that makes each of its processes write
+every thread's stack to the log) and its log is written to stderr there, which pytest shows only
+when the test failed. Tests wait with ``wait_until`` (a bounded poll), never on fixed sleeps.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout: manage.py's director
 WAIT = 20.0  # seconds any one awaited condition may take
 READY_WAIT = 60.0  # seconds for processes to start: ten at once on two busy cores is slow
 STOP_WAIT = 10.0  # seconds a process may take to exit after SIGTERM in teardown
+DUMP_WAIT = 0.3  # seconds each process's stack dump gets before the next one's (they share the log)
 LOG_TAIL = 6000  # characters of each process log shown on failure
 FAST = {
     "STINT_LEASE_SECONDS": "3",
@@ -145,7 +147,7 @@ class Processes:
             try:
                 proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                pass
+                dump_stacks(proc.pid)  # wedged: its processes' stacks go to the log the report shows
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the group of a process we started: leftovers only
             except (ProcessLookupError, PermissionError):
@@ -248,3 +250,30 @@ def gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie counts as exited)."""
     stat = _stat(pid)
     return stat is None or stat[0] in {"Z", "X"}
+
+
+def dump_stacks(pgid: int) -> list[int]:
+    """Make each Stint process of process group ``pgid`` write its threads' stacks to its log; return their pids.
+
+    One SIGUSR1 at a time (``core.stop_signals.install_stack_dump``), ``DUMP_WAIT`` apart, so the
+    dumps of processes sharing a log do not interleave. multiprocessing's resource tracker, which
+    has no handler and would die of the signal, is left alone.
+    """
+    dumped = []
+    for entry in sorted(Path("/proc").iterdir(), key=lambda e: int(e.name) if e.name.isdigit() else 0):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) != pgid or fields[0] in {"Z", "X"} or b"resource_tracker" in cmdline:
+            continue
+        try:
+            os.kill(int(entry.name), signal.SIGUSR1)
+        except ProcessLookupError:
+            continue
+        dumped.append(int(entry.name))
+        time.sleep(DUMP_WAIT)
+    return dumped
