@@ -284,11 +284,15 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
     accepted: set[uuid.UUID] = set()
     retries = [r for r in reports if r.outcome in _RETRY_OUTCOMES]
     # The common batch (every run succeeded, say) is one statement: in autocommit its own
-    # transaction, one round trip. Retries first lock their rows to read cancel requests. Inside
-    # a caller's transaction a savepoint stays, so that a refused batch leaves it usable.
+    # transaction, one round trip. Any other batch first locks ALL its rows in id order (reading
+    # the cancel requests its retries need): its statements, one per target status, each lock only
+    # their own group, so without it the batch would lock a group of higher ids before a lower id
+    # of a later group, and deadlock with a heartbeat, which locks in id order (seen in `make
+    # loadtest --chaos`). Inside a caller's transaction a savepoint stays, so that a refused batch
+    # leaves it usable.
     one_statement = not retries and len({_plan(r) for r in reports}) == 1 and not connection.in_atomic_block
     with contextlib.nullcontext() if one_statement else transaction.atomic():
-        stopping = _locked_cancel_requests(retries)
+        stopping = _locked_cancel_requests(reports) if not one_statement else set()
         groups: dict[tuple[JobStatus, Callable[..., list[lifecycle.Moved]]], list[Report]] = {}
         for report in reports:
             to = _plan(report, cancel_requested=report.job.id in stopping)
@@ -431,7 +435,8 @@ def _locked_cancel_requests(reports: Sequence[Report]) -> set[uuid.UUID]:
     """Lock the jobs of ``reports`` that this run still holds; return those whose cancel was requested.
 
     A run that failed, timed out or was handed back after its owner asked to cancel it ends
-    CANCELLED, never RETRYING or DEAD (the lease rescuer follows the same rule). ``FOR UPDATE``
+    CANCELLED, never RETRYING or DEAD (the lease rescuer follows the same rule); ``_plan`` reads
+    the request for those runs only. ``FOR UPDATE``
     (in id order, as ``lifecycle`` locks) makes a concurrent ``job_cancel`` either
     commit its request before we read it, or wait and then find the job no longer RUNNING.
     """

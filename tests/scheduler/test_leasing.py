@@ -393,6 +393,54 @@ def test_heartbeat_with_nothing_held_does_nothing() -> None:
     assert len(queries) == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_mixed_outcome_batch_locks_all_its_rows_in_id_order_before_its_statements() -> None:
+    # A batch of several target statuses is one statement per status: each locks its own jobs in
+    # id order, but the higher id's group (SUCCESS, listed first) would lock before the lower id's
+    # (FAILED), and a heartbeat locking both in id order deadlocked with it (seen in
+    # `make loadtest --chaos`). Another transaction holds the lower id here: the batch must wait for
+    # it holding nothing, so the higher id stays free.
+    low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
+    backend: list[int] = []
+    recorded: list[Any] = []
+
+    def record_mixed_batch() -> None:
+        try:
+            connection.ensure_connection()
+            backend.append(connection.connection.info.backend_pid)
+            recorded.append(
+                record(
+                    report(high, Outcome.SUCCEEDED, result=1), report(low, Outcome.PERMANENT, error="PermanentError")
+                )
+            )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=record_mixed_batch)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE", [low.id])
+            thread.start()
+            deadline = time.monotonic() + 10
+            waiting = False
+            while not waiting and time.monotonic() < deadline:
+                time.sleep(0.02)
+                cursor.execute("SELECT count(*) > 0 FROM pg_locks WHERE pid = ANY(%s) AND NOT granted", [backend])
+                waiting = cursor.fetchone()[0]
+            assert waiting, "the batch never waited for the lock held here"
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE NOWAIT", [high.id])
+            high_free = True
+        except OperationalError:
+            high_free = False
+    thread.join(timeout=10)
+
+    assert high_free, "the batch locked the higher id while waiting for the lower one"
+    assert recorded == [{low.id, high.id}]
+    assert (reload(low).status, reload(high).status) == (JobStatus.FAILED, JobStatus.SUCCESS)
+
+
 # -- record_outcomes -------------------------------------------------------------------------
 
 
