@@ -7,6 +7,9 @@
 # successful attempt of each SUCCESS job that has no row for it (jobs finished before this
 # migration keep theirs). Its `id` is the row's id as text, or the job's id for an attempt kept in
 # the job row. Going back writes the rows the view makes up and clears those jobs' leases.
+# A later migration that changes the type of a column the view reads (of stint_job_attempt, or
+# stint_job's id, status, result_*, lease_owner, lease_token, started_at, finished_at) must drop
+# the view first and create it again after: PostgreSQL refuses to alter a column a view uses.
 
 from django.db import migrations, models
 
