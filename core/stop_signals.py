@@ -59,7 +59,7 @@ def install_stop_handlers(stop: Callable[..., None], *, name: str) -> None:
     install_stack_dump()
 
 
-def install_stack_dump() -> None:
+def install_stack_dump() -> bool:
     """On SIGUSR1, write the Python stack of every thread of this process to stderr, and go on.
 
     For a process that looks wedged: ``kill -USR1 <pid>`` shows where each thread is, with no
@@ -68,8 +68,16 @@ def install_stack_dump() -> None:
     multiprocessing's resource tracker, in the same group, has no handler and would die.
     ``faulthandler`` writes from its C-level handler, so it works while the main thread is blocked
     or holds the GIL in C code. Without it SIGUSR1 would terminate the process.
+
+    Returns False, after a warning, where stderr is no file (closed, or replaced by an object
+    without a file descriptor): a debugging aid never stops the process from starting.
     """
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (RuntimeError, OSError, ValueError, AttributeError) as exc:  # stderr None, or without fileno()
+        logger.warning("SIGUSR1 stack dumps are off: stderr is no file (%s)", exc)
+        return False
+    return True
 
 
 def _acted_on_by_watcher(signum: int, frame: Any) -> None:

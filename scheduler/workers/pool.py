@@ -239,7 +239,7 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
     # child that died of that SIGTERM would fail its job before the parent's graceful drain.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    install_stack_dump()  # SIGUSR1 to the process group dumps stacks rather than killing children
+    install_stack_dump()  # a SIGUSR1 meant for this process dumps its stacks rather than killing it
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="stint-parent-watch", daemon=True).start()
     # A pool child reports no metrics: keep it out of the supervisor's multiprocess metrics
     # directory (prometheus-client reads the variable when it is first imported, in setup()).
