@@ -11,7 +11,7 @@ import datetime as dt
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -340,30 +340,26 @@ def test_heartbeat_reports_cancel_requested() -> None:
     assert leasing.cancel_requested([keep.id, stop.id]) == {stop.id}
 
 
-@pytest.mark.django_db(transaction=True)
-def test_heartbeat_locks_its_rows_in_id_order() -> None:
-    # Every batch that writes job rows locks them in id order; a heartbeat that did not
-    # deadlocked with an outcome batch under load. Here another transaction holds the lower id:
-    # the heartbeat must wait for it holding nothing, so the higher id stays free.
-    low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
-    # The higher id's lease expires first, its row version is the older one and it is listed
-    # first: a statement that locks rows in lease order (the job_lease_scan index), in physical
-    # order or in list order takes the higher id first; only id order takes the lower one.
-    Job.objects.filter(id=low.id).update(lease_expires_at=F("lease_expires_at") + dt.timedelta(seconds=1))
-    backend: list[int] = []
-    beat: list[Any] = []
+def waits_for_the_lower_id_holding_nothing(
+    low: Claimed, high: Claimed, write: Callable[[], Any], what: str
+) -> list[Any]:
+    """Run ``write`` in a thread while this test holds ``low``'s row lock; return ``[its result]``.
 
-    def heartbeat_in_order_given() -> None:
+    Asserts that ``write`` came to wait for that lock, and that meanwhile ``high``'s row was
+    free: a writer that locks in id order waits for the lower id holding nothing.
+    """
+    backend: list[int] = []
+    result: list[Any] = []
+
+    def run() -> None:
         try:
             connection.ensure_connection()
             backend.append(connection.connection.info.backend_pid)
-            beat.append(
-                leasing.heartbeat(worker_id=WORKER, jobs=[(high.id, high.lease_token), (low.id, low.lease_token)])
-            )
+            result.append(write())
         finally:
             connection.close()
 
-    thread = threading.Thread(target=heartbeat_in_order_given)
+    thread = threading.Thread(target=run)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE", [low.id])
@@ -374,7 +370,7 @@ def test_heartbeat_locks_its_rows_in_id_order() -> None:
                 time.sleep(0.02)
                 cursor.execute("SELECT count(*) > 0 FROM pg_locks WHERE pid = ANY(%s) AND NOT granted", [backend])
                 waiting = cursor.fetchone()[0]
-            assert waiting, "the heartbeat never waited for the lock held here"
+            assert waiting, f"the {what} never waited for the lock held here"
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE NOWAIT", [high.id])
@@ -383,7 +379,27 @@ def test_heartbeat_locks_its_rows_in_id_order() -> None:
             high_free = False
     thread.join(timeout=10)
 
-    assert high_free, "the heartbeat locked the higher id first, then waited for the lower one"
+    assert high_free, f"the {what} locked the higher id first, then waited for the lower one"
+    return result
+
+
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat_locks_its_rows_in_id_order() -> None:
+    # Every batch that writes job rows locks them in id order; a heartbeat that did not
+    # deadlocked with an outcome batch under load. Here another transaction holds the lower id:
+    # the heartbeat must wait for it holding nothing, so the higher id stays free.
+    low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
+    # The higher id's lease expires first, its row version is the older one and it is listed
+    # first: a statement that locks rows in lease order (the job_lease_scan index), in physical
+    # order or in list order takes the higher id first; only id order takes the lower one.
+    Job.objects.filter(id=low.id).update(lease_expires_at=F("lease_expires_at") + dt.timedelta(seconds=1))
+    beat = waits_for_the_lower_id_holding_nothing(
+        low,
+        high,
+        lambda: leasing.heartbeat(worker_id=WORKER, jobs=[(high.id, high.lease_token), (low.id, low.lease_token)]),
+        "heartbeat",
+    )
+
     assert beat == [({low.id, high.id}, set())]
 
 
@@ -401,42 +417,15 @@ def test_a_mixed_outcome_batch_locks_all_its_rows_in_id_order_before_its_stateme
     # `make loadtest --chaos`). Another transaction holds the lower id here: the batch must wait for
     # it holding nothing, so the higher id stays free.
     low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
-    backend: list[int] = []
-    recorded: list[Any] = []
+    recorded = waits_for_the_lower_id_holding_nothing(
+        low,
+        high,
+        lambda: record(
+            report(high, Outcome.SUCCEEDED, result=1), report(low, Outcome.PERMANENT, error="PermanentError")
+        ),
+        "batch",
+    )
 
-    def record_mixed_batch() -> None:
-        try:
-            connection.ensure_connection()
-            backend.append(connection.connection.info.backend_pid)
-            recorded.append(
-                record(
-                    report(high, Outcome.SUCCEEDED, result=1), report(low, Outcome.PERMANENT, error="PermanentError")
-                )
-            )
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=record_mixed_batch)
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE", [low.id])
-            thread.start()
-            deadline = time.monotonic() + 10
-            waiting = False
-            while not waiting and time.monotonic() < deadline:
-                time.sleep(0.02)
-                cursor.execute("SELECT count(*) > 0 FROM pg_locks WHERE pid = ANY(%s) AND NOT granted", [backend])
-                waiting = cursor.fetchone()[0]
-            assert waiting, "the batch never waited for the lock held here"
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE NOWAIT", [high.id])
-            high_free = True
-        except OperationalError:
-            high_free = False
-    thread.join(timeout=10)
-
-    assert high_free, "the batch locked the higher id while waiting for the lower one"
     assert recorded == [{low.id, high.id}]
     assert (reload(low).status, reload(high).status) == (JobStatus.FAILED, JobStatus.SUCCESS)
 
