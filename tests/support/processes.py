@@ -219,31 +219,31 @@ def worker_pid(proc: Proc) -> int:
     return live_workers([proc.pid]).values_list("pid", flat=True).get()
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of ``pid`` from /proc, or None once it is gone."""
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, process group) of ``pid`` from /proc, or None once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return fields[0], int(fields[1])
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _live_processes() -> Iterator[tuple[int, int, int, bytes]]:
+    """(pid, parent pid, process group, command line) of every live process, by pid."""
+    for pid in sorted(int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()):
+        stat = _stat(pid)
+        if stat is None or stat[0] in {"Z", "X"}:
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        yield pid, stat[1], stat[2], cmdline
 
 
 def pool_children(pid: int) -> set[int]:
     """Pids of the live multiprocessing pool children of process ``pid``."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is None or stat[1] != pid or stat[0] in {"Z", "X"}:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"spawn_main" in cmdline:
-            found.add(int(entry.name))
-    return found
+    return {child for child, parent, _, cmdline in _live_processes() if parent == pid and b"spawn_main" in cmdline}
 
 
 def gone(pid: int) -> bool:
@@ -260,20 +260,13 @@ def dump_stacks(pgid: int) -> list[int]:
     has no handler and would die of the signal, is left alone.
     """
     dumped = []
-    for entry in sorted(Path("/proc").iterdir(), key=lambda e: int(e.name) if e.name.isdigit() else 0):
-        if not entry.name.isdigit():
+    for pid, _, group, cmdline in _live_processes():
+        if group != pgid or b"resource_tracker" in cmdline:
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) != pgid or fields[0] in {"Z", "X"} or b"resource_tracker" in cmdline:
-            continue
-        try:
-            os.kill(int(entry.name), signal.SIGUSR1)
+            os.kill(pid, signal.SIGUSR1)
         except ProcessLookupError:
             continue
-        dumped.append(int(entry.name))
+        dumped.append(pid)
         time.sleep(DUMP_WAIT)
     return dumped
