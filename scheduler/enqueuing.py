@@ -9,6 +9,7 @@ Each validates its jobs (``jobspec``), inserts them with their events and NOTIFY
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,24 +158,44 @@ def _job_from(new: NewJob, row: lifecycle.Inserted) -> Job:
         "priority": new.priority,
         "queue": new.queue,
         "scheduled_at": row.scheduled_at,
-        "attempts": 0,
-        "attempts_base": 0,
         "max_retries": new.max_retries,
         "timeout_seconds": new.timeout_seconds,
-        "cancel_requested": False,
         "idempotency_key": new.idempotency_key,
         "schedule_id": new.schedule_id,
         "fire_time": new.fire_time,
-        "event_sequence": 2,
         "created_at": row.created_at,
         "updated_at": row.created_at,
-        "last_error": "",
-        "isolated": False,
         "trace_context": new.trace_context,
     }
+    names, constants, made = _job_columns()
+    values = [given[name] if name in given else constants[name] for name in names]
+    for index, field in made:  # a callable default (a fresh list, dict...): one object per job
+        if field.attname not in given:
+            values[index] = field.get_default()
+    return Job.from_db(connection.alias, names, values)
+
+
+# What a newly inserted job holds besides ``_job_from``'s given columns (the insert statement's constants).
+_INSERTED_CONSTANTS = {
+    "attempts": 0,
+    "attempts_base": 0,
+    "cancel_requested": False,
+    "event_sequence": 2,
+    "last_error": "",
+    "isolated": False,
+}
+
+
+@functools.cache
+def _job_columns() -> tuple[list[str], dict[str, Any], list[tuple[int, Any]]]:
+    """``Job``'s column names in order, each column's value when ``_job_from`` is not given it, and the
+    (position, field) of the columns whose default is made afresh per job (a callable: a new list, dict...)."""
     fields = Job._meta.concrete_fields
-    values = [given[f.attname] if f.attname in given else f.get_default() for f in fields]
-    return Job.from_db(connection.alias, [f.attname for f in fields], values)
+    made = [(i, f) for i, f in enumerate(fields) if f.has_default() and callable(f.default)]
+    constants = {f.attname: None if (i, f) in made else f.get_default() for i, f in enumerate(fields)}
+    constants.update(_INSERTED_CONSTANTS)
+    made = [(i, f) for i, f in made if f.attname not in _INSERTED_CONSTANTS]
+    return [f.attname for f in fields], constants, made
 
 
 def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
@@ -238,4 +259,5 @@ def _new_job(
         timeout_seconds=spec.timeout_seconds,
         idempotency_key=idempotency_key,
         trace_context=trace_context,
+        payload_json=spec.payload_json,
     )

@@ -31,6 +31,7 @@ class JobSpec:
     priority: int  # -100..100, higher first
     max_retries: int  # 0..10 (0 for trusted code only)
     timeout_seconds: int  # 1..3600
+    payload_json: str  # the payload as compact JSON text, encoded once here for the INSERT to send as it is
 
 
 def job_spec_validate(
@@ -49,7 +50,7 @@ def job_spec_validate(
 
     ``type_`` must name a ``@handler`` (``trusted`` project code may also name a Django task
     path: ``registry.resolve``); ``payload`` JSON of at most ``SCHEDULER["MAX_PAYLOAD_BYTES"]``
-    (``payload_size``); ``priority`` HIGH/MEDIUM/LOW or an integer from -100 to 100;
+    (``payload_json``); ``priority`` HIGH/MEDIUM/LOW or an integer from -100 to 100;
     ``max_retries`` 1-10 (0-10 when ``trusted``) and ``timeout_seconds`` 1-3600, defaulting to
     the handler's, then 3 and 300; ``queue`` 1-100 of letters, digits and ``_.:-``;
     ``scheduled_at`` aware or None; ``name`` at most 200 characters of valid Unicode.
@@ -58,7 +59,7 @@ def job_spec_validate(
     # Only trusted code may name a type that is not a @handler (a Django task path): a user's
     # request choosing which of the project's functions to call, with what, is the hole it closes.
     spec = resolve(type_) if trusted else get_handler(type_)
-    size = payload_size(payload)
+    text, size = payload_json(payload)
     limit = conf().max_payload_bytes
     if size > limit:
         raise PayloadTooLarge(
@@ -81,7 +82,9 @@ def job_spec_validate(
         errors["name"] = ["At most 200 characters of valid Unicode, without U+0000."]
     if errors:
         raise InvalidJob(next(iter(errors.values()))[0], details=errors)
-    return JobSpec(priority=_priority_value(priority), max_retries=max_retries, timeout_seconds=timeout_seconds)
+    return JobSpec(
+        priority=_priority_value(priority), max_retries=max_retries, timeout_seconds=timeout_seconds, payload_json=text
+    )
 
 
 def _priority_value(priority: str | int | Priority) -> int:
@@ -97,26 +100,28 @@ def _is_int_in(value: Any, bounds: tuple[int, int]) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
 
 
-def payload_size(payload: Any) -> int:
-    """Return the size in bytes of ``payload`` as compact UTF-8 JSON.
+def payload_json(payload: Any) -> tuple[str, int]:
+    """Return ``payload`` as compact JSON text (``,``/``:`` separators, non-ASCII kept) and its size in UTF-8 bytes.
 
-    Raises InvalidJob when it is no JSON, nests deeper than ``MAX_PAYLOAD_DEPTH``, or holds a
-    string PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate).
+    The text is what the job row stores (``JobSpec.payload_json``). Raises InvalidJob when ``payload`` is no JSON (NaN
+    included), nests deeper than ``MAX_PAYLOAD_DEPTH``, or holds a string PostgreSQL cannot store
+    (U+0000, a lone UTF-16 surrogate). The deep walks run only when the text allows the fault:
+    JSON writes U+0000 as the escape ``\\u0000`` and opens each level with ``[`` or ``{``.
     """
     try:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidJob("payload must be JSON", details={"payload": [str(exc)]}) from exc
-    if json_depth(payload) > MAX_PAYLOAD_DEPTH:
+    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and json_depth(payload) > MAX_PAYLOAD_DEPTH:
         raise InvalidJob(
             f"payload nests deeper than {MAX_PAYLOAD_DEPTH} levels",
             details={"payload": [f"At most {MAX_PAYLOAD_DEPTH} levels of nesting."]},
         )
-    if has_nul(payload):
+    if "\\u0000" in text and has_nul(payload):
         # PostgreSQL's jsonb (and text) cannot hold U+0000.
         raise InvalidJob("payload must not contain U+0000", details={"payload": ["Must not contain U+0000."]})
     try:
-        return len(text.encode())
+        return text, len(text.encode())
     except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800"): no UTF-8 can hold it
         raise InvalidJob(SURROGATE_MESSAGE, details={"payload": [SURROGATE_MESSAGE]}) from exc
 

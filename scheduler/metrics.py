@@ -250,6 +250,11 @@ def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) 
 
     from scheduler.states import priority_label
 
+    if len(jobs) == 1:  # one enqueue: no grouping
+        if any(True for _ in created_ids):
+            job = jobs[0]
+            transaction.on_commit(child(jobs_created_total, job.type, job.queue, priority_label(job.priority)).inc)
+        return
     by_id = {job.id: job for job in jobs}
     counts = collections.Counter(
         (by_id[i].type, by_id[i].queue, priority_label(by_id[i].priority)) for i in created_ids if i in by_id

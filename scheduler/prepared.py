@@ -22,16 +22,20 @@ which every pooler supports.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 from django.db import connection
+from psycopg.pq import ExecStatus
 from psycopg.types.datetime import TimestamptzLoader
 
 from scheduler.conf import conf
 
+TUPLES_OK = ExecStatus.TUPLES_OK
+_local = threading.local()  # _reused_cursor's cursor, one per thread like Django's connections
 NEVER_AUTO = 2**31 - 1  # a psycopg prepare_threshold no statement reaches: only prepare=True prepares
 
 
@@ -78,10 +82,35 @@ def _cursor() -> psycopg.Cursor[Any]:
 
 
 def _run(sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool) -> tuple[list[tuple[Any, ...]], int]:
-    with PreparedCursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall() if fetch and cursor.returns_rows else []
-        return rows, cursor.rowcount
+    connection.ensure_connection()
+    cursor = _reused_cursor(connection.connection)
+    _execute(cursor, sql, params)
+    result = cursor.pgresult
+    rows = cursor.fetchall() if fetch and result is not None and result.status == TUPLES_OK else []
+    return rows, cursor.rowcount
+
+
+def _reused_cursor(raw: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """This thread's one ``_cursor`` on ``raw``, made once per connection for ``_run``.
+
+    ``_run`` reads each result whole before it returns, so one cursor serves every call in turn,
+    without a cursor and a loader map made and dropped per statement. Django's connections are
+    per thread; a new raw connection (after a reconnect) gets a new cursor.
+    """
+    cached = getattr(_local, "cursor", None)
+    if cached is None or cached.connection is not raw or cached.closed:
+        cached = _local.cursor = _cursor()
+    return cached
+
+
+def _execute(cursor: psycopg.Cursor[Any], sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
+    """Execute on ``cursor`` with Django's error wrapping and query log (see ``PreparedCursor.execute``)."""
+    logged = connection.queries_logged
+    started = time.monotonic() if logged else 0.0
+    with connection.wrap_database_errors:
+        cursor.execute(sql, params, prepare=_prepare_flag())
+    if logged:
+        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
 
 
 class PreparedCursor:
@@ -103,12 +132,7 @@ class PreparedCursor:
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
         """Execute ``sql`` with ``params`` (prepared unless ``SCHEDULER["PREPARED_STATEMENTS"]`` is off)."""
-        logged = connection.queries_logged
-        started = time.monotonic() if logged else 0.0
-        with connection.wrap_database_errors:
-            self._cursor.execute(sql, params, prepare=_prepare_flag())
-        if logged:
-            connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+        _execute(self._cursor, sql, params)
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         """The statement's rows."""
@@ -121,7 +145,8 @@ class PreparedCursor:
     @property
     def returns_rows(self) -> bool:
         """Whether the statement returned a result set (``fetchall`` raises when it did not)."""
-        return self._cursor.description is not None
+        result = self._cursor.pgresult
+        return result is not None and result.status == TUPLES_OK
 
     @property
     def rowcount(self) -> int:

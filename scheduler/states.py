@@ -35,6 +35,7 @@ class Priority(models.IntegerChoices):
 
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
+_PRIORITY_BY_NAME = {member.name: int(member) for member in Priority}  # Priority.names builds a list per call
 
 
 def priority_label(value: int) -> str:
@@ -57,8 +58,8 @@ def priority_value(value: object) -> int:
     """
     if isinstance(value, Priority):
         return int(value)
-    if isinstance(value, str) and value in Priority.names:
-        return int(Priority[value])
+    if isinstance(value, str) and value in _PRIORITY_BY_NAME:
+        return _PRIORITY_BY_NAME[value]
     if isinstance(value, int) and not isinstance(value, bool) and PRIORITY_MIN <= value <= PRIORITY_MAX:
         return value
     raise ValueError(f"priority must be HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}")

@@ -70,3 +70,30 @@ def test_a_prepared_cursor_loads_timestamps_as_the_same_aware_instants_as_django
     with prepared.cursor() as cursor:  # psycopg's C loader, where Django's connection has its Python one
         assert cursor._cursor.adapters.get_loader(timestamptz, 0).__module__ == "psycopg_binary._psycopg"
     assert connection.connection.adapters.get_loader(timestamptz, 0).__module__.startswith("django.")
+
+
+def test_statements_in_turn_on_one_connection_each_return_their_own_rows() -> None:
+    from scheduler import prepared
+
+    # One cursor per connection serves every statement (prepared._reused_cursor): nothing of
+    # one result may show in the next.
+    assert prepared.fetchall("SELECT generate_series(1, %s)", [3]) == [(1,), (2,), (3,)]
+    assert prepared.fetchall("SET LOCAL statement_timeout = 0", []) == []  # no result set
+    assert prepared.execute("SELECT 1 WHERE false", []) == 0
+    assert prepared.fetchall("SELECT %s::text", ["x"]) == [("x",)]
+    with prepared.cursor() as cursor:  # a PreparedCursor keeps its own cursor
+        cursor.execute("SELECT 2", [])
+        assert prepared.fetchall("SELECT 3", []) == [(3,)]
+        assert cursor.fetchall() == [(2,)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_reconnect_statements_run_on_the_new_connection() -> None:
+    from scheduler import prepared
+
+    prepared.fetchall("SELECT 1", [])
+    old = connection.connection
+    connection.close()
+    (pid,) = prepared.fetchall("SELECT pg_backend_pid()", [])
+    assert connection.connection is not old
+    assert pid == (connection.connection.info.backend_pid,)

@@ -59,6 +59,8 @@ def test_enqueue_is_one_statement_and_returns_the_job_as_stored(user):
     assert len(queries) == 1  # queue row, job, its two events and the NOTIFY: no read-back
     stored = Job.objects.get(id=job.id)
     assert model_to_dict(job) == model_to_dict(stored)
+    columns = [f.attname for f in Job._meta.concrete_fields]
+    assert {c: getattr(job, c) for c in columns} == {c: getattr(stored, c) for c in columns}
     assert (job.created_at, job.updated_at, job.scheduled_at) == (
         stored.created_at,
         stored.updated_at,
@@ -178,6 +180,50 @@ def test_enqueue_refuses_a_payload_that_is_not_json():
         enqueuing.enqueue("DEMO_TASK", {"when": object()})
     with pytest.raises(InvalidJob):
         enqueuing.enqueue("DEMO_TASK", {"x": float("nan")})
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+# The validation's quick checks (jobspec.payload_json) read the encoded text: U+0000 shows as the
+# escape \u0000, and a level opens with [ or {. Text that only looks like them must still pass.
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"text": "\\u0000 written out"},  # a backslash, then "u0000": no NUL
+        {"text": "\\\\u0000"},  # two backslashes, then "u0000"
+        {"[": "{" * 40, "list": ["[" * 40]},  # brackets inside strings are no nesting
+        _nested(32),
+        {"é": ["ü ✓", "日本"]},
+    ],
+    ids=["escaped-backslash", "two-backslashes", "brackets-in-strings", "32-levels", "non-ascii"],
+)
+def test_enqueue_stores_a_payload_that_only_looks_like_a_fault(payload):
+    job = enqueuing.enqueue("DEMO_TASK", payload)
+    assert job.payload == payload
+    assert Job.objects.get(id=job.id).payload == payload
+
+
+@pytest.mark.parametrize(
+    ("payload", "field_message"),
+    [
+        (_nested(33), "At most 32 levels of nesting."),
+        ({"a": [{"k\x00": 1}]}, "Must not contain U+0000."),
+        ({"a": ["x", ["y\x00"]]}, "Must not contain U+0000."),
+        ({"text": "\\\x00"}, "Must not contain U+0000."),  # a backslash before the NUL
+        ({"a": "\ud800"}, "lone"),
+    ],
+    ids=["33-levels", "nul-in-a-key", "nul-in-a-nested-value", "nul-after-a-backslash", "lone-surrogate"],
+)
+def test_enqueue_refuses_a_payload_postgresql_cannot_store_or_too_deep(payload, field_message):
+    with pytest.raises(InvalidJob) as raised:
+        enqueuing.enqueue("DEMO_TASK", payload)
+    assert field_message in raised.value.details["payload"][0]
+    assert not Job.objects.exists()
 
 
 def test_enqueue_payload_limit_is_10kb_of_compact_utf8(settings):
