@@ -343,9 +343,9 @@ class JobMachine(RuleBasedStateMachine):
         # A worker whose lease was rescued reports late: its old token must move nothing.
         job_id = self._pick(data, [i for i, t in self.tokens.items() if len(t) > 1])
         stale = self.tokens[job_id][-2]
-        end = self._end(job_id, stale, AttemptStatus.FAILED)
+        end = self._end(job_id, stale, AttemptStatus.SUCCEEDED if to == S.SUCCESS else AttemptStatus.FAILED)
         verb = {
-            S.SUCCESS: lambda: lifecycle.complete(end),
+            S.SUCCESS: lambda: lifecycle.complete(end),  # complete takes SUCCEEDED ends only
             S.FAILED: lambda: lifecycle.fail(end),
             S.RETRYING: lambda: lifecycle.retry_later(end, delays=[0.0]),
         }[to]
