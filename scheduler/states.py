@@ -36,6 +36,7 @@ class Priority(models.IntegerChoices):
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 _PRIORITY_BY_NAME = {member.name: int(member) for member in Priority}  # Priority.names builds a list per call
+_PRIORITY_NAME_BY_VALUE = {int(member): member.name for member in Priority}
 
 
 def priority_label(value: int) -> str:
@@ -45,10 +46,8 @@ def priority_label(value: int) -> str:
     is the function ``stint_outbox_entries`` of migration 0014, which renders event payloads), so a
     reader that knows only the names keeps working for every job created with a name.
     """
-    try:
-        return Priority(value).name
-    except ValueError:
-        return str(int(value))
+    name = _PRIORITY_NAME_BY_VALUE.get(value)  # a dict: Priority(value) costs an enum lookup per job
+    return name if name is not None else str(int(value))
 
 
 def priority_value(value: object) -> int:
