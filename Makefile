@@ -48,8 +48,10 @@ serve:
 	echo "Metrics: scheduler :$$STINT_SCHEDULER_METRICS_PORT, workers :$$STINT_WORKERS_METRICS_PORT, audit consumer :$$STINT_AUDIT_METRICS_PORT (make observe PORT=$(PORT) SCHEDULER_METRICS_PORT=$$STINT_SCHEDULER_METRICS_PORT WORKERS_METRICS_PORT=$$STINT_WORKERS_METRICS_PORT AUDIT_METRICS_PORT=$$STINT_AUDIT_METRICS_PORT)"; \
 	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 130 ] || exit $$rc
 
-# The Django 6 run of tests/stint_tasks runs beside the main suite (most of whose time is spent
-# waiting on real processes), on its own dev stack and test database; its output follows the main one's.
+# The main suite runs in two pytest-xdist workers (each with its own test database and Redis
+# database number: tests/conftest.py); most of its time is spent waiting on real processes.
+# The Django 6 run of tests/stint_tasks runs beside it, on its own dev stack and test database;
+# its output follows the main one's.
 DJANGO6_STACK := .devstack-django6
 test: $(VENV)/.dev prometheus-tools
 	@if [ -n "$(PYTEST_ARGS)" ]; then \
@@ -59,7 +61,7 @@ test: $(VENV)/.dev prometheus-tools
 	mkdir -p $(DJANGO6_STACK); \
 	( STINT_DEVSTACK_DIR=$(DJANGO6_STACK) TEST_DATABASE_NAME=test_stint_django6 \
 	  $(MAKE) --no-print-directory test-django6 > $(DJANGO6_STACK)/run.log 2>&1; echo $$? > $(DJANGO6_STACK)/run.rc ) & \
-	$(DEVSTACK) $(PY) -m pytest --create-db; rc=$$?; \
+	$(DEVSTACK) $(PY) -m pytest --create-db -n 2 --dist worksteal; rc=$$?; \
 	wait; echo "---- Django 6 run (beside the run above) ----"; cat $(DJANGO6_STACK)/run.log; \
 	[ $$rc -eq 0 ] && [ "$$(cat $(DJANGO6_STACK)/run.rc)" = 0 ]
 

@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from rest_framework.test import APIClient
 from rest_framework_simplejwt.tokens import RefreshToken
 
 from tests.support.factories import UserFactory
 from tests.support.processes import fast_backoff, procs  # noqa: F401 - fixtures: real worker/scheduler processes
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` runs two workers), give each worker what a lone run has to itself.
+
+    Redis: each worker and every process its tests start use their own database number on the
+    one server (``REDIS_URL``'s path): rate-limit budgets (every test client calls from
+    127.0.0.1, and ``_fresh_rate_limits`` empties them before each test) and leader locks
+    (``run_scheduler`` leads "cron" under one key) of one worker never meet the other's.
+    PostgreSQL: pytest-django gives each worker its own test database already. A worker's
+    command line is ``python -c ...``, so ``core.db_role`` would name its connections
+    ``stint-python``: they are named ``stint-test``, as a lone run's.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    from urllib.parse import urlsplit, urlunsplit
+
+    from django.conf import settings
+
+    from core.db_role import set_process_role
+
+    set_process_role("test")
+    url = urlsplit(settings.CACHES["default"]["LOCATION"])
+    own = urlunsplit(url._replace(path=f"/{int(worker.removeprefix('gw')) + 1}"))
+    os.environ["REDIS_URL"] = settings.REDIS_URL = settings.CACHES["default"]["LOCATION"] = own
 
 
 def bearer(user) -> str:
