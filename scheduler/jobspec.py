@@ -103,10 +103,12 @@ def _is_int_in(value: Any, bounds: tuple[int, int]) -> bool:
 def payload_json(payload: Any) -> tuple[str, int]:
     """Return ``payload`` as compact JSON text (``,``/``:`` separators, non-ASCII kept) and its size in UTF-8 bytes.
 
-    The text is what the job row stores (``JobSpec.payload_json``). Raises InvalidJob when ``payload`` is no JSON (NaN
-    included), nests deeper than ``MAX_PAYLOAD_DEPTH``, or holds a string PostgreSQL cannot store
-    (U+0000, a lone UTF-16 surrogate). The deep walks run only when the text allows the fault:
-    JSON writes U+0000 as the escape ``\\u0000`` and opens each level with ``[`` or ``{``.
+    The text is what the job row stores (``JobSpec.payload_json``). Raises InvalidJob when
+    ``payload`` is no JSON (NaN included), nests deeper than ``MAX_PAYLOAD_DEPTH``, or holds a
+    string PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate). The deep walks run only
+    when the text allows the fault: JSON writes U+0000 as the escape ``\\u0000`` and opens each
+    level with ``[`` or ``{``, so a text with no such escape, or fewer brackets than the limit,
+    cannot hold one.
     """
     try:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
