@@ -35,7 +35,7 @@ def json_depth(value: Any) -> int:
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
             deepest = max(deepest, depth + 1)
-        elif isinstance(item, list):
+        elif isinstance(item, list | tuple):  # a tuple is a JSON array too (json.dumps writes it so)
             stack.extend((v, depth + 1) for v in item)
             deepest = max(deepest, depth + 1)
     return deepest

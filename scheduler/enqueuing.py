@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
 
 from scheduler import idempotency, lifecycle, metrics, tracing
+from scheduler.exceptions import InvalidJob
 from scheduler.ids import new_job_id
 from scheduler.jobspec import job_spec_validate
 from scheduler.lifecycle import NewJob
@@ -210,14 +212,24 @@ def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
     return enqueue_request(type_, payload, **options).job
 
 
+_MANY_FIELDS = frozenset(
+    {"type", "payload", "priority", "queue", "scheduled_at", "max_retries", "timeout_seconds", "name"}
+)
+
+
 def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[uuid.UUID]:
     """Create many jobs in one transaction and one statement, with one NOTIFY; return their ids.
 
     Each item has ``type`` and optionally ``payload``, ``priority``, ``queue``, ``scheduled_at``,
-    ``max_retries``, ``timeout_seconds``, ``name`` (no idempotency keys). Raises as ``enqueue``.
+    ``max_retries``, ``timeout_seconds``, ``name`` (no idempotency keys). Raises as ``enqueue``,
+    and InvalidJob for an item that is no mapping, has no ``type`` or names another field.
     """
     owner_id = getattr(owner, "pk", owner)
     trace_context = tracing.current_context()  # None while tracing is off
+    for index, item in enumerate(jobs):
+        if not isinstance(item, Mapping) or "type" not in item or not item.keys() <= _MANY_FIELDS:
+            message = f"Each job is a mapping with a type and at most: {', '.join(sorted(_MANY_FIELDS))}."
+            raise InvalidJob(f"jobs[{index}] is not a job", details={f"jobs[{index}]": [message]})
     rows = [
         _new_job(
             type_=item["type"],
@@ -242,7 +254,10 @@ def _new_job(
 ) -> NewJob:
     """Validate one job's ``fields`` (``jobspec.job_spec_validate``'s arguments) and return its row.
 
-    A None payload is ``{}``. Raises what ``job_spec_validate`` raises.
+    A None payload is ``{}``. The row's payload is the JSON the database stores, read back from
+    the validated text: object keys are strings (``{1: "a"}`` is ``{"1": "a"}``; of two keys
+    that become one, the last wins, as in jsonb), tuples are lists, and the job never shares an
+    object with the caller. Raises what ``job_spec_validate`` raises.
     """
     payload = {} if fields["payload"] is None else fields["payload"]
     spec = job_spec_validate(**{**fields, "payload": payload})
@@ -251,7 +266,7 @@ def _new_job(
         owner_id=owner_id,
         name=fields["name"],
         type=fields["type_"],
-        payload=payload,
+        payload=json.loads(spec.payload_json),
         priority=spec.priority,
         queue=fields["queue"],
         scheduled_at=fields["scheduled_at"],

@@ -78,6 +78,8 @@ def job_spec_validate(
         errors["queue"] = ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]
     if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime) or timezone.is_naive(scheduled_at)):
         errors["scheduled_at"] = ["Must be a datetime with a time zone offset."]
+    elif scheduled_at is not None and not _in_utc_range(scheduled_at):
+        errors["scheduled_at"] = ["Must be at most 9999-12-31 23:59:59 in UTC."]
     if not isinstance(name, str) or len(name) > NAME_MAX or "\x00" in name or has_lone_surrogate(name):
         errors["name"] = ["At most 200 characters of valid Unicode, without U+0000."]
     if errors:
@@ -95,6 +97,15 @@ def _priority_value(priority: str | int | Priority) -> int:
         raise InvalidJob(str(exc), details={"priority": [message]}) from None
 
 
+def _in_utc_range(when: dt.datetime) -> bool:
+    # 9999-12-31 23:00-05:00 is in year 10000 in UTC: no datetime (nor psycopg) can hold it.
+    try:
+        when.astimezone(dt.UTC)
+    except OverflowError:
+        return False
+    return True
+
+
 def _is_int_in(value: Any, bounds: tuple[int, int]) -> bool:
     # bool is an int subclass; True must not pass for 1.
     return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
@@ -110,15 +121,18 @@ def payload_json(payload: Any) -> tuple[str, int]:
     level with ``[`` or ``{``, so a text with no such escape, or fewer brackets than the limit,
     cannot hold one.
     """
+    too_deep = InvalidJob(
+        f"payload nests deeper than {MAX_PAYLOAD_DEPTH} levels",
+        details={"payload": [f"At most {MAX_PAYLOAD_DEPTH} levels of nesting."]},
+    )
     try:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:  # thousands of levels: deeper than the encoder's stack, far past the limit
+        raise too_deep from None
     except (TypeError, ValueError) as exc:
         raise InvalidJob("payload must be JSON", details={"payload": [str(exc)]}) from exc
     if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and json_depth(payload) > MAX_PAYLOAD_DEPTH:
-        raise InvalidJob(
-            f"payload nests deeper than {MAX_PAYLOAD_DEPTH} levels",
-            details={"payload": [f"At most {MAX_PAYLOAD_DEPTH} levels of nesting."]},
-        )
+        raise too_deep
     if "\\u0000" in text and has_nul(payload):
         # PostgreSQL's jsonb (and text) cannot hold U+0000.
         raise InvalidJob("payload must not contain U+0000", details={"payload": ["Must not contain U+0000."]})

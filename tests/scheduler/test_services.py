@@ -226,6 +226,69 @@ def test_enqueue_refuses_a_payload_postgresql_cannot_store_or_too_deep(payload, 
     assert not Job.objects.exists()
 
 
+def test_enqueue_refuses_nesting_by_tuples_and_beyond_the_encoders_stack_as_too_deep():
+    by_tuples: object = 1
+    for _ in range(40):
+        by_tuples = (by_tuples,)  # json.dumps writes a tuple as an array: 40 levels
+    by_thousands: object = 1
+    for _ in range(5000):
+        by_thousands = [by_thousands]  # deeper than json.dumps' recursion can go
+    for payload in (by_tuples, by_thousands):
+        with pytest.raises(InvalidJob) as raised:
+            enqueuing.enqueue("DEMO_TASK", payload)
+        assert raised.value.details == {"payload": ["At most 32 levels of nesting."]}
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("payload", "stored"),
+    [
+        ({1: "a", 2: "b"}, {"1": "a", "2": "b"}),
+        ({1: "a", "1": "b"}, {"1": "b"}),  # one key once written as JSON: the last wins, as in jsonb
+        ({True: 1, None: 2, 1.5: 3}, {"true": 1, "null": 2, "1.5": 3}),
+        (("a", 1), ["a", 1]),
+        ({"nested": ({2: [()]},)}, {"nested": [{"2": [[]]}]}),
+    ],
+    ids=["int-keys", "colliding-keys", "other-scalar-keys", "tuple", "nested"],
+)
+def test_enqueue_returns_the_payload_as_stored_in_json(user, payload, stored):
+    job = enqueuing.enqueue("DEMO_TASK", payload)
+    assert job.payload == stored == Job.objects.get(id=job.id).payload
+    # Keys that JSON makes strings hash and sort as strings: idempotency and unique keys work.
+    replay = enqueuing.enqueue_request("DEMO_TASK", payload, owner=user, idempotency_key="k")
+    assert enqueuing.enqueue_request("DEMO_TASK", stored, owner=user, idempotency_key="k").job.id == replay.job.id
+    unique = enqueuing.enqueue_request("DEMO_TASK", payload, unique={})
+    assert enqueuing.enqueue_request("DEMO_TASK", payload, unique={}).job.id == unique.job.id
+
+
+def test_the_returned_job_shares_no_object_with_the_caller():
+    payload = {"items": [1, 2]}
+    job = enqueuing.enqueue("DEMO_TASK", payload)
+    payload["items"].append(3)
+    assert job.payload == {"items": [1, 2]} == Job.objects.get(id=job.id).payload
+
+
+def test_enqueue_refuses_a_time_past_year_9999_in_utc():
+    late = dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.timezone(dt.timedelta(hours=-5)))  # 10000-01-01 in UTC
+    with pytest.raises(InvalidJob) as raised:
+        enqueuing.enqueue("DEMO_TASK", scheduled_at=late)
+    assert raised.value.details == {"scheduled_at": ["Must be at most 9999-12-31 23:59:59 in UTC."]}
+    latest = dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC)
+    assert enqueuing.enqueue("DEMO_TASK", scheduled_at=latest).scheduled_at == latest
+
+
+@pytest.mark.parametrize(
+    "item",
+    [{}, "DEMO_TASK", None, {"type": "DEMO_TASK", "bogus": 1}, {"type": "DEMO_TASK", "idempotency_key": "k"}],
+    ids=["no-type", "a-string", "none", "unknown-field", "idempotency-key"],
+)
+def test_enqueue_many_refuses_an_item_that_is_not_a_job(item):
+    with pytest.raises(InvalidJob) as raised:
+        enqueuing.enqueue_many([{"type": "DEMO_TASK"}, item])
+    assert list(raised.value.details) == ["jobs[1]"]
+    assert not Job.objects.exists()  # the valid one beside it is not inserted either
+
+
 def test_enqueue_payload_limit_is_10kb_of_compact_utf8(settings):
     enqueuing.enqueue("DEMO_TASK", {"x": "a" * (10 * 1024 - 8)})
     with pytest.raises(PayloadTooLarge):
