@@ -226,6 +226,7 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
     """
     owner_id = getattr(owner, "pk", owner)
     trace_context = tracing.current_context()  # None while tracing is off
+    jobs = list(jobs)  # read once: a generator is checked and inserted alike
     for index, item in enumerate(jobs):
         if not isinstance(item, Mapping) or "type" not in item or not item.keys() <= _MANY_FIELDS:
             message = f"Each job is a mapping with a type and at most: {', '.join(sorted(_MANY_FIELDS))}."

@@ -277,6 +277,11 @@ def test_enqueue_refuses_a_time_past_year_9999_in_utc():
     assert enqueuing.enqueue("DEMO_TASK", scheduled_at=latest).scheduled_at == latest
 
 
+def test_enqueue_many_takes_a_generator():
+    ids = enqueuing.enqueue_many({"type": "DEMO_TASK", "payload": {"n": n}} for n in range(3))
+    assert sorted(Job.objects.filter(id__in=ids).values_list("payload__n", flat=True)) == [0, 1, 2]
+
+
 @pytest.mark.parametrize(
     "item",
     [{}, "DEMO_TASK", None, {"type": "DEMO_TASK", "bogus": 1}, {"type": "DEMO_TASK", "idempotency_key": "k"}],
