@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 from django.db import connection
+from prometheus_client import REGISTRY
 
 from scheduler.models import CronSchedule, Job
 from scheduler.states import JobStatus
@@ -229,11 +230,15 @@ def test_delete_removes_the_schedule_and_keeps_its_jobs(user_api):
     assert Job.objects.get(id=job["id"]).schedule_id is None
 
 
-def test_trigger_fires_now_and_leaves_the_timetable(user_api, user):
+def test_trigger_fires_now_and_leaves_the_timetable(user_api, user, django_capture_on_commit_callbacks):
     body = create(user_api)
     before = db_now()
-    resp = user_api.post(f"/api/schedules/{body['id']}/trigger")
+    labels = {"type": "REPORT", "queue": "reports", "priority": "HIGH"}
+    counted = REGISTRY.get_sample_value("jobs_created_total", labels) or 0.0
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = user_api.post(f"/api/schedules/{body['id']}/trigger")
     assert resp.status_code == 201, resp.content
+    assert REGISTRY.get_sample_value("jobs_created_total", labels) == counted + 1
     job = resp.json()
     assert (job["schedule"], job["type"], job["priority"], job["queue"], job["owner"]) == (
         body["id"],

@@ -12,6 +12,7 @@ import threading
 import pytest
 from django.db import connections
 from django_redis import get_redis_connection
+from prometheus_client import REGISTRY
 
 from scheduler import metrics, schedules
 from scheduler.job_actions import job_cancel
@@ -51,8 +52,13 @@ def fire_times_of(s: CronSchedule) -> list[dt.datetime]:
     return list(Job.objects.filter(schedule_id=s.id).order_by("fire_time").values_list("fire_time", flat=True))
 
 
+def created_total(priority: str) -> float:
+    labels = {"type": "DEMO_TASK", "queue": "default", "priority": priority}
+    return REGISTRY.get_sample_value("jobs_created_total", labels) or 0.0
+
+
 @pytest.mark.django_db
-def test_due_schedules_become_jobs_once_and_advance(user, leader):
+def test_due_schedules_become_jobs_once_and_advance(user, leader, django_capture_on_commit_callbacks):
     t0 = an_hour_ago_on_the_minute()
     leading_since(leader, t0 - dt.timedelta(hours=1))
     every_5 = due_at(schedule(user, cron="*/5 * * * *"), t0)
@@ -60,9 +66,13 @@ def test_due_schedules_become_jobs_once_and_advance(user, leader):
     later_one = due_at(schedule(user), t0 + dt.timedelta(minutes=10))
     firer = CronFirer(leadership=leader)
     counted = metrics.cron_fires_total._value.get()
+    created_before = (created_total("MEDIUM"), created_total("HIGH"))
 
-    assert firer.run_once(now=t0 + dt.timedelta(seconds=1)) == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        assert firer.run_once(now=t0 + dt.timedelta(seconds=1)) == 2
     assert metrics.cron_fires_total._value.get() == counted + 2
+    # Cron's jobs count in jobs_created_total too (by type, queue, priority), once committed.
+    assert (created_total("MEDIUM"), created_total("HIGH")) == (created_before[0] + 1, created_before[1] + 1)
 
     job = Job.objects.get(schedule_id=every_5.id)
     assert (job.fire_time, job.scheduled_at, job.status) == (t0, t0, JobStatus.QUEUED)
