@@ -169,12 +169,8 @@ def _job_from(new: NewJob, row: lifecycle.Inserted) -> Job:
         "updated_at": row.created_at,
         "trace_context": new.trace_context,
     }
-    names, constants, made = _job_columns()
-    values = [given[name] if name in given else constants[name] for name in names]
-    for index, field in made:  # a callable default (a fresh list, dict...): one object per job
-        if field.attname not in given:
-            values[index] = field.get_default()
-    return Job.from_db(connection.alias, names, values)
+    names, constants = _job_columns()
+    return Job.from_db(connection.alias, names, [given[name] if name in given else constants[name] for name in names])
 
 
 # What a newly inserted job holds besides ``_job_from``'s given columns (the insert statement's constants).
@@ -189,15 +185,15 @@ _INSERTED_CONSTANTS = {
 
 
 @functools.cache
-def _job_columns() -> tuple[list[str], dict[str, Any], list[tuple[int, Any]]]:
-    """``Job``'s column names in order, each column's value when ``_job_from`` is not given it, and the
-    (position, field) of the columns whose default is made afresh per job (a callable: a new list, dict...)."""
+def _job_columns() -> tuple[list[str], dict[str, Any]]:
+    """``Job``'s column names in order, and the value of each column ``_job_from`` is not given.
+
+    A column with a callable default (a fresh object per row: ``id``, ``payload``) has no
+    constant: ``_job_from`` must be given it (a KeyError in every enqueue, and its tests, if not).
+    """
     fields = Job._meta.concrete_fields
-    made = [(i, f) for i, f in enumerate(fields) if f.has_default() and callable(f.default)]
-    constants = {f.attname: None if (i, f) in made else f.get_default() for i, f in enumerate(fields)}
-    constants.update(_INSERTED_CONSTANTS)
-    made = [(i, f) for i, f in made if f.attname not in _INSERTED_CONSTANTS]
-    return [f.attname for f in fields], constants, made
+    constants = {f.attname: f.get_default() for f in fields if not (f.has_default() and callable(f.default))}
+    return [f.attname for f in fields], {**constants, **_INSERTED_CONSTANTS}
 
 
 def enqueue(type_: str, payload: Any = None, **options: Any) -> Job:
