@@ -303,11 +303,13 @@ class Worker:
                     connection.close()  # this thread's own connection
                     return
                 continue
+            # Gather for FLUSH_WINDOW, then take what came: a blocking get per report would wake
+            # this thread once per job (a context switch and a GIL hand-off each).
+            time.sleep(FLUSH_WINDOW)
             batch = [first]
-            deadline = time.monotonic() + FLUSH_WINDOW
             while len(batch) < FLUSH_MAX:
                 try:
-                    batch.append(self._reports.get(timeout=max(0.0, deadline - time.monotonic())))
+                    batch.append(self._reports.get_nowait())
                 except queue.Empty:
                     break
             self._flush(batch)

@@ -252,6 +252,25 @@ def test_explicit_extra_fields_win_over_bound_ones(json_lines: io.StringIO) -> N
     assert "worker" not in line
 
 
+def test_nested_contexts_add_to_the_outer_fields_and_restore_them_on_exit_even_after_an_error(
+    json_lines: io.StringIO,
+) -> None:
+    log = logging.getLogger("tests.observability")
+
+    with log_context(request_id="r-1", job_id="outer"):
+        with pytest.raises(RuntimeError), log_context(job_id="inner", attempt=2, worker=None):
+            log.warning("inside")
+            raise RuntimeError
+        log.warning("after")
+    log.warning("outside")
+
+    inside, after, outside = records(json_lines)
+    assert (inside["request_id"], inside["job_id"], inside["attempt"]) == ("r-1", "inner", 2)
+    assert (after["request_id"], after["job_id"]) == ("r-1", "outer")
+    assert "attempt" not in after and "worker" not in inside
+    assert "job_id" not in outside and "request_id" not in outside
+
+
 def test_the_plain_format_appends_the_fields_that_apply() -> None:
     formatter = PlainFormatter(fmt="%(levelname)s %(message)s")
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "job done", None, None)

@@ -1,0 +1,134 @@
+"""Tests for scheduler.workers.execute: what a handler's return value and database use make of its run.
+
+``run_handler`` runs here, in this process, on ``Claimed`` values built without the database;
+the handlers are registered by this module.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from scheduler.leasing import Outcome, Report
+from scheduler.registry import JobContext, handler
+from scheduler.workers import execute
+from scheduler.workers.execute import run_handler
+from tests.support.factories import claimed_job
+
+_RESULTS: dict[str, Any] = {}
+
+
+@handler("TEST_EXECUTE_RETURNS")
+def _returns(payload: Any, ctx: JobContext) -> Any:
+    return _RESULTS[payload["key"]]
+
+
+@handler("TEST_EXECUTE_QUERIES")
+def _queries(payload: Any, ctx: JobContext) -> int:
+    """Use this thread's connection, then make it older than CONN_MAX_AGE allows."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        (one,) = cursor.fetchone()
+    connection.close_at = time.monotonic() - 1
+    return one
+
+
+def _nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def returning(key: str, value: Any) -> Report:
+    _RESULTS[key] = value
+    return run_handler(claimed_job("TEST_EXECUTE_RETURNS", payload={"key": key}), threading.Event())
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("nan", math.nan),
+        ("infinity", {"x": [math.inf]}),
+        ("object", {"x": object()}),
+        ("set", [{1, 2}]),
+        ("deep", _nested(100_000)),  # json's encoder recurses: RecursionError, not a retryable failure
+    ],
+)
+def test_a_result_json_cannot_hold_fails_the_run_for_good(key: str, value: Any) -> None:
+    report = returning(key, value)
+
+    assert report.outcome == Outcome.PERMANENT
+    assert report.error.startswith("result is not JSON: ")
+    assert report.result is None
+
+
+@pytest.mark.parametrize("value", [None, "text", 0, False, {"a": [1, 2.5, None, "\u00e9"]}, _nested(30)])
+def test_a_json_result_succeeds_and_is_kept_as_returned(value: Any) -> None:
+    report = returning("ok", value)
+
+    assert (report.outcome, report.error) == (Outcome.SUCCEEDED, "")
+    assert report.result == value
+
+
+def in_a_new_thread(*job_types: str) -> list[Report]:
+    """Run one job of each type, in turn, in one new thread (as a pool slot does); close its connection after."""
+    reports: list[Report] = []
+
+    def slot() -> None:
+        try:
+            for job_type in job_types:
+                reports.append(run_handler(claimed_job(job_type, payload={"key": "ok"}), threading.Event()))
+        finally:
+            connection.close()
+
+    _RESULTS["ok"] = "done"
+    thread = threading.Thread(target=slot)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    return reports
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_thread_that_never_opened_a_connection_skips_the_connection_check(monkeypatch) -> None:
+    checks: list[str] = []
+    real = execute.close_old_connections
+
+    def counted() -> None:
+        checks.append(threading.current_thread().name)
+        real()
+
+    monkeypatch.setattr(execute, "close_old_connections", counted)
+
+    reports = in_a_new_thread("TEST_EXECUTE_RETURNS", "TEST_EXECUTE_RETURNS")
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2
+    assert checks == []
+
+    # Once a handler of that thread has opened one, every later run checks it, as Django does per request.
+    reports = in_a_new_thread("TEST_EXECUTE_RETURNS", "TEST_EXECUTE_QUERIES", "TEST_EXECUTE_RETURNS")
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 3
+    assert len(checks) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_a_handler_left_past_its_max_age_is_closed_after_its_run() -> None:
+    states: list[bool] = []
+
+    def slot() -> None:
+        try:
+            report = run_handler(claimed_job("TEST_EXECUTE_QUERIES"), threading.Event())
+            states.append(report.outcome == Outcome.SUCCEEDED)
+            states.append(connection.connection is None)  # closed by the check after the run
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=slot)
+    thread.start()
+    thread.join(timeout=30)
+    assert states == [True, True]
