@@ -166,7 +166,9 @@ def _transition(
         if len(lease_tokens) != n:
             raise ValueError("lease_tokens must align with job_ids")
         inputs.append(("token", "uuid", lease_tokens))
-    payloads = [dict(p) for p in event_payloads] if event_payloads is not None else [{}] * n
+    # An empty payload goes as SQL NULL (the events' function reads it as no pairs): a success
+    # batch's events have none, and each {} cost a dict, its JSON and PostgreSQL's jsonb parse.
+    payloads = [dict(p) or None for p in event_payloads] if event_payloads is not None else [None] * n
     if len(payloads) != n:
         raise ValueError("event_payloads must align with job_ids")
     inputs.append(("evp", "jsonb", payloads))

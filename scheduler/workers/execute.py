@@ -25,7 +25,9 @@ _encode_result = json.JSONEncoder(allow_nan=False).encode
 
 # Whether this thread ever opened a database connection (Django's ``connection_created`` signal).
 # ``close_old_connections`` asks asgiref for each alias's connection, raising and catching two
-# exceptions per alias when the thread has none: about 6 us, a fifth of a no-op job's run.
+# exceptions per alias when the thread has none: about 6 us, a fifth of a no-op job's run. The
+# receiver is connected when this module is imported, before any handler runs: a pool thread
+# imports it first thing (``ThreadPool._loop``), a pool child right after ``django.setup()``.
 _thread_state = threading.local()
 
 
