@@ -37,9 +37,6 @@ from scheduler.conf import conf
 TUPLES_OK = ExecStatus.TUPLES_OK
 _local = threading.local()  # _reused_cursor's cursor, one per thread like Django's connections
 NEVER_AUTO = 2**31 - 1  # a psycopg prepare_threshold no statement reaches: only prepare=True prepares
-# Prepared statements psycopg keeps per connection (its default is 100, least recently used
-# dropped): a worker's claim is one statement per LIMIT, up to its slots (``lifecycle.claim``).
-PREPARED_MAX = 256
 
 
 def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -74,7 +71,6 @@ def _prepare_flag() -> bool:
     raw = connection.connection
     if raw.prepare_threshold is None:
         raw.prepare_threshold = NEVER_AUTO
-        raw.prepared_max = max(raw.prepared_max or 0, PREPARED_MAX)
     return True
 
 

@@ -37,18 +37,6 @@ def test_enqueue_claim_and_outcome_statements_are_prepared_once_per_connection()
     assert all(Job.objects.get(id=c.id).stored_result is not None for c in (first, second))
 
 
-def test_a_claim_is_one_statement_per_limit_each_planned_for_its_limit() -> None:
-    scheduler.enqueue_many([{"type": "DEMO_TASK"} for _ in range(9)])
-
-    sizes = [len(leasing.claim_jobs(worker_id="w", limit=limit, queues=None)) for limit in (2, 3, 2, 1)]
-
-    assert sizes == [2, 3, 2, 1]  # never more than asked
-    claims = [s for s in prepared_statements() if "FOR UPDATE SKIP LOCKED" in s]
-    assert sorted(s.split("LIMIT ")[1].split()[0] for s in claims) == ["1", "2", "3"]
-    # psycopg keeps more than its default 100 per connection: one claim per LIMIT up to the slots.
-    assert connection.connection.prepared_max >= 256
-
-
 @pytest.mark.django_db(transaction=True)
 def test_with_prepared_statements_off_nothing_is_prepared(settings) -> None:
     settings.SCHEDULER = {**settings.SCHEDULER, "PREPARED_STATEMENTS": False}  # behind PgBouncer < 1.21
