@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+import core.db_threads  # noqa: F401 - its receiver must be connected before any connection opens
+
 
 class SchedulerConfig(AppConfig):
     """Jobs, schedules, leasing, execution, outbox and metrics."""

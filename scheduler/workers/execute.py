@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import traceback
 
-from django.db import close_old_connections
-from django.db.backends.signals import connection_created
+from django.db import close_old_connections, connections
+from psycopg.pq import TransactionStatus
 
+from core.db_threads import opened_a_connection
 from core.log_context import log_context
 from scheduler import tracing
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
@@ -22,20 +22,6 @@ logger = logging.getLogger("scheduler.handler")
 
 # A handler's result must be JSON PostgreSQL can store: NaN and infinities are refused here.
 _encode_result = json.JSONEncoder(allow_nan=False).encode
-
-# Whether this thread ever opened a database connection (Django's ``connection_created`` signal).
-# ``close_old_connections`` asks asgiref for each alias's connection, raising and catching two
-# exceptions per alias when the thread has none: about 6 us, a fifth of a no-op job's run. The
-# receiver is connected when this module is imported, before any handler runs: a pool thread
-# imports it first thing (``ThreadPool._loop``), a pool child right after ``django.setup()``.
-_thread_state = threading.local()
-
-
-def _note_connection(sender, connection, **kwargs) -> None:  # noqa: ANN001, ARG001 - a signal receiver
-    _thread_state.opened = True
-
-
-connection_created.connect(_note_connection, dispatch_uid="stint-execute-thread-opened")
 
 
 def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
@@ -102,9 +88,32 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=traceback.format_exc())
     finally:
         # A connection the handler opened is closed if it broke or is older than CONN_MAX_AGE, as
-        # Django does after a request; a thread that never opened one has nothing to check.
-        if getattr(_thread_state, "opened", False):
+        # Django does after a request, or if the handler left a transaction open in it; a thread
+        # that never opened one has nothing to check (``core.db_threads``).
+        if opened_a_connection():
             close_old_connections()
+            _close_open_transactions(job)
+
+
+def _close_open_transactions(job: Claimed) -> None:
+    """Close each connection of this thread that the handler left inside a transaction, rolling it back.
+
+    A raw ``BEGIN`` without its ``COMMIT`` would otherwise run the thread's next jobs inside that
+    transaction, holding its locks and leaving their writes uncommitted. A connection in an
+    ``atomic`` block belongs to the caller (a test's transaction), not to the handler.
+    """
+    for conn in connections.all(initialized_only=True):
+        raw = conn.connection
+        info = getattr(raw, "info", None)
+        if info is None or conn.in_atomic_block or info.transaction_status == TransactionStatus.IDLE:
+            continue
+        logger.warning(
+            "job %s left a database transaction open (%s); its connection was closed and the transaction rolled back",
+            job.id,
+            info.transaction_status.name,
+            extra={"job_id": str(job.id), "attempt": job.attempt},
+        )
+        conn.close()
 
 
 def _describe(exc: BaseException) -> str:

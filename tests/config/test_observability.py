@@ -18,7 +18,7 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 from pythonjsonlogger.json import JsonFormatter
 
-from core.log_context import ContextFilter, PlainFormatter, log_context
+from core.log_context import ContextFilter, PlainFormatter, bound_fields, log_context
 from core.request_id import RequestIdMiddleware
 from scheduler.enqueuing import enqueue
 from scheduler.states import JobStatus
@@ -269,6 +269,16 @@ def test_nested_contexts_add_to_the_outer_fields_and_restore_them_on_exit_even_a
     assert (after["request_id"], after["job_id"]) == ("r-1", "outer")
     assert "attempt" not in after and "worker" not in inside
     assert "job_id" not in outside and "request_id" not in outside
+
+
+def test_a_context_takes_any_field_name_and_one_instance_may_be_entered_inside_itself() -> None:
+    context = log_context(self="s", fields="f")
+
+    with context:
+        with context:
+            assert dict(bound_fields()) == {"self": "s", "fields": "f"}
+        assert dict(bound_fields()) == {"self": "s", "fields": "f"}
+    assert dict(bound_fields()) == {}
 
 
 def test_the_plain_format_appends_the_fields_that_apply() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from core import db_threads
 from scheduler.leasing import Outcome, Report
 from scheduler.registry import JobContext, handler
 from scheduler.workers import execute
@@ -26,6 +27,23 @@ _RESULTS: dict[str, Any] = {}
 @handler("TEST_EXECUTE_RETURNS")
 def _returns(payload: Any, ctx: JobContext) -> Any:
     return _RESULTS[payload["key"]]
+
+
+@handler("TEST_EXECUTE_LEAVES_A_TRANSACTION")
+def _leaves_a_transaction(payload: Any, ctx: JobContext) -> None:
+    """Open a transaction with raw SQL, write in it, and return without COMMIT."""
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("CREATE TABLE IF NOT EXISTS test_execute_left (n int)")
+        cursor.execute("INSERT INTO test_execute_left VALUES (1)")
+
+
+@handler("TEST_EXECUTE_TRANSACTION_STATUS")
+def _transaction_status(payload: Any, ctx: JobContext) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('test_execute_left') IS NOT NULL")
+        (left,) = cursor.fetchone()
+    return f"{connection.connection.info.transaction_status.name} table={left}"
 
 
 @handler("TEST_EXECUTE_QUERIES")
@@ -74,6 +92,33 @@ def test_a_json_result_succeeds_and_is_kept_as_returned(value: Any) -> None:
 
     assert (report.outcome, report.error) == (Outcome.SUCCEEDED, "")
     assert report.result == value
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_a_handler_left_open_is_rolled_back_before_the_threads_next_job(caplog) -> None:
+    reports = in_a_new_thread("TEST_EXECUTE_LEAVES_A_TRANSACTION", "TEST_EXECUTE_TRANSACTION_STATUS")
+
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2
+    assert reports[1].result == "IDLE table=False"  # not inside the first job's transaction, which is gone
+    assert "left a database transaction open (INTRANS)" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_opened_a_connection_is_per_thread_and_set_by_the_first_connection() -> None:
+    seen: list[bool] = []
+
+    def thread() -> None:
+        try:
+            seen.append(db_threads.opened_a_connection())
+            connection.ensure_connection()
+            seen.append(db_threads.opened_a_connection())
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=thread)
+    worker.start()
+    worker.join(timeout=30)
+    assert seen == [False, True]
 
 
 def in_a_new_thread(*job_types: str) -> list[Report]:
