@@ -91,8 +91,11 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         # Django does after a request, or if the handler left a transaction open in it; a thread
         # that never opened one has nothing to check (``core.db_threads``).
         if opened_a_connection():
-            close_old_connections()
-            _close_open_transactions(job)
+            try:
+                close_old_connections()
+                _close_open_transactions(job)
+            except Exception:  # closing a broken connection failed: the report must still be returned
+                logger.exception("job %s: closing its thread's database connection failed", job.id)
 
 
 def _close_open_transactions(job: Claimed) -> None:

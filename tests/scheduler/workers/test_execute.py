@@ -121,6 +121,19 @@ def test_opened_a_connection_is_per_thread_and_set_by_the_first_connection() -> 
     assert seen == [False, True]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_run_returns_its_report_even_when_checking_its_connections_fails(monkeypatch, caplog) -> None:
+    def broken() -> None:
+        raise RuntimeError("close failed")
+
+    monkeypatch.setattr(execute, "close_old_connections", broken)
+
+    reports = in_a_new_thread("TEST_EXECUTE_QUERIES")
+
+    assert [(r.outcome, r.result) for r in reports] == [(Outcome.SUCCEEDED, 1)]
+    assert "closing its thread's database connection failed" in caplog.text
+
+
 def in_a_new_thread(*job_types: str) -> list[Report]:
     """Run one job of each type, in turn, in one new thread (as a pool slot does); close its connection after."""
     reports: list[Report] = []
