@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import connection
 
-from scheduler import idempotency, lifecycle, metrics, tracing
+from scheduler import idempotency, lifecycle, tracing
 from scheduler.exceptions import InvalidJob
 from scheduler.ids import new_job_id
 from scheduler.jobspec import job_spec_validate
@@ -137,12 +137,10 @@ def enqueue_request(
 def jobs_insert(jobs: Sequence[NewJob]) -> list[lifecycle.Inserted]:
     """Insert ``jobs`` as every enqueue does: queue rows, jobs, events and NOTIFY in one statement; metrics on commit.
 
-    Returns ``lifecycle.insert_jobs``' rows. Used by the entry points here and by
-    ``scheduler.flow.unique`` (which inserts under its own lock).
+    Returns ``lifecycle.insert_jobs``' rows (which counts them). Used by the entry points here and
+    by ``scheduler.flow.unique`` (which inserts under its own lock).
     """
-    created = lifecycle.insert_jobs(jobs, ensure_queues=True, notify=True)
-    metrics.jobs_created_on_commit(jobs, (row.id for row in created))
-    return created
+    return lifecycle.insert_jobs(jobs, ensure_queues=True, notify=True)
 
 
 def _job_from(new: NewJob, row: lifecycle.Inserted) -> Job:

@@ -38,7 +38,7 @@ from typing import Any
 from django.db import connection
 from psycopg.types.json import Jsonb
 
-from scheduler import prepared, retry
+from scheduler import metrics, prepared, retry
 from scheduler.exceptions import IllegalTransition
 from scheduler.notify import CHANNEL
 from scheduler.states import CANCELLABLE, TRANSITIONS, AttemptStatus, EventType, JobStatus
@@ -662,7 +662,9 @@ def insert_jobs(jobs: Sequence[NewJob], *, ensure_queues: bool = False, notify: 
     new queues wait on each other instead of deadlocking); ``notify`` sends one NOTIFY on
     ``notify.CHANNEL`` naming the queues that gained QUEUED jobs (PostgreSQL delivers it at
     commit). Outside ``transaction.atomic`` the statement is its own transaction: one round trip.
-    Returns an ``Inserted`` row for each inserted job, in no particular order.
+    The inserted jobs count in ``jobs_created_total`` once the transaction commits (every path that
+    creates jobs comes here: enqueues, cron fires, schedule triggers). Returns an ``Inserted`` row
+    for each inserted job, in no particular order.
     """
     if not jobs:
         return []
@@ -678,10 +680,12 @@ def insert_jobs(jobs: Sequence[NewJob], *, ensure_queues: bool = False, notify: 
                 [(column, kind, [value(j) for j in jobs]) for _, column, kind, value in _INSERT_COLUMNS]
             )
         }
-    return [
+    created = [
         Inserted(id=r[0], status=r[1], scheduled_at=r[2], created_at=r[3])
         for r in prepared.fetchall(_insert_sql(ensure_queues=ensure_queues, notify=notify, single=single), params)
     ]
+    metrics.jobs_created_on_commit(jobs, (row.id for row in created))
+    return created
 
 
 # The ``v`` columns of ``_insert_sql``: (parameter, column, SQL type, its value for one ``NewJob``).

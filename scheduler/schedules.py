@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from core.parsers import has_lone_surrogate
-from scheduler import lifecycle, metrics, tracing
+from scheduler import lifecycle, tracing
 from scheduler.conf import conf
 from scheduler.cron import (
     MISFIRE_POLICIES,
@@ -470,7 +470,6 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
         now = db_now()
         new = schedule_job(schedule, payload=schedule.job_payload, fire_time=now, scheduled_at=None)
         created = lifecycle.create_jobs([new])
-        metrics.jobs_created_on_commit([new], (job_id for job_id, _ in created))
         tracing.attach_current(created)  # the requesting trace travels with the job
         if not created:  # a fire at this very microsecond exists already: that one is the answer
             return Job.objects.get(schedule_id=schedule.id, fire_time=now)

@@ -210,7 +210,6 @@ class CronFirer:
             if fires:
                 last_fired[row.id] = fires[-1]
         inserted = lifecycle.create_jobs(jobs)
-        metrics.jobs_created_on_commit(jobs, (job_id for job_id, _ in inserted))
         tracing.record_cron_fires(jobs, inserted)  # a span per fire, linked from its job's attempts
         queued_ids = {job_id for job_id, status in inserted if status == JobStatus.QUEUED}
         notify_queued(job.queue for job in jobs if job.id in queued_ids)
