@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -107,17 +108,12 @@ def test_a_transaction_a_handler_left_open_is_rolled_back_before_the_threads_nex
 def test_opened_a_connection_is_per_thread_and_set_by_the_first_connection() -> None:
     seen: list[bool] = []
 
-    def thread() -> None:
-        try:
-            seen.append(db_threads.opened_a_connection())
-            connection.ensure_connection()
-            seen.append(db_threads.opened_a_connection())
-        finally:
-            connection.close()
+    def steps() -> None:
+        seen.append(db_threads.opened_a_connection())
+        connection.ensure_connection()
+        seen.append(db_threads.opened_a_connection())
 
-    worker = threading.Thread(target=thread)
-    worker.start()
-    worker.join(timeout=30)
+    in_a_thread(steps)
     assert seen == [False, True]
 
 
@@ -134,22 +130,30 @@ def test_a_run_returns_its_report_even_when_checking_its_connections_fails(monke
     assert "closing its thread's database connection failed" in caplog.text
 
 
-def in_a_new_thread(*job_types: str) -> list[Report]:
-    """Run one job of each type, in turn, in one new thread (as a pool slot does); close its connection after."""
-    reports: list[Report] = []
+def in_a_thread(steps: Callable[[], None]) -> None:
+    """Call ``steps`` in a new thread (as a pool slot runs jobs), close that thread's connection after, wait for it."""
 
     def slot() -> None:
         try:
-            for job_type in job_types:
-                reports.append(run_handler(claimed_job(job_type, payload={"key": "ok"}), threading.Event()))
+            steps()
         finally:
             connection.close()
 
-    _RESULTS["ok"] = "done"
     thread = threading.Thread(target=slot)
     thread.start()
     thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+def in_a_new_thread(*job_types: str) -> list[Report]:
+    """Run one job of each type, in turn, in one new thread; return their reports."""
+    _RESULTS["ok"] = "done"
+    reports: list[Report] = []
+    in_a_thread(
+        lambda: reports.extend(
+            run_handler(claimed_job(job_type, payload={"key": "ok"}), threading.Event()) for job_type in job_types
+        )
+    )
     return reports
 
 
@@ -178,15 +182,10 @@ def test_a_thread_that_never_opened_a_connection_skips_the_connection_check(monk
 def test_a_connection_a_handler_left_past_its_max_age_is_closed_after_its_run() -> None:
     states: list[bool] = []
 
-    def slot() -> None:
-        try:
-            report = run_handler(claimed_job("TEST_EXECUTE_QUERIES"), threading.Event())
-            states.append(report.outcome == Outcome.SUCCEEDED)
-            states.append(connection.connection is None)  # closed by the check after the run
-        finally:
-            connection.close()
+    def steps() -> None:
+        report = run_handler(claimed_job("TEST_EXECUTE_QUERIES"), threading.Event())
+        states.append(report.outcome == Outcome.SUCCEEDED)
+        states.append(connection.connection is None)  # closed by the check after the run
 
-    thread = threading.Thread(target=slot)
-    thread.start()
-    thread.join(timeout=30)
+    in_a_thread(steps)
     assert states == [True, True]
