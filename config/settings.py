@@ -293,6 +293,9 @@ SCHEDULER = {
     # Enqueue and claim statements prepared once per connection (scheduler.prepared). Off
     # behind a pooler in transaction mode without prepared-statement support (PgBouncer < 1.21).
     "PREPARED_STATEMENTS": env.bool("STINT_DB_PREPARED_STATEMENTS", default=True),
+    # run_scheduler VACUUMs stint_job (with index cleanup) once a claim reads this many pages of
+    # finished jobs' dead index entries, about 200 jobs a page (scheduler.maintenance.claim_index; 0: never).
+    "CLAIM_INDEX_VACUUM_PAGES": env.int("STINT_CLAIM_INDEX_VACUUM_PAGES", default=500),
 }
 
 # The largest API request body (core.parsers, core.body_limit), in bytes. The payload limit is
@@ -301,7 +304,11 @@ SCHEDULER = {
 # exact payload rule left to the job service.
 API_MAX_BODY_BYTES = 6 * SCHEDULER["MAX_PAYLOAD_BYTES"] + 4096
 
-for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", *(k for k in SCHEDULER if k.startswith("RETENTION_"))):
+for _key in (
+    "MIN_SCHEDULE_INTERVAL_SECONDS",
+    "CLAIM_INDEX_VACUUM_PAGES",
+    *(k for k in SCHEDULER if k.startswith("RETENTION_")),
+):
     if SCHEDULER[_key] < 0:
         raise ImproperlyConfigured(f"STINT_{_key} must be 0 or more")
 

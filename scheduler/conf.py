@@ -33,6 +33,9 @@ class SchedulerConf:
     # The job path's statements as named prepared statements (scheduler.prepared); False behind a
     # pooler in transaction mode that cannot keep them (PgBouncer < 1.21).
     prepared_statements: bool = True
+    # run_scheduler VACUUMs stint_job once a claim reads this many pages of dead index entries
+    # (scheduler.maintenance.claim_index); 0: never.
+    claim_index_vacuum_pages: int = 0
 
 
 _cache: tuple[object, SchedulerConf] | None = None

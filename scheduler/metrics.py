@@ -57,6 +57,13 @@ jobs_schedule_lag_seconds = Histogram(
     ["queue", "priority"],
     buckets=LATENCY_BUCKETS,
 )
+# A claim statement takes well under a millisecond on a healthy table; its buckets start there.
+CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+worker_claim_duration_seconds = Histogram(
+    "worker_claim_duration_seconds",
+    "Wall time of one claim of a worker process, empty ones included (round trip and commit), in seconds.",
+    buckets=CLAIM_BUCKETS,
+)
 # Summed over the live worker processes of a ``run_workers`` supervisor (prometheus-client's
 # multiprocess mode); a plain gauge of its process elsewhere.
 worker_slots_busy = Gauge(
@@ -88,6 +95,14 @@ outbox_topic_missing = Gauge(
     "outbox_topic_missing",
     "1 while the outbox relay finds its Kafka topic missing (it never creates it: provision it).",
     multiprocess_mode="livemax",
+)
+claim_index_pages_read = Gauge(
+    "claim_index_pages_read",
+    "Pages a claim reads before its first QUEUED job, as of the last probe (scheduler.maintenance.claim_index).",
+    multiprocess_mode="livemax",
+)
+claim_index_vacuums_total = Counter(
+    "claim_index_vacuums_total", "VACUUMs of stint_job the claim index upkeep ran (claims read too many dead entries)."
 )
 jobs_pruned_total = Counter(
     "jobs_pruned_total", "Finished jobs deleted by the retention pruner (with their attempts and events).", ["status"]
@@ -141,6 +156,8 @@ SERVED_BY: dict[str, tuple[Any, ...]] = {
         outbox_topic_missing,
         jobs_pruned_total,
         audit_events_repaired_total,
+        claim_index_pages_read,
+        claim_index_vacuums_total,
     ),
     "workers": (
         jobs_created_total,  # handlers that enqueue jobs
@@ -149,6 +166,7 @@ SERVED_BY: dict[str, tuple[Any, ...]] = {
         jobs_timed_out_total,
         jobs_execution_duration_seconds,
         jobs_schedule_lag_seconds,
+        worker_claim_duration_seconds,
         worker_slots_busy,
         worker_slots_total,
         worker_stuck_threads,

@@ -74,6 +74,7 @@ def register_service(factory: Callable[[], Service]) -> None:
 
 def default_services() -> list[Service]:
     """Return the services ``run_scheduler`` runs, in tick order: the scheduler's own, then registered ones."""
+    from scheduler.maintenance.claim_index import ClaimIndexUpkeep
     from scheduler.maintenance.outbox_pruner import OutboxPruner
     from scheduler.maintenance.promoter import DuePromoter
     from scheduler.maintenance.pruner import Pruner
@@ -83,7 +84,7 @@ def default_services() -> list[Service]:
 
     services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
     # The cron firer needs leadership: see leader_services().
-    services += [OutboxRelay(), OutboxPruner(), AuditReconciler()]
+    services += [OutboxRelay(), OutboxPruner(), AuditReconciler(), ClaimIndexUpkeep()]
     from scheduler.flow.aging import Reprioritizer  # flow control (issue 17): off unless AGING_SECONDS
     from scheduler.flow.pruner import AdmissionPruner
 

@@ -350,6 +350,7 @@ def test_the_alert_rules_cover_the_issue() -> None:
     assert by_metric["audit_offset_gaps_total"] == "StintAuditOffsetGaps"
     assert by_metric["worker_processes_died_total"] == "StintWorkerProcessesCrashing"
     assert by_metric["worker_outcomes_unrecorded_total"] == "StintOutcomesUnrecorded"
+    assert by_metric["worker_claim_duration_seconds_bucket"] == "StintClaimsSlow"
 
 
 # -- promtool ----------------------------------------------------------------------------------

@@ -11,12 +11,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import leasing
+from scheduler import leasing, metrics
 from scheduler.enqueuing import enqueue
 from scheduler.flow import claim as flow_claim
 from scheduler.leasing import Outcome, Report
 from scheduler.models import Attempt, Job
 from scheduler.states import JobStatus
+from scheduler.workers.inflight import InFlight
+from scheduler.workers.pool import ThreadPool
 from scheduler.workers.runner import Worker, WorkerOptions
 from tests.support.subprocess_env import database_url
 
@@ -33,16 +35,22 @@ def wait_until(condition: Callable[[], bool]) -> None:
         time.sleep(0.01)
 
 
-def test_a_worker_claims_when_notified_never_merely_because_a_slot_freed(monkeypatch) -> None:
-    claims: list[int] = []  # jobs each claim transaction got
+@pytest.fixture
+def claims(monkeypatch) -> list[int]:
+    """The jobs each claim got, in order: ``leasing.claim_jobs`` as it is, counted."""
+    got: list[int] = []
     real_claim = leasing.claim_jobs
 
     def counted(**kwargs):
         jobs = real_claim(**kwargs)
-        claims.append(len(jobs))
+        got.append(len(jobs))
         return jobs
 
     monkeypatch.setattr(leasing, "claim_jobs", counted)
+    return got
+
+
+def test_a_worker_claims_when_notified_never_merely_because_a_slot_freed(claims: list[int]) -> None:
     ready = threading.Event()
     earlier = set(threading.enumerate())  # threads other tests left behind are not this worker's
     # No poll falls due during the test: only NOTIFY (or a full claim) may start a claim.
@@ -69,6 +77,27 @@ def test_a_worker_claims_when_notified_never_merely_because_a_slot_freed(monkeyp
     # At most the start-up claim and the one when LISTEN begins find nothing; each of the five
     # completions freed a slot and claimed nothing.
     assert claims.count(0) <= 2, claims
+
+
+def claim_observations() -> float:
+    (family,) = metrics.worker_claim_duration_seconds.collect()
+    return next(s.value for s in family.samples if s.name == "worker_claim_duration_seconds_count")
+
+
+def test_every_claim_of_a_worker_is_timed_in_the_claim_histogram_empty_ones_too(claims: list[int]) -> None:
+    before = claim_observations()
+    worker = Worker(WorkerOptions(concurrency=4, poll_seconds=3600, heartbeat_seconds=3600))
+    worker.pool = ThreadPool(4, worker._on_done)
+    worker.inflight = InFlight(worker.pool, worker._reports.put, clock=time.monotonic, worker_id=worker.id)
+    try:
+        enqueue("DEMO_TASK")
+        assert worker._claim(4, cooldown=False) == (1, 4)
+        assert worker._claim(4, cooldown=False) == (0, 4)  # nothing left: an empty claim, timed all the same
+    finally:
+        worker.pool.close()
+
+    assert claims == [1, 0]
+    assert claim_observations() - before == 2
 
 
 def test_a_claim_in_autocommit_is_one_statement_and_commits_by_itself() -> None:

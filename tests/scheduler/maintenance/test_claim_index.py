@@ -1,0 +1,92 @@
+"""Claim index upkeep (scheduler.maintenance.claim_index): VACUUM once claims read past too many dead entries."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from django.db import connection
+
+from bench.claim_dead_entries import queue_jobs
+from scheduler import leasing, metrics
+from scheduler.enqueuing import enqueue
+from scheduler.maintenance import default_services
+from scheduler.maintenance.claim_index import ClaimIndexUpkeep, pages_read_by_a_claim
+from scheduler.models import Job
+from scheduler.states import JobStatus
+from tests.support.subprocess_env import database_url
+
+# VACUUM cannot run inside a transaction block: these tests commit.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FINISHED = 20_000  # finished jobs: their dead entries fill about a hundred index pages
+
+
+def finish_jobs(count: int) -> None:
+    """Queue ``count`` jobs with distinct times, then move them on: each leaves a dead claim-index entry."""
+    queue_jobs(count)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE stint_job SET status = 'SUCCESS', finished_at = now() WHERE status = 'QUEUED'")
+
+
+def vacuums() -> float:
+    return metrics.claim_index_vacuums_total._value.get()
+
+
+def test_a_claim_reads_past_finished_jobs_until_the_upkeep_vacuums_them_away() -> None:
+    finish_jobs(FINISHED)
+    waiting = enqueue("DEMO_TASK")  # the next claim's job, behind every dead entry
+    before = pages_read_by_a_claim()
+    assert before >= 50  # ~200 entries a page
+    runs = vacuums()
+
+    assert ClaimIndexUpkeep(vacuum_pages=before // 2).run_once() == 1
+
+    after = pages_read_by_a_claim()
+    assert after < 10
+    assert vacuums() - runs == 1
+    assert metrics.claim_index_pages_read._value.get() == after
+    # Nothing but the dead entries went: the queued job is claimed as before.
+    (claimed,) = leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)
+    assert claimed.id == waiting.id
+    assert Job.objects.filter(status=JobStatus.SUCCESS).count() == FINISHED
+
+
+def test_below_the_threshold_it_only_reports_what_a_claim_reads() -> None:
+    finish_jobs(2_000)
+    pages = pages_read_by_a_claim()
+    runs = vacuums()
+
+    assert ClaimIndexUpkeep(vacuum_pages=pages + 1000).run_once() == 0
+
+    assert vacuums() == runs
+    assert metrics.claim_index_pages_read._value.get() == pages
+    assert pages_read_by_a_claim() == pages  # still there: no VACUUM ran
+
+
+def test_zero_pages_turns_it_off_and_the_scheduler_runs_it_with_the_setting(settings) -> None:
+    finish_jobs(2_000)
+    pages = pages_read_by_a_claim()
+
+    assert ClaimIndexUpkeep(vacuum_pages=0).run_once() == 0
+    assert pages_read_by_a_claim() == pages
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "CLAIM_INDEX_VACUUM_PAGES": 7}
+    (service,) = [s for s in default_services() if s.name == "claim_index_upkeep"]
+    assert service.vacuum_pages == 7
+    assert service.leader_only is False
+
+
+def test_a_vacuum_that_another_one_holds_off_is_reported_not_counted(caplog) -> None:
+    finish_jobs(2_000)
+    pages = pages_read_by_a_claim()
+    runs = vacuums()
+    # Another session holds the lock a VACUUM takes (as autovacuum or another scheduler's would):
+    # SKIP_LOCKED makes PostgreSQL skip the table with a warning instead of waiting.
+    with psycopg.connect(database_url()) as other:
+        other.execute("LOCK TABLE stint_job IN SHARE UPDATE EXCLUSIVE MODE")
+
+        assert ClaimIndexUpkeep(vacuum_pages=1).run_once() == 0
+
+    assert vacuums() == runs
+    assert pages_read_by_a_claim() == pages
+    assert "removed none of them" in caplog.text
