@@ -19,7 +19,8 @@ taken), reports it in ``claim_index_pages_read``, and at ``SCHEDULER["CLAIM_INDE
 or more (``STINT_CLAIM_INDEX_VACUUM_PAGES``, default 500 pages: about 100,000 finished jobs;
 0 turns it off) runs ``VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) stint_job``: it takes no lock that
 blocks reads or writes, and it is skipped while another VACUUM of the table runs (autovacuum,
-another scheduler).
+another scheduler). A VACUUM that removed nothing (skipped, or the entries still visible to an
+old transaction) is logged, and the next waits until claims read another threshold of pages.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class ClaimIndexUpkeep:
     def __init__(self, *, vacuum_pages: int | None = None) -> None:
         """``vacuum_pages``: the threshold in pages (default ``conf().claim_index_vacuum_pages``; 0: off)."""
         self.vacuum_pages = conf().claim_index_vacuum_pages if vacuum_pages is None else vacuum_pages
+        # Pages a VACUUM could not remove: the next one waits until claims read a threshold more.
+        self._unremovable = 0
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Probe the claim's scan; VACUUM at the threshold. Return 1 if a VACUUM cut the pages read, else 0.
@@ -65,21 +68,26 @@ class ClaimIndexUpkeep:
             return 0
         pages = pages_read_by_a_claim()
         metrics.claim_index_pages_read.set(pages)
-        if pages < self.vacuum_pages:
+        if pages - self._unremovable < self.vacuum_pages:
             return 0
         started = time.monotonic()
         _vacuum_job_table()
         after = pages_read_by_a_claim()
         metrics.claim_index_pages_read.set(after)
         if after >= pages:
-            # PostgreSQL skips with only a warning: another VACUUM held the table (SKIP_LOCKED), or
-            # this role does not own it. The next check tries again.
+            # PostgreSQL skipped the table with only a warning (another VACUUM held it: SKIP_LOCKED;
+            # or this role does not own it), or could not remove the entries: a transaction that
+            # began before those jobs finished may still see them. Not again every minute on a
+            # large table: only once claims read another threshold of pages.
+            self._unremovable = after
             logger.warning(
                 "claim index upkeep: a claim reads %d pages and VACUUM stint_job removed none of them"
-                " (another VACUUM of the table was running, or this database role does not own it)",
+                " (another VACUUM of the table was running, this database role does not own it, or an"
+                " old transaction or replication slot still holds them: see pg_stat_activity.backend_xmin)",
                 pages,
             )
             return 0
+        self._unremovable = 0
         metrics.claim_index_vacuums_total.inc()
         logger.info(
             "claim index upkeep: a claim read %d pages; VACUUM (INDEX_CLEANUP ON) stint_job took %.2f s, now %d",

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 FINISHED = 20_000  # finished jobs: their dead entries fill about a hundred index pages
 
 
-def finish_jobs(count: int) -> None:
-    """Queue ``count`` jobs with distinct times, then move them on: each leaves a dead claim-index entry."""
-    queue_jobs(count)
+def finish_jobs(count: int, *, first: int = 0) -> None:
+    """Queue ``count`` jobs (``queue_jobs``), then move them on: each leaves a dead claim-index entry."""
+    queue_jobs(count, first=first)
     with connection.cursor() as cursor:
         cursor.execute("UPDATE stint_job SET status = 'SUCCESS', finished_at = now() WHERE status = 'QUEUED'")
 
@@ -82,11 +82,18 @@ def test_a_vacuum_that_another_one_holds_off_is_reported_not_counted(caplog) -> 
     runs = vacuums()
     # Another session holds the lock a VACUUM takes (as autovacuum or another scheduler's would):
     # SKIP_LOCKED makes PostgreSQL skip the table with a warning instead of waiting.
+    upkeep = ClaimIndexUpkeep(vacuum_pages=pages // 2)
     with psycopg.connect(database_url()) as other:
         other.execute("LOCK TABLE stint_job IN SHARE UPDATE EXCLUSIVE MODE")
 
-        assert ClaimIndexUpkeep(vacuum_pages=1).run_once() == 0
+        assert upkeep.run_once() == 0
+        assert caplog.text.count("removed none of them") == 1
+        # Not again at the next check: only once claims read another threshold of pages.
+        assert upkeep.run_once() == 0
+        assert caplog.text.count("removed none of them") == 1
 
     assert vacuums() == runs
     assert pages_read_by_a_claim() == pages
-    assert "removed none of them" in caplog.text
+    finish_jobs(2_000, first=2_000)  # about as many pages again: past the threshold above what it could not remove
+    assert upkeep.run_once() == 1
+    assert pages_read_by_a_claim() < 10
