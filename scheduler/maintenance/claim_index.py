@@ -68,6 +68,8 @@ class ClaimIndexUpkeep:
             return 0
         pages = pages_read_by_a_claim()
         metrics.claim_index_pages_read.set(pages)
+        if pages < self._unremovable:  # something else removed them meanwhile (autovacuum): start over
+            self._unremovable = 0
         if pages - self._unremovable < self.vacuum_pages:
             return 0
         started = time.monotonic()

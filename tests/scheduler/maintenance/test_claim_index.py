@@ -97,3 +97,19 @@ def test_a_vacuum_that_another_one_holds_off_is_reported_not_counted(caplog) -> 
     finish_jobs(2_000, first=2_000)  # about as many pages again: past the threshold above what it could not remove
     assert upkeep.run_once() == 1
     assert pages_read_by_a_claim() < 10
+
+
+def test_after_a_vacuum_that_removed_nothing_one_by_someone_else_starts_the_count_over(caplog) -> None:
+    finish_jobs(2_000)
+    pages = pages_read_by_a_claim()
+    upkeep = ClaimIndexUpkeep(vacuum_pages=pages // 3)
+    with psycopg.connect(database_url()) as other:
+        other.execute("LOCK TABLE stint_job IN SHARE UPDATE EXCLUSIVE MODE")
+        assert upkeep.run_once() == 0  # held off: remembers the pages it could not remove
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM (INDEX_CLEANUP ON) stint_job")  # as autovacuum would, meanwhile
+
+    finish_jobs(1_500, first=2_000)  # past the threshold from a clean index, not above the old pages
+    assert upkeep.vacuum_pages <= pages_read_by_a_claim() < pages
+
+    assert upkeep.run_once() == 1
