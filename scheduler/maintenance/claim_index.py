@@ -32,16 +32,16 @@ import time
 
 from scheduler import metrics
 from scheduler.conf import conf
+from scheduler.lifecycle import CLAIM_ORDER
 
 logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL_SECONDS = 60.0
 # The claim's candidate scan (lifecycle.claim), for one job: what each claim reads before its first.
-_PROBE_SQL = """
+_PROBE_SQL = f"""
     EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-    SELECT id FROM stint_job WHERE status = 'QUEUED' AND NOT isolated
-    ORDER BY priority DESC, scheduled_at, created_at LIMIT 1
-"""
+    SELECT id FROM stint_job WHERE status = 'QUEUED' AND NOT isolated ORDER BY {CLAIM_ORDER} LIMIT 1
+"""  # noqa: S608 - a constant
 
 
 class ClaimIndexUpkeep:
