@@ -116,7 +116,13 @@ def normalize_cron(expression: str) -> str:
 
 
 def _next_wall(expression: str, wall: dt.datetime) -> dt.datetime | None:
-    """Return the first naive wall time strictly after ``wall`` that matches ``expression``."""
+    """Return the first naive wall time strictly after ``wall`` that matches ``expression``, or None.
+
+    None when there is none, or none before year 10000: near year 9999 croniter's date arithmetic
+    raises ValueError or OverflowError ("year 10000 is out of range", from dateutil) instead of
+    returning (seen with "0 0 29 2 *" from 9997, "@yearly" from mid-9999). The expression itself
+    was validated by ``normalize_cron``, so these errors mean only the end of the calendar.
+    """
     cache = _local.__dict__.setdefault("iters", {})
     it = cache.get(expression)
     if it is None:
@@ -127,7 +133,7 @@ def _next_wall(expression: str, wall: dt.datetime) -> dt.datetime | None:
         it.set_current(wall, force=True)
     try:
         return it.get_next(dt.datetime)
-    except (CroniterBadDateError, CroniterBadCronError):
+    except (CroniterBadDateError, CroniterBadCronError, ValueError, OverflowError):
         return None
 
 

@@ -476,3 +476,18 @@ def test_a_plan_for_an_expression_that_stops_firing_ends_with_no_next_time():
     )
     assert hhmm(p) == ["00:00"]
     assert p.next_fire_at == utc("2028-02-29 00:00")
+
+
+@pytest.mark.parametrize(
+    ("expr", "zone", "start"),
+    [
+        ("0 0 29 2 *", "UTC", "9997-01-01 00:00"),  # the next leap day would be in year 10000
+        ("0 0 1 1 *", "UTC", "9999-06-01 00:00"),
+        ("@yearly", "Asia/Tokyo", "9999-06-01 00:00"),
+        ("0 0 1 */7 *", "UTC", "9999-09-01 00:00"),
+    ],
+)
+def test_no_fire_time_past_year_9999(expr, zone, start):
+    spec = cron_spec(expr, zone)
+    assert spec.next_after(utc(start)) is None or spec.next_after(utc(start)).year == 9999
+    assert all(t.year == 9999 for t in fire_times(spec, start=utc(start), count=5))

@@ -318,6 +318,25 @@ def test_preview_lists_fire_times_after_start_in_utc(user_api):
 
 
 @pytest.mark.parametrize(
+    ("cron", "zone", "start"),
+    [
+        ("0 0 29 2 *", "UTC", "9997-01-01T00:00:00Z"),  # the next leap day is in year 10000
+        ("0 0 29 2 1", "UTC", "9999-01-01T00:00:00Z"),
+        ("0 0 * 2 *", "UTC", "9999-03-01T00:00:00Z"),
+        ("0 0 1 1 *", "UTC", "9999-06-01T00:00:00Z"),
+        ("@yearly", "Asia/Tokyo", "9999-06-01T00:00:00Z"),
+        ("0 0 1 */7 *", "UTC", "9999-09-01T00:00:00Z"),
+    ],
+)
+def test_preview_stops_at_year_9999_without_an_error(user_api, cron, zone, start):
+    resp = user_api.post(
+        "/api/schedules/preview", {"cron": cron, "timezone": zone, "start": start, "count": 5}, format="json"
+    )
+    assert resp.status_code == 200, resp.content
+    assert all(t.startswith("9999-") for t in resp.json()["fire_times"])
+
+
+@pytest.mark.parametrize(
     ("body", "field"),
     [
         ({"cron": "not cron"}, "cron"),
