@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -12,19 +13,37 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from scheduler.models import Job
-from scheduler.states import JobStatus, Priority
+from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus, Priority, priority_value
+
+_DECIMAL = re.compile(r"-?[0-9]{1,3}")
 
 
-def _priority_value(name: str) -> int:
-    return int(Priority[name])
+class PriorityField(forms.CharField):
+    """A priority as the API reads it back: HIGH, MEDIUM, LOW, or a whole number from -100 to 100 ("37")."""
+
+    def to_python(self, value: object) -> int | None:
+        text = super().to_python(value)
+        if text in (None, ""):
+            return None
+        if text in Priority.names:
+            return priority_value(text)
+        if _DECIMAL.fullmatch(text) and PRIORITY_MIN <= int(text) <= PRIORITY_MAX:  # not int()'s "1_0", "٣"
+            return int(text)
+        raise ValidationError(
+            f"Use HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}.", code="invalid"
+        )
 
 
-@extend_schema_field({"type": "string", "enum": Priority.names})
-class PriorityNameFilter(filters.TypedChoiceFilter):
-    """Match a priority given by name (HIGH, MEDIUM, LOW); the column stores its integer."""
+@extend_schema_field(
+    {
+        "type": "string",
+        "description": f"HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}, as jobs read back",
+    }
+)
+class PriorityFilter(filters.Filter):
+    """Match a priority given as it reads back (``states.priority_label``): a name, or its integer."""
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(choices=[(n, n) for n in Priority.names], coerce=_priority_value, **kwargs)
+    field_class = PriorityField
 
 
 @extend_schema_field(OpenApiTypes.INT)
@@ -66,7 +85,7 @@ class JobFilter(filters.FilterSet):
 
     status = filters.MultipleChoiceFilter(choices=JobStatus.choices, help_text="Repeat to match any of several.")
     type = filters.CharFilter(field_name="type")
-    priority = PriorityNameFilter(field_name="priority")
+    priority = PriorityFilter(field_name="priority")
     queue = filters.CharFilter(field_name="queue")
     schedule = IntegerFilter(field_name="schedule_id", help_text="Only the jobs this schedule fired (its id).")
     search = filters.CharFilter(

@@ -387,6 +387,21 @@ def test_list_filters(user_api, user):
     assert ids(f"created_after={day_ago.replace('+', '%2B')}") == {str(b.id), str(c.id)}
 
 
+def test_the_priority_filter_takes_a_priority_as_jobs_read_back(user_api, admin_api, user):
+    odd = enqueuing.enqueue("DEMO_TASK", owner=user, priority=37)  # reads back as "37"
+    low = enqueuing.enqueue("DEMO_TASK", owner=user, priority=-50)  # reads back as "LOW"
+    assert user_api.get(f"{JOBS}/{odd.id}").json()["priority"] == "37"
+    for url in (JOBS, "/api/admin/jobs"):
+        client = user_api if url == JOBS else admin_api
+        assert [r["id"] for r in client.get(url, {"priority": "37"}).json()["results"]] == [str(odd.id)]
+        assert [r["id"] for r in client.get(url, {"priority": "-50"}).json()["results"]] == [str(low.id)]
+        assert client.get(url, {"priority": "HIGH"}).json()["count"] == 0
+        for bad in ("101", "-101", "1_0", "\u0663", "1.5", "high", "0x10"):
+            resp = client.get(url, {"priority": bad})
+            assert resp.status_code == 400, (bad, resp.content)
+            assert "priority" in _error(resp)["details"]
+
+
 def test_search_matches_part_of_the_name_or_the_type_in_any_case(user_api, user, other_user):
     nightly = enqueuing.enqueue("DEMO_TASK", owner=user, name="Nightly Invoices")
     report = enqueuing.enqueue("REPORT", owner=user, name="weekly")
@@ -457,7 +472,7 @@ def test_an_unknown_query_parameter_is_a_400_naming_it(user_api, admin_api, user
     assert client.get(f"{url}?{known}").status_code == 200
 
 
-@pytest.mark.parametrize("query", ["status=BOGUS", "priority=URGENT", "priority=0", "created_after=yesterday"])
+@pytest.mark.parametrize("query", ["status=BOGUS", "priority=URGENT", "priority=101", "created_after=yesterday"])
 def test_a_bad_filter_value_is_400_not_ignored(user_api, user, query):
     enqueuing.enqueue("DEMO_TASK", owner=user)
     resp = user_api.get(f"{JOBS}?{query}")
