@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -43,19 +42,38 @@ def _number(text: str, parse: Callable[[str], Any], kind: str, ok: Callable[[Any
     return value
 
 
+# Seconds: no interval, period, grace or timeout of these commands needs more than a week, and a wait
+# much longer is an error in Python itself (threading's TIMEOUT_MAX, about 292 years: OverflowError).
+MAX_SECONDS = 7 * 24 * 3600
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     return _number(text, int, "an integer", lambda v: v >= 1, "must be >= 1")
 
 
+def int_range(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer from ``low`` to ``high`` (a count of processes or slots: a typo of
+    99999999999 must not start that many)."""
+
+    def parse(text: str) -> int:
+        return _number(text, int, "an integer", lambda v: low <= v <= high, f"must be from {low} to {high}")
+
+    return parse
+
+
 def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 ("inf" and "nan" are refused: no interval or TTL is endless)."""
-    return _number(text, float, "a number", lambda v: 0 < v < math.inf, "must be a finite number > 0")
+    """argparse type: seconds, a number > 0 and at most ``MAX_SECONDS`` ("inf" and "nan" are refused)."""
+    return _number(
+        text, float, "a number", lambda v: 0 < v <= MAX_SECONDS, f"must be a finite number > 0, at most {MAX_SECONDS}"
+    )
 
 
 def non_negative_float(text: str) -> float:
-    """argparse type: a finite number >= 0 (0 meaning "at once", e.g. a grace period)."""
-    return _number(text, float, "a number", lambda v: 0 <= v < math.inf, "must be a finite number >= 0")
+    """argparse type: seconds, a number >= 0 (0 meaning "at once", e.g. a grace period), at most ``MAX_SECONDS``."""
+    return _number(
+        text, float, "a number", lambda v: 0 <= v <= MAX_SECONDS, f"must be a finite number >= 0, at most {MAX_SECONDS}"
+    )
 
 
 def port(text: str) -> int:

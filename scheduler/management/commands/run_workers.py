@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from core.command_line import configure_verbosity, non_negative_float, port, positive_float, positive_int
+from core.command_line import configure_verbosity, int_range, non_negative_float, port, positive_float
 from core.stop_signals import install_stop_handlers
 from scheduler.conf import conf
 from scheduler.workers.runner import DEFAULT_PROCESS_SLOTS, DEFAULT_THREAD_SLOTS, WorkerOptions, default_concurrency
 from scheduler.workers.supervisor import DEFAULT_ISOLATION_SLOTS, Supervisor, SupervisorOptions, default_processes
+
+MAX_PROCESSES = 256  # worker processes, isolation slots, or pool children per process (--pool processes)
+MAX_CONCURRENCY = 1000  # thread slots per process
 
 
 def queue_list(text: str) -> list[str]:
@@ -34,13 +37,13 @@ class Command(BaseCommand):
         """Declare the options."""
         parser.add_argument(
             "--processes",
-            type=positive_int,
+            type=int_range(1, MAX_PROCESSES),
             default=None,
             help=f"worker processes (default: one per CPU core, here {default_processes()})",
         )
         parser.add_argument(
             "--concurrency",
-            type=positive_int,
+            type=int_range(1, MAX_CONCURRENCY),
             default=None,
             help=f"pool slots per process (default {DEFAULT_THREAD_SLOTS} threads, or {DEFAULT_PROCESS_SLOTS} "
             "child processes with --pool processes)",
@@ -49,7 +52,7 @@ class Command(BaseCommand):
         parser.add_argument("--pool", choices=["threads", "processes"], default="threads")
         parser.add_argument(
             "--isolation-slots",
-            type=positive_int,
+            type=int_range(1, MAX_PROCESSES),
             default=DEFAULT_ISOLATION_SLOTS,
             help=f"jobs the isolation process runs at once, each in a process of its own (default "
             f"{DEFAULT_ISOLATION_SLOTS})",
@@ -69,6 +72,15 @@ class Command(BaseCommand):
         level = configure_verbosity(options["verbosity"])
         c = conf()
         grace = c.shutdown_grace_seconds if options["grace_seconds"] is None else options["grace_seconds"]
+        heartbeat = options["heartbeat_seconds"] or c.heartbeat_seconds
+        if heartbeat >= c.lease_seconds:
+            # A lease would lapse between two heartbeats: running jobs rescued and run twice.
+            raise CommandError(
+                f"--heartbeat-seconds ({heartbeat:g}) must be less than the lease, "
+                f"STINT_LEASE_SECONDS ({c.lease_seconds})"
+            )
+        if options["pool"] == "processes" and (options["concurrency"] or 0) > MAX_PROCESSES:
+            raise CommandError(f"--concurrency with --pool processes must be from 1 to {MAX_PROCESSES}")
         supervisor = Supervisor(
             SupervisorOptions(
                 processes=options["processes"] or default_processes(),
@@ -80,7 +92,7 @@ class Command(BaseCommand):
                     queues=options["queues"],
                     pool=options["pool"],
                     poll_seconds=options["poll_seconds"] or c.poll_seconds,
-                    heartbeat_seconds=options["heartbeat_seconds"] or c.heartbeat_seconds,
+                    heartbeat_seconds=heartbeat,
                     grace_seconds=grace,
                 ),
             )
