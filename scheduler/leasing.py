@@ -24,6 +24,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 
 from scheduler import lifecycle, prepared
 from scheduler.conf import conf
+from scheduler.dberrors import db_error_is_transient
 from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import Claimed
 from scheduler.registry import resolve
@@ -356,14 +357,17 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
     """Record a worker's batch of outcomes so that no report PostgreSQL refuses blocks the others.
 
     One transaction for the whole batch (``record_outcomes``) when it goes through, the common
-    case. If it fails for any reason but a connection error, each report is recorded on its
-    own; one that still fails is recorded as FAILED (``PERMANENT``) with the database's error,
-    e.g. a result ``jsonb`` refuses (``"\u0000"``, a number beyond ``numeric``); one that
-    fails even so is returned in ``unrecorded`` (the caller logs and counts it), never retried.
+    case. If it fails for any reason but a transient one (``dberrors.db_error_is_transient``:
+    the connection or the server, not the data), each report is recorded on its own; one that
+    still fails is recorded as FAILED (``PERMANENT``) with the database's error, e.g. a result
+    ``jsonb`` refuses (``"\u0000"``, a number beyond ``numeric``, nesting past PostgreSQL's stack
+    depth: an OperationalError, SQLSTATE 54001, yet about the data); one that fails even so is
+    returned in ``unrecorded`` (the caller logs and counts it), never retried.
 
-    Raises one of ``CONNECTION_ERRORS`` when the database is unreachable: the caller retries
-    the same batch later, which is safe because every write is fenced by its lease token (a
-    report already written is then dropped as no longer holding its lease).
+    Raises the transient error (one of ``CONNECTION_ERRORS`` in practice: a lost or refused
+    connection, a shutdown, a deadlock, a full disk) when the database cannot take the batch now:
+    the caller retries the same batch later, which is safe because every write is fenced by its
+    lease token (a report already written is then dropped as no longer holding its lease).
     Rule: DESIGN.md, "No component stops on one bad item: only connection errors are retried".
     """
     batch, superseded = latest_per_job(reports)
@@ -372,9 +376,9 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
         done.accepted = record_outcomes(batch, final=done.final)
         done.recorded = list(batch)
         return done
-    except CONNECTION_ERRORS:
-        raise
     except Exception as exc:  # any other error is about some report's data: find which
+        if db_error_is_transient(exc):
+            raise
         if len(batch) > 1:
             logger.warning("%d outcomes refused as a batch (%s); recording each on its own", len(batch), _brief(exc))
     for report in batch:
@@ -382,9 +386,9 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
             done.accepted |= record_outcomes([report], final=done.final)
             done.recorded.append(report)
             continue
-        except CONNECTION_ERRORS:
-            raise
         except Exception as exc:
+            if db_error_is_transient(exc):
+                raise
             refused = _brief(exc)
         what = "the handler's result" if report.outcome == Outcome.SUCCEEDED else f"the {report.outcome} outcome"
         failed = Report(
@@ -396,9 +400,9 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
         try:
             done.accepted |= record_outcomes([failed], final=done.final)
             done.recorded.append(failed)
-        except CONNECTION_ERRORS:
-            raise
         except Exception as exc:
+            if db_error_is_transient(exc):
+                raise
             done.unrecorded.append((report, f"{refused}; then as FAILED: {_brief(exc)}"))
     return done
 

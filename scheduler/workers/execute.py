@@ -22,6 +22,10 @@ logger = logging.getLogger("scheduler.handler")
 
 # A handler's result must be JSON PostgreSQL can store: NaN and infinities are refused here.
 _encode_result = json.JSONEncoder(allow_nan=False).encode
+# Bytes of a result's JSON a job keeps (ASCII-escaped, as encoded here). A result is for a summary
+# (a count, an id, a URL), not a file: a larger one fails the run for good before it is written,
+# instead of holding the worker's memory and every outcome batch it joins (jsonb refuses 256 MB).
+MAX_RESULT_BYTES = 1024 * 1024
 
 
 def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
@@ -69,9 +73,12 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
             result = spec.func(job.payload, ctx)
         if result is not None:
             try:
-                _encode_result(result)
+                size = len(_encode_result(result))  # ensure_ascii: one character, one byte
             except (TypeError, ValueError, RecursionError) as exc:
                 return Report(job=job, outcome=Outcome.PERMANENT, error=f"result is not JSON: {exc}")
+            if size > MAX_RESULT_BYTES:
+                error = f"result is {size:,} bytes of JSON, over the {MAX_RESULT_BYTES:,} a job keeps"
+                return Report(job=job, outcome=Outcome.PERMANENT, error=error)
         return Report(job=job, outcome=Outcome.SUCCEEDED, result=result)
     except JobCancelled:
         return Report(job=job, outcome=Outcome.CANCELLED, error="cancelled")
@@ -120,5 +127,9 @@ def _close_open_transactions(job: Claimed) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc)
+    """``"Type: message"`` of a handler's exception; its type alone when its ``str()`` raises (hostile)."""
+    try:
+        text = str(exc)
+    except BaseException as failure:  # noqa: BLE001 - a handler's __str__ may raise anything, even SystemExit
+        return f"{type(exc).__name__} (its message could not be read: {type(failure).__name__})"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import sys
 import threading
 import time
 import uuid
@@ -677,6 +678,28 @@ def test_a_result_postgresql_refuses_ends_its_job_failed_and_the_rest_of_the_bat
         assert events(job)[-1] == EventType.JOB_FAILED
     assert [r.outcome for r in done.recorded] == [Outcome.SUCCEEDED, Outcome.PERMANENT, Outcome.PERMANENT, "RETRYABLE"]
     assert done.final == {good.id: "SUCCESS", nul.id: "FAILED", surrogate.id: "FAILED", failing.id: "RETRYING"}
+
+
+def test_a_result_postgresql_refuses_with_an_operational_error_is_isolated_not_retried_forever() -> None:
+    # PostgreSQL refuses a jsonb this deep with "stack depth limit exceeded" (SQLSTATE 54001), which
+    # psycopg raises as an OperationalError, the class of a lost connection: the batch must still be
+    # split and the neighbour recorded, not the whole batch raised to be retried (found by an
+    # adversarial check: the worker then retried it every second, forever, recording nothing).
+    good, deep = make_job(max_retries=2), make_job(max_retries=2)
+    c_good, c_deep = claim_each(good, deep)
+    nested: list = []
+    for _ in range(40_000):
+        nested = [nested]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)  # so that Python can encode it, as a handler that raised the limit could
+    try:
+        done = batch(report(c_deep, Outcome.SUCCEEDED, result=nested), report(c_good, Outcome.SUCCEEDED, result=1))
+    finally:
+        sys.setrecursionlimit(limit)
+
+    assert done.accepted == {good.id, deep.id} and done.unrecorded == []
+    assert (reload(good).status, reload(deep).status) == (JobStatus.SUCCESS, JobStatus.FAILED)
+    assert reload(deep).last_error.startswith("the handler's result could not be stored: OperationalError: ")
 
 
 def test_nul_and_lone_surrogates_are_stripped_from_errors_and_tracebacks() -> None:

@@ -87,6 +87,35 @@ def test_a_result_json_cannot_hold_fails_the_run_for_good(key: str, value: Any) 
     assert report.result is None
 
 
+def test_a_result_over_the_size_limit_fails_the_run_for_good() -> None:
+    # A 300 MB result held a worker at 2 GB and its batch of outcomes retried forever (adversarial check).
+    report = returning("big", "x" * execute.MAX_RESULT_BYTES)  # with its quotes, 2 bytes over
+
+    assert report.outcome == Outcome.PERMANENT
+    limit = execute.MAX_RESULT_BYTES
+    assert report.error == f"result is {limit + 2:,} bytes of JSON, over the {limit:,} a job keeps"
+    assert report.result is None
+    assert returning("fits", "x" * (execute.MAX_RESULT_BYTES - 2)).outcome == Outcome.SUCCEEDED
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@handler("TEST_EXECUTE_UNPRINTABLE")
+def _unprintable(payload: Any, ctx: JobContext) -> None:
+    raise _UnprintableError
+
+
+def test_an_exception_whose_text_cannot_be_read_is_still_the_runs_error() -> None:
+    # Its str() raising killed the pool thread and lost the exception's type (adversarial check).
+    report = run_handler(claimed_job("TEST_EXECUTE_UNPRINTABLE"), threading.Event())
+
+    assert report.outcome == Outcome.RETRYABLE
+    assert report.error == "_UnprintableError (its message could not be read: RuntimeError)"
+
+
 @pytest.mark.parametrize("value", [None, "text", 0, False, {"a": [1, 2.5, None, "\u00e9"]}, _nested(30)])
 def test_a_json_result_succeeds_and_is_kept_as_returned(value: Any) -> None:
     report = returning("ok", value)
