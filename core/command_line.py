@@ -69,6 +69,17 @@ def positive_float(text: str) -> float:
     )
 
 
+def seconds_at_least(low: float) -> Callable[[str], float]:
+    """argparse type: seconds from ``low`` to ``MAX_SECONDS``, for a loop's period (a tick of 1e-9 s spins)."""
+
+    def parse(text: str) -> float:
+        return _number(
+            text, float, "a number", lambda v: low <= v <= MAX_SECONDS, f"must be from {low:g} to {MAX_SECONDS}"
+        )
+
+    return parse
+
+
 def non_negative_float(text: str) -> float:
     """argparse type: seconds, a number >= 0 (0 meaning "at once", e.g. a grace period), at most ``MAX_SECONDS``."""
     return _number(

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.command_line import configure_verbosity, port, positive_float
+from core.command_line import configure_verbosity, port, positive_float, seconds_at_least
 from core.stop_signals import install_stop_handlers
 from scheduler.leadership import DEFAULT_TTL_SECONDS, Leadership
 from scheduler.maintenance import default_services, leader_services
@@ -22,7 +22,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         """Declare the options."""
-        parser.add_argument("--tick-seconds", type=positive_float, default=0.2, help="loop tick (default 0.2 s)")
+        parser.add_argument(
+            "--tick-seconds", type=seconds_at_least(0.01), default=0.2, help="loop tick (default 0.2 s)"
+        )
         parser.add_argument("--metrics-port", type=port, default=0, help="serve Prometheus metrics (0: off)")
         parser.add_argument(
             "--leader-ttl-seconds",

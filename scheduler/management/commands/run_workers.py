@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.command_line import configure_verbosity, int_range, non_negative_float, port, positive_float
+from core.command_line import configure_verbosity, int_range, non_negative_float, port, seconds_at_least
 from core.stop_signals import install_stop_handlers
 from scheduler.conf import conf
 from scheduler.workers.runner import DEFAULT_PROCESS_SLOTS, DEFAULT_THREAD_SLOTS, WorkerOptions, default_concurrency
@@ -57,8 +57,8 @@ class Command(BaseCommand):
             help=f"jobs the isolation process runs at once, each in a process of its own (default "
             f"{DEFAULT_ISOLATION_SLOTS})",
         )
-        parser.add_argument("--poll-seconds", type=positive_float, default=None)
-        parser.add_argument("--heartbeat-seconds", type=positive_float, default=None)
+        parser.add_argument("--poll-seconds", type=seconds_at_least(0.01), default=None)
+        parser.add_argument("--heartbeat-seconds", type=seconds_at_least(0.1), default=None)
         parser.add_argument(
             "--grace-seconds",
             type=non_negative_float,
