@@ -7,6 +7,7 @@ import sys
 from datetime import timedelta
 from ipaddress import ip_network as _ip_network
 from pathlib import Path
+from typing import Any
 
 import django
 import environ
@@ -17,7 +18,18 @@ from core import db_role as _db_role
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
+
+class _Env(environ.Env):
+    """django-environ's reader, whose cast errors name the variable (int("abc") alone says only "abc")."""
+
+    def get_value(self, var: str, *args: Any, **kwargs: Any) -> Any:  # noqa: D102 - environ.Env's
+        try:
+            return super().get_value(var, *args, **kwargs)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{var}: {exc}") from None
+
+
+env = _Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DJANGO_ENV = env.str("DJANGO_ENV", default="development")

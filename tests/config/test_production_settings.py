@@ -63,6 +63,10 @@ def test_check_deploy_is_clean():
             "must be at least STINT_OUTBOX_LOCK_HOLD_SECONDS + 10 (20)",
         ),
         ({"STINT_OUTBOX_LOCK_HOLD_SECONDS": "7"}, "must exceed the delivery timeout"),
+        # A value that is not a number names its variable (a bare ValueError from int() did not).
+        ({"STINT_CLAIM_INDEX_VACUUM_PAGES": "abc"}, "STINT_CLAIM_INDEX_VACUUM_PAGES: invalid literal for int()"),
+        ({"STINT_LEASE_SECONDS": ""}, "STINT_LEASE_SECONDS: invalid literal for int()"),
+        ({"STINT_HEARTBEAT_SECONDS": "ten"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float"),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
