@@ -19,8 +19,9 @@ taken), reports it in ``claim_index_pages_read``, and at ``SCHEDULER["CLAIM_INDE
 or more (``STINT_CLAIM_INDEX_VACUUM_PAGES``, default 500 pages: about 100,000 finished jobs;
 0 turns it off) runs ``VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) stint_job``: it takes no lock that
 blocks reads or writes, and it is skipped while another VACUUM of the table runs (autovacuum,
-another scheduler). A VACUUM that removed nothing (skipped, or the entries still visible to an
-old transaction) is logged, and the next waits until claims read another threshold of pages.
+another scheduler), and without the session's ``statement_timeout``. A VACUUM that left claims
+reading a threshold of pages or more (skipped, or the entries still visible to an old
+transaction) is logged, and the next waits until claims read another threshold of pages.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class ClaimIndexUpkeep:
         self._unremovable = 0
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Probe the claim's scan; VACUUM at the threshold. Return 1 if a VACUUM cut the pages read, else 0.
+        """Probe the claim's scan; VACUUM at the threshold. Return 1 if a VACUUM cut the pages read below it, else 0.
 
         ``now`` is unused (the ``Service`` signature).
 
@@ -76,17 +77,18 @@ class ClaimIndexUpkeep:
         _vacuum_job_table()
         after = pages_read_by_a_claim()
         metrics.claim_index_pages_read.set(after)
-        if after >= pages:
+        if after >= self.vacuum_pages:
             # PostgreSQL skipped the table with only a warning (another VACUUM held it: SKIP_LOCKED;
-            # or this role does not own it), or could not remove the entries: a transaction that
+            # or this role does not own it), or could not remove most entries: a transaction that
             # began before those jobs finished may still see them. Not again every minute on a
             # large table: only once claims read another threshold of pages.
             self._unremovable = after
             logger.warning(
-                "claim index upkeep: a claim reads %d pages and VACUUM stint_job removed none of them"
+                "claim index upkeep: a claim reads %d pages and VACUUM stint_job left %d of them"
                 " (another VACUUM of the table was running, this database role does not own it, or an"
                 " old transaction or replication slot still holds them: see pg_stat_activity.backend_xmin)",
                 pages,
+                after,
             )
             return 0
         self._unremovable = 0
@@ -127,5 +129,12 @@ def _vacuum_job_table() -> None:
     from django.db import connection
 
     # Outside a transaction block (VACUUM cannot run in one): the service thread is in autocommit.
+    # Without a statement_timeout: one set for the application's queries (the role's, or the
+    # connection's options) would cancel a VACUUM of a large table every minute, work wasted.
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) stint_job")
+        cursor.execute("SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', false)")
+        (timeout, _) = cursor.fetchone()
+        try:
+            cursor.execute("VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) stint_job")
+        finally:
+            cursor.execute("SELECT set_config('statement_timeout', %s, false)", [timeout])

@@ -9,7 +9,7 @@ from django.db import connection
 from bench.claim_dead_entries import queue_jobs
 from scheduler import leasing, metrics
 from scheduler.enqueuing import enqueue
-from scheduler.maintenance import default_services
+from scheduler.maintenance import claim_index, default_services
 from scheduler.maintenance.claim_index import ClaimIndexUpkeep, pages_read_by_a_claim
 from scheduler.models import Job
 from scheduler.states import JobStatus
@@ -87,10 +87,10 @@ def test_a_vacuum_that_another_one_holds_off_is_reported_not_counted(caplog) -> 
         other.execute("LOCK TABLE stint_job IN SHARE UPDATE EXCLUSIVE MODE")
 
         assert upkeep.run_once() == 0
-        assert caplog.text.count("removed none of them") == 1
+        assert caplog.text.count("VACUUM stint_job left") == 1
         # Not again at the next check: only once claims read another threshold of pages.
         assert upkeep.run_once() == 0
-        assert caplog.text.count("removed none of them") == 1
+        assert caplog.text.count("VACUUM stint_job left") == 1
 
     assert vacuums() == runs
     assert pages_read_by_a_claim() == pages
@@ -113,3 +113,39 @@ def test_after_a_vacuum_that_removed_nothing_one_by_someone_else_starts_the_coun
     assert upkeep.vacuum_pages <= pages_read_by_a_claim() < pages
 
     assert upkeep.run_once() == 1
+
+
+def test_a_vacuum_that_left_most_entries_to_an_old_snapshot_is_reported_not_counted(caplog) -> None:
+    finish_jobs(2_000)
+    with psycopg.connect(database_url()) as old:
+        # A transaction that began before the next jobs finished still sees their QUEUED rows.
+        old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        old.execute("SELECT count(*) FROM stint_job").fetchone()
+        finish_jobs(4_000, first=2_000)
+        pages = pages_read_by_a_claim()
+        runs = vacuums()
+        upkeep = ClaimIndexUpkeep(vacuum_pages=pages // 4)
+
+        assert upkeep.run_once() == 0  # the first jobs' entries went, the later ones' stayed
+
+        left = pages_read_by_a_claim()
+        assert upkeep.vacuum_pages <= left < pages
+        assert vacuums() == runs
+        assert caplog.text.count(f"VACUUM stint_job left {left} of them") == 1
+        assert upkeep.run_once() == 0  # and not again at the next check
+        assert caplog.text.count("VACUUM stint_job left") == 1
+
+    assert upkeep.run_once() == 0  # the snapshot is gone, but claims have not read another threshold
+
+
+def test_the_vacuum_runs_whatever_statement_timeout_the_session_has() -> None:
+    finish_jobs(FINISHED)
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = '1ms'")  # shorter than any VACUUM of this table
+        try:
+            claim_index._vacuum_job_table()
+            cursor.execute("SHOW statement_timeout")
+            assert cursor.fetchone() == ("1ms",)  # the session's own again afterwards
+        finally:
+            cursor.execute("RESET statement_timeout")
+    assert pages_read_by_a_claim() < 10
