@@ -161,7 +161,7 @@ def test_unknown_api_path_is_json_404(api):
     assert resp.json()["error"]["code"] == "not_found"
 
 
-@pytest.mark.parametrize("path", ["/api/jobs/not-a-uuid", "/api/nothing/here", "/api/schedules/abc"])
+@pytest.mark.parametrize("path", ["/api/jobs/not-a-uuid", "/api/nothing/here", "/api/schedules/abc", "/api/"])
 def test_unknown_api_paths_answer_json_404_even_in_debug(settings, path):
     from rest_framework.test import APIClient
 
