@@ -13,7 +13,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from scheduler.models import Job
-from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus, Priority, priority_value
+from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus, priority_value
 
 _DECIMAL = re.compile(r"-?[0-9]{1,3}")
 
@@ -25,13 +25,12 @@ class PriorityField(forms.CharField):
         text = super().to_python(value)
         if text in (None, ""):
             return None
-        if text in Priority.names:
-            return priority_value(text)
-        if _DECIMAL.fullmatch(text) and PRIORITY_MIN <= int(text) <= PRIORITY_MAX:  # not int()'s "1_0", "٣"
-            return int(text)
-        raise ValidationError(
-            f"Use HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}.", code="invalid"
-        )
+        try:  # a name, or ASCII digits (not int()'s "1_0" or "٣"), by the rule every writer uses
+            return priority_value(int(text) if _DECIMAL.fullmatch(text) else text)
+        except ValueError:
+            raise ValidationError(
+                f"Use HIGH, MEDIUM, LOW or a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}.", code="invalid"
+            ) from None
 
 
 @extend_schema_field(
