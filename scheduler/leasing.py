@@ -105,6 +105,17 @@ def claim_jobs(
     )
 
 
+def short_claim_took_all() -> bool:
+    """Whether a claim that got fewer jobs than its ``limit`` took every due job its snapshot showed.
+
+    True, except while flow limits apply (``scheduler.flow``): a limit leaves due jobs behind.
+    The claim board (``scheduler.workers.claim_board``) relies on it to skip duplicate claims.
+    """
+    from scheduler.flow import claim as flow_claim
+
+    return not flow_claim.limits_apply()
+
+
 def isolated_jobs_waiting(*, queues: Sequence[str] | None) -> bool:
     """Return whether an isolated job is QUEUED in ``queues`` (None: any) and not in a paused queue.
 

@@ -40,7 +40,7 @@ from psycopg.types.json import Jsonb
 
 from scheduler import metrics, prepared, retry
 from scheduler.exceptions import IllegalTransition
-from scheduler.notify import CHANNEL
+from scheduler.notify import CHANNEL, PAYLOAD_TOKEN_SQL
 from scheduler.states import CANCELLABLE, TRANSITIONS, AttemptStatus, EventType, JobStatus
 
 SCHEMA_VERSION = 1
@@ -730,11 +730,15 @@ def _insert_sql(*, ensure_queues: bool, notify: bool, single: bool) -> str:
         if ensure_queues
         else ""
     )
-    # One job: its queue (none when not QUEUED). Several: one NOTIFY naming their queues.
+    # One job: its queue (none when not QUEUED). Several: one NOTIFY naming their queues. Both
+    # after the transaction's token (scheduler.notify.PAYLOAD_TOKEN_SQL).
     notified, notified_having = (
-        ("queue", "")
+        (f"{PAYLOAD_TOKEN_SQL} || queue", "")
         if single
-        else ("left(string_agg(DISTINCT queue, ',' ORDER BY queue), 7900)", " HAVING count(*) > 0")
+        else (
+            f"left({PAYLOAD_TOKEN_SQL} || string_agg(DISTINCT queue, ',' ORDER BY queue), 7900)",
+            " HAVING count(*) > 0",
+        )
     )
     notify_cte = (
         f""", n AS (

@@ -59,6 +59,10 @@ jobs_schedule_lag_seconds = Histogram(
 )
 # A claim statement takes well under a millisecond on a healthy table; its buckets start there.
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+worker_claims_skipped_total = Counter(
+    "worker_claims_skipped_total",
+    "Claims a worker process did not make because a sibling process's claim had served the NOTIFY that woke it.",
+)
 worker_claim_duration_seconds = Histogram(
     "worker_claim_duration_seconds",
     "Wall time of one claim of a worker process, empty ones included (round trip and commit), in seconds.",
@@ -167,6 +171,7 @@ SERVED_BY: dict[str, tuple[Any, ...]] = {
         jobs_execution_duration_seconds,
         jobs_schedule_lag_seconds,
         worker_claim_duration_seconds,
+        worker_claims_skipped_total,
         worker_slots_busy,
         worker_slots_total,
         worker_stuck_threads,

@@ -34,8 +34,16 @@ def make_worker_id(pid: int, token: str) -> str:
     return f"{socket.gethostname()}:{pid}:{token}"
 
 
-def worker_process_main(control: Connection, options: dict[str, Any], token: str, log_level: int) -> None:
+def worker_process_main(
+    control: Connection,
+    options: dict[str, Any],
+    token: str,
+    log_level: int,
+    board: tuple[Any, Any, int, int] | None = None,
+) -> None:
     """Run one ``Worker`` with ``options`` (``WorkerOptions`` fields) until told to stop.
+
+    ``board``: (its supervisor's ``ClaimBoard`` array and lock, this process's row, rows), or None.
 
     Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
     could not be unpickled before Django is set up.
@@ -59,12 +67,14 @@ def worker_process_main(control: Connection, options: dict[str, Any], token: str
 
     for name in STINT_LOGGERS:  # the supervisor's -v level, on the project's loggers (not the root's)
         logging.getLogger(name).setLevel(log_level)
+    from scheduler.workers.claim_board import BoardView
     from scheduler.workers.runner import Worker, WorkerOptions
 
     worker = Worker(
         WorkerOptions(**options),
         worker_id=make_worker_id(os.getpid(), token),
         ready=lambda: _send(control, READY),
+        board=BoardView(*board) if board is not None else None,
     )
     threading.Thread(target=_obey, args=(control, worker), name="stint-supervisor-watch", daemon=True).start()
     worker.run()

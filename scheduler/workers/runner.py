@@ -8,6 +8,8 @@ One ``Worker`` runs in each worker process of a ``run_workers`` supervisor
   deadlines, cancellation and each job's one outcome are ``InFlight``'s
   (``scheduler.workers.inflight``), which reads the time through the worker's ``clock``.
 - listener: ``LISTEN stint_jobs`` on its own connection; a notification wakes the main loop.
+  The processes of one ``run_workers`` share a claim board (``scheduler.workers.claim_board``):
+  a process woken only by a NOTIFY that a sibling's claim has already served does not claim.
 - flusher: collects reports for a few milliseconds and records each batch in one transaction
   (``leasing.record_batch``: a report the database refuses is split out, never retried).
 - heartbeat: extends every held lease in one statement per interval and refreshes the node.
@@ -40,6 +42,7 @@ from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
 from scheduler.states import JobStatus, priority_label
 from scheduler.workers.child import make_worker_id
+from scheduler.workers.claim_board import BoardView, NoteLog, Verdict, parse_payload
 from scheduler.workers.inflight import Clock, InFlight
 from scheduler.workers.pool import ProcessPool, Running, ThreadPool
 
@@ -50,6 +53,8 @@ FLUSH_WINDOW = 0.002  # seconds a flush waits to gather more reports
 # statement claims several jobs instead of one per freed slot (River's fetch cooldown).
 CLAIM_COOLDOWN = 0.003
 FLUSH_MAX = 1000  # reports per outcome transaction
+# Seconds between two looks at the claim board while a sibling's claim that saw our NOTIFY runs.
+SIBLING_RECHECK = 0.0005
 DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
 # Default slots per worker process. A claim takes at most the free slots, so the slots bound the
 # batch that one claim and one outcome transaction carry: with short jobs, throughput grows with
@@ -97,12 +102,14 @@ class Worker:
         worker_id: str | None = None,
         ready: Callable[[], None] | None = None,
         clock: Clock = time.monotonic,
+        board: BoardView | None = None,
     ) -> None:
         """``worker_id`` defaults to a new ``make_worker_id``; ``ready`` is called once it has registered.
 
         ``clock`` (monotonic seconds, ``time.monotonic`` by default) times the jobs' deadlines, the
         polls, the idle exit and the shutdown grace period; the claim cooldown and the flush window
-        are waits on real time.
+        are waits on real time. ``board``: this process's row on its supervisor's claim board
+        (None: claim on every NOTIFY).
         """
         if options.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -111,6 +118,9 @@ class Worker:
         self.id = worker_id or make_worker_id(os.getpid(), uuid.uuid4().hex[:6])
         self._wake = threading.Event()
         self._notified = threading.Event()  # a NOTIFY for our queues arrived since the last claim
+        self._notes = NoteLog()  # the NOTIFYs received (listener thread), for the claim board
+        self._board = board
+        self._recheck = False  # a sibling's running claim may serve our NOTIFY: look again soon
         self._stopping = threading.Event()
         self._force = threading.Event()
         self._done = threading.Event()
@@ -190,8 +200,8 @@ class Worker:
                 free = self.inflight.free()
                 if free > 0 and (poll_due or backlog or self._notified.is_set()):
                     self._notified.clear()  # before the claim: a NOTIFY during it claims again
-                    claimed, free = self._claim(free, cooldown=backlog)
-                    backlog = claimed == free
+                    claimed, free = self._claim(free, cooldown=backlog, notified_only=not (poll_due or backlog))
+                    backlog = free > 0 and claimed == free
                 else:
                     claimed, free = 0, 0
             except _DB_ERRORS:
@@ -217,10 +227,19 @@ class Worker:
         return now - self._last_busy > self.options.idle_exit_seconds
 
     def _next_timeout(self, next_poll: float) -> float:
-        return self.inflight.seconds_to_next_deadline(at_most=next_poll - self._clock())
+        timeout = self.inflight.seconds_to_next_deadline(at_most=next_poll - self._clock())
+        if self._recheck:
+            self._recheck = False
+            timeout = min(timeout, SIBLING_RECHECK)
+        return timeout
 
-    def _claim(self, free: int, *, cooldown: bool) -> tuple[int, int]:
+    def _claim(self, free: int, *, cooldown: bool, notified_only: bool = False) -> tuple[int, int]:
         """Claim up to ``free`` jobs (re-counted after the cooldown); return (claimed, asked for).
+
+        ``notified_only``: only a NOTIFY asks for this claim; it is not made, and (0, 0) returned,
+        when a sibling process's claim serves that NOTIFY (``claim_board``): one that finished
+        (counted in ``worker_claims_skipped_total``), or one still running, and then we look again
+        after ``SIBLING_RECHECK`` seconds (the NOTIFY stays pending).
 
         ``cooldown``: the last claim filled every slot it asked for, so jobs are waiting and this
         claim may wait out ``CLAIM_COOLDOWN`` to gather freed slots into one statement. After a
@@ -231,14 +250,32 @@ class Worker:
         if wait > 0:
             time.sleep(wait)
             free = self.inflight.free()
+        board = self._board
+        if board is not None:
+            verdict = board.begin_claim(self._notes.latest, self._notes, notified_only=notified_only)
+            if verdict is Verdict.SKIP:
+                metrics.worker_claims_skipped_total.inc()
+                return 0, 0
+            if verdict is Verdict.WAIT:
+                self._notified.set()
+                self._recheck = True
+                return 0, 0
         self._last_claim = started = time.monotonic()
-        jobs = leasing.claim_jobs(
-            worker_id=self.id,
-            limit=free,
-            queues=self.options.queues,
-            paused=self._paused,
-            isolated=self.options.isolation,
-        )
+        try:
+            jobs = leasing.claim_jobs(
+                worker_id=self.id,
+                limit=free,
+                queues=self.options.queues,
+                paused=self._paused,
+                isolated=self.options.isolation,
+            )
+        except BaseException:
+            if board is not None:
+                board.claim_finished(short=False)
+            raise
+        if board is not None:
+            # Short: it took every job it saw (not so under flow limits, which leave jobs behind).
+            board.claim_finished(short=len(jobs) < free and leasing.short_claim_took_all())
         # Every claim, empty ones too: their time grows with the dead entries that jobs leave in
         # the claim index until a VACUUM of stint_job (README, Operations).
         metrics.worker_claim_duration_seconds.observe(time.monotonic() - started)
@@ -286,11 +323,14 @@ class Worker:
             try:
                 with psycopg.connect(autocommit=True, **conninfo) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self._notes.append(None, time.monotonic_ns())  # no token: a claim follows for sure
                     self._notified.set()  # anything enqueued while we were not listening
                     self._wake.set()
                     while not self._done.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            if not wanted or wanted.intersection(note.payload.split(",")) or not note.payload:
+                            token, names = parse_payload(note.payload)
+                            if not wanted or not names or wanted.intersection(names):
+                                self._notes.append(token, time.monotonic_ns())
                                 self._notified.set()
                                 self._wake.set()
             except psycopg.Error:

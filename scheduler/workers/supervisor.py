@@ -43,6 +43,7 @@ from scheduler import leasing, metrics
 from scheduler.maintenance.rescuer import rescue_held_by
 from scheduler.models import WorkerNode
 from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, worker_process_main
+from scheduler.workers.claim_board import ClaimBoard
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
 from scheduler.workers.runner import WorkerOptions
 
@@ -121,6 +122,8 @@ class Supervisor:
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_writer.setblocking(False)
         self._metrics_dir: str | None = None
+        # Where its ordinary processes publish their claims, one row each (slot "0" is row 0...).
+        self._board = ClaimBoard(options.processes, self._ctx)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -220,9 +223,10 @@ class Supervisor:
             )
         ours, theirs = self._ctx.Pipe()
         token = uuid.uuid4().hex[:6]
+        board = None if isolation else (self._board.array, self._board.lock, int(slot), self._board.rows)
         process = self._ctx.Process(
             target=worker_process_main,
-            args=(theirs, dataclasses.asdict(options), token, self.options.log_level),
+            args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board),
             name=f"stint-worker-{slot}",
             daemon=False,  # an isolation process starts pool children of its own
         )

@@ -19,7 +19,7 @@ from scheduler.models import Job, OutboxBatch, OutboxEvent, Queue
 from scheduler.registry import handler
 from scheduler.states import EventType, JobStatus, Priority
 from tests.support.factories import JobFactory
-from tests.support.notify import listener, notifications  # noqa: F401 - a fixture and its reader
+from tests.support.notify import listener, notifications, raw_notifications  # noqa: F401 - a fixture and its readers
 
 pytestmark = pytest.mark.django_db
 
@@ -98,6 +98,24 @@ def test_enqueue_in_a_callers_transaction_notifies_only_when_it_commits(listener
         second = scheduler.enqueue("DEMO_TASK", queue="c")
         assert Job.objects.filter(id__in=[first.id, second.id]).count() == 2
     assert notifications(listener) == ["b", "c"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notify_names_its_transaction_first_so_that_workers_can_tell_notifies_apart(listener):  # noqa: F811
+    scheduler.enqueue("DEMO_TASK", queue="a")
+    scheduler.enqueue("DEMO_TASK", queue="a")
+    with transaction.atomic():
+        scheduler.enqueue("DEMO_TASK", queue="b")
+        scheduler.enqueue("DEMO_TASK", queue="c")
+    enqueuing.enqueue_many([{"type": "DEMO_TASK", "queue": "e"}, {"type": "DEMO_TASK", "queue": "d"}])
+    payloads = raw_notifications(listener)
+
+    heads = [p.split(",", 1)[0] for p in payloads]
+    assert [p.split(",", 1)[1] for p in payloads] == ["a", "a", "b", "c", "d,e"]
+    assert all(h.startswith("#") and h[1:].isdigit() for h in heads), payloads
+    # One token per transaction: the two autocommit enqueues differ, the atomic block's two share one.
+    assert len({heads[0], heads[1], heads[2], heads[4]}) == 4
+    assert heads[2] == heads[3]
 
 
 def test_a_queue_row_exists_exactly_when_a_job_naming_it_committed():

@@ -22,7 +22,13 @@ def listener() -> Iterator[psycopg.Connection]:
 
 
 def notifications(conn: psycopg.Connection) -> list[str]:
-    """Return the payloads received so far, up to a sentinel we send last (commit order is delivery order)."""
+    """Return the queue names of the payloads received so far (their "#token," head cut off), up to a
+    sentinel we send last (commit order is delivery order)."""
+    return [payload.split(",", 1)[1] for payload in raw_notifications(conn)]
+
+
+def raw_notifications(conn: psycopg.Connection) -> list[str]:
+    """Return the payloads received so far, whole, up to a sentinel we send last."""
     sentinel = f"sentinel-{uuid.uuid4()}"
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, sentinel])
