@@ -39,11 +39,11 @@ def worker_process_main(
     options: dict[str, Any],
     token: str,
     log_level: int,
-    board: tuple[Any, Any, int, int] | None = None,
+    board: tuple[Any, int, int] | None = None,
 ) -> None:
     """Run one ``Worker`` with ``options`` (``WorkerOptions`` fields) until told to stop.
 
-    ``board``: (its supervisor's ``ClaimBoard`` array and lock, this process's row, rows), or None.
+    ``board``: (its supervisor's ``ClaimBoard`` array, this process's row, rows), or None.
 
     Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
     could not be unpickled before Django is set up.

@@ -6,32 +6,36 @@ claim that found nothing, run at the same instant on the same cores (the empty o
 other). The processes of one ``run_workers`` now publish their claims on a ``ClaimBoard`` (shared
 memory made by the supervisor), and a process woken only by a NOTIFY skips its claim when a
 sibling's finished claim is known to have seen the notified jobs and to have taken every job it
-found (it asked for more than it got).
+could (it asked for more than it got, with the same paused queues as ours).
 
 A claim *covers* a NOTIFY when the claim's statement began after the notifying transaction
-committed: PostgreSQL delivers a NOTIFY only after its transaction commits, so a claim that a
-process started after it had received the NOTIFY, or after any sibling had, sees those jobs.
-Two rules prove it without comparing clocks of events the processes cannot see:
+committed: PostgreSQL delivers a NOTIFY only once its transaction is no longer in progress, so a
+claim that a process started after it had received the NOTIFY, or after any sibling had, sees
+those jobs. Two rules prove it without comparing clocks of events the processes cannot see:
 
 - time: the sibling's claim started after this process received the NOTIFY;
 - order: the sibling published the token of the last NOTIFY it had received before its claim
-  (``covered_token``), and this process received that token at or after this NOTIFY. Every
-  listener receives the notifications in one order (PostgreSQL's commit-ordered notification
-  queue), so "at or after" read in this process's own log holds in the sibling's too.
+  (``covered_token``), and this process first received that token at or after this NOTIFY.
+  Every listener receives the notifications in one order (PostgreSQL's notification queue, into
+  which notifying transactions commit one at a time), so "at or after" read in this process's
+  own log holds in the sibling's too. Only a token's first arrival counts, so a NOTIFY sent by
+  hand with an old token proves nothing; and the sibling's claim must have started no earlier
+  than ``TOKEN_SKEW_NS`` before this process first saw the token (a token this process forgot and
+  saw again much later is not the one the sibling meant).
 
 Tokens are the notifying transactions' ids, sent first in the payload (``#<xid>,queue,...``;
 ``scheduler.notify``). A NOTIFY without a token, or anything the board cannot prove (a sibling
-that is not publishing, a claim running for more than ``RUNNING_TRUST_NS``), means: claim, as
-before. So a wrong answer can only cost a duplicate claim, never a job left waiting: a skip
-needs a finished sibling claim that covered the NOTIFY and came back short.
+that is not publishing, a claim running for more than ``RUNNING_TRUST_NS``, a sibling whose
+paused queues differ from ours), means: claim, as before. So a wrong answer costs a duplicate
+claim, never a job left waiting: a skip needs a finished sibling claim that covered the NOTIFY,
+excluded the same paused queues and came back short.
 
-A process reads the board and publishes its claim's start in one turn of the board's lock, so
-that of two processes woken by one NOTIFY the second sees the first's claim. The turn is a few
-microseconds; a process that cannot get the lock within ``TURN_SECONDS`` claims without the
-board, and after ``TURN_MISSES_TO_GIVE_UP`` such misses in a row (a sibling was killed holding
-the lock) it stops using the board. Each row has one writer (its process) and a sequence counter
-(odd while being written; a reader retries a torn read), so a row a killed process left half
-written proves nothing instead of misleading.
+No lock: a process first publishes its claim as running (its intent), then reads its siblings'
+rows; of two processes woken by one NOTIFY, the one whose intent is later (start time, then row)
+withdraws when the other's running claim covers its NOTIFY, and waits for that claim's end. Both
+may miss each other's intent (then both claim, as before). Each row has one writer (its process)
+and a sequence counter (odd while being written; a reader retries a torn read), so a row that a
+killed process left half written proves nothing instead of misleading.
 """
 
 from __future__ import annotations
@@ -39,21 +43,19 @@ from __future__ import annotations
 import collections
 import ctypes
 import enum
-import logging
+import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-logger = logging.getLogger(__name__)
-
-FIELDS = 4  # per process: write sequence, state, covered token, claim start (monotonic ns)
-_SEQ, _STATE, _TOKEN, _STARTED = range(FIELDS)
+# Per process: write sequence, state, covered token, claim start (monotonic ns), paused key.
+FIELDS = 5
+_SEQ, _STATE, _TOKEN, _STARTED, _PAUSED = range(FIELDS)
 LOG_SIZE = 4096  # NOTIFY tokens a process remembers (about 8 s of NOTIFYs at 500 jobs/s)
 RUNNING_TRUST_NS = 50_000_000  # a sibling claim running longer than 50 ms is not waited for
+TOKEN_SKEW_NS = 1_000_000_000  # how much earlier than us a sibling may plausibly see a NOTIFY
 READ_TRIES = 4  # torn reads retried before a row counts as unknown
-TURN_SECONDS = 0.0002  # longest wait for the board's lock before claiming without it
-TURN_MISSES_TO_GIVE_UP = 20  # lock waits in a row that timed out before the board is given up
 
 
 class State(enum.IntEnum):
@@ -83,6 +85,18 @@ class Note:
     received_ns: int
 
 
+def paused_key(paused: Iterable[str]) -> int:
+    """A 63-bit fingerprint of a set of paused queue names (0: none), the same in every process.
+
+    Two claims that excluded different paused queues did not look for the same jobs.
+    """
+    names = sorted(set(paused))
+    if not names:
+        return 0
+    digest = hashlib.blake2b("\n".join(names).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1 or 1
+
+
 def parse_payload(payload: str) -> tuple[int | None, list[str]]:
     """Split a ``stint_jobs`` payload into (token, queue names).
 
@@ -101,14 +115,15 @@ def parse_payload(payload: str) -> tuple[int | None, list[str]]:
 class NoteLog:
     """The NOTIFYs a process received, in arrival order: the listener thread appends, the claim loop reads.
 
-    ``latest`` is the newest ``Note``; ``position_of(token)`` its arrival position, or None once it
-    fell out of the last ``LOG_SIZE`` (or was never received). Appending is the listener thread's
-    alone; readers need no lock (a dict lookup and an attribute read are atomic in CPython).
+    ``latest`` is the newest ``Note``; ``first(token)`` the (position, monotonic ns) of the token's
+    first arrival, or None once it fell out of the last ``LOG_SIZE`` tokens (or never came).
+    Appending is the listener thread's alone; readers need no lock (a dict lookup and an
+    attribute read are atomic in CPython).
     """
 
     def __init__(self, size: int = LOG_SIZE) -> None:
         self._size = size
-        self._positions: dict[int, int] = {}
+        self._first: dict[int, tuple[int, int]] = {}
         self._order: collections.deque[int] = collections.deque()
         self._count = 0
         self.latest = Note(None, 0, 0)
@@ -116,54 +131,50 @@ class NoteLog:
     def append(self, token: int | None, received_ns: int) -> None:
         """Record one NOTIFY (``token`` None: a NOTIFY without token, or a reconnect that may have missed some)."""
         self._count += 1
-        if token is not None:
-            if token not in self._positions:
-                self._order.append(token)
-            self._positions[token] = self._count
+        if token is not None and token not in self._first:
+            self._first[token] = (self._count, received_ns)
+            self._order.append(token)
             while len(self._order) > self._size:
-                self._positions.pop(self._order.popleft(), None)
+                self._first.pop(self._order.popleft(), None)
         self.latest = Note(token, self._count, received_ns)
 
-    def position_of(self, token: int) -> int | None:
-        """The arrival position of ``token``'s NOTIFY here, or None."""
-        return self._positions.get(token)
+    def first(self, token: int) -> tuple[int, int] | None:
+        """(position, received ns) of ``token``'s first NOTIFY here, or None."""
+        return self._first.get(token)
 
 
 class ClaimBoard:
     """Shared memory with one row per worker process of a supervisor (``rows``), made before they start.
 
-    Its ``array`` and ``lock`` are passed to each ``multiprocessing`` process the supervisor
-    starts (shared memory and a semaphore); ``view(row)`` makes that process's ``BoardView``.
+    Its ``array`` is passed to each ``multiprocessing`` process the supervisor starts (shared
+    memory); ``view(row)`` makes that process's ``BoardView``.
     """
 
     def __init__(self, rows: int, ctx: Any) -> None:
         """``ctx``: the supervisor's ``multiprocessing`` context."""
         self.rows = rows
         self.array = ctx.RawArray(ctypes.c_int64, rows * FIELDS)
-        self.lock = ctx.Lock()
 
     def view(self, row: int) -> BoardView:
         """The view of the process in ``row`` (0 .. rows - 1), its own row reset to ``State.NONE``."""
-        return BoardView(self.array, self.lock, row, self.rows)
+        return BoardView(self.array, row, self.rows)
 
 
 class BoardView:
     """One process's access to a ``ClaimBoard``: publish its own claims, judge its NOTIFYs."""
 
-    def __init__(self, array: Sequence[int] | Any, lock: Any, row: int, rows: int) -> None:
-        """``array``/``lock``: a ``ClaimBoard``'s; ``row``: this process's (ValueError outside 0 .. rows - 1)."""
+    def __init__(self, array: Sequence[int] | Any, row: int, rows: int) -> None:
+        """``array``: a ``ClaimBoard``'s; ``row``: this process's (ValueError outside 0 .. rows - 1)."""
         if not 0 <= row < rows:
             raise ValueError(f"row {row} is not on a board of {rows}")
         self._array = array
-        self._lock = lock
-        self._misses = 0  # lock waits in a row that timed out
-        self.given_up = False
         self._row = row
         self._rows = rows
         self._base = row * FIELDS
-        self._write(State.NONE, 0, 0)
+        self._mine = (State.NONE, 0, 0, 0)  # what this row says, to restore after a withdrawn intent
+        self._write(State.NONE, 0, 0, 0)
 
-    def _write(self, state: State, token: int, started_ns: int) -> None:
+    def _write(self, state: State, token: int, started_ns: int, paused: int) -> None:
         # Only this process's claim loop writes its row. Odd while writing, whatever a writer
         # killed in the middle left behind (a restarted process starts with this write).
         a, base = self._array, self._base
@@ -172,73 +183,57 @@ class BoardView:
         a[base + _STATE] = int(state)
         a[base + _TOKEN] = token
         a[base + _STARTED] = started_ns
+        a[base + _PAUSED] = paused
         a[base + _SEQ] = seq + 1
 
-    def begin_claim(self, note: Note, log: NoteLog, *, notified_only: bool) -> Verdict:
-        """Decide about a claim and, when it is to be made, publish it as running: one turn of the lock.
+    def begin_claim(self, note: Note, log: NoteLog, *, paused: int, notified_only: bool) -> Verdict:
+        """Publish a claim as running, then decide whether to make it: CLAIM, or SKIP / WAIT (withdrawn).
 
-        ``note``/``log``: this process's latest NOTIFY and its log; ``notified_only``: nothing but
-        that NOTIFY asks for the claim (no poll, no backlog). Returns SKIP or WAIT (see ``verdict``)
-        without publishing anything, or CLAIM after publishing this claim's start: the caller
-        then makes it and calls ``claim_finished``.
+        ``note``/``log``: this process's latest NOTIFY and its log (read before the claim's
+        statement is sent); ``paused``: ``paused_key`` of the queues the claim leaves out;
+        ``notified_only``: nothing but that NOTIFY asks for the claim (no poll, no backlog), so a
+        sibling's claim may serve it: SKIP when one that finished did, WAIT while one that will
+        is running and began before ours (see ``verdict``). After CLAIM the caller makes the
+        claim and calls ``claim_finished``.
         """
-        if self.given_up:
-            self.claim_started(note, time.monotonic_ns())
+        started = time.monotonic_ns()
+        previous = self._mine
+        self._mine = (State.RUNNING, note.token or 0, started, paused)
+        self._write(*self._mine)
+        if not notified_only:
             return Verdict.CLAIM
-        got = self._lock.acquire(timeout=TURN_SECONDS)
-        try:
-            if not got:
-                self._miss()
-            else:
-                self._misses = 0
-                if notified_only:
-                    verdict = self.verdict(note, log, time.monotonic_ns())
-                    if verdict is not Verdict.CLAIM:
-                        return verdict
-            self.claim_started(note, time.monotonic_ns())
-            return Verdict.CLAIM
-        finally:
-            if got:
-                self._lock.release()
-
-    def _miss(self) -> None:
-        self._misses += 1
-        if self._misses >= TURN_MISSES_TO_GIVE_UP:
-            self.given_up = True
-            logger.warning(
-                "claim board: its lock was not free for %d claims in a row (a sibling process killed while"
-                " holding it?); this process now claims on every NOTIFY until it restarts",
-                self._misses,
-            )
-
-    def claim_started(self, note: Note, started_ns: int) -> None:
-        """Publish that this process's claim statement starts now (``started_ns``, monotonic, taken before
-        it is sent) having received ``note`` and every NOTIFY before it."""
-        self._write(State.RUNNING, note.token or 0, started_ns)
+        verdict = self.verdict(note, log, paused=paused, now_ns=started, mine=started)
+        if verdict is not Verdict.CLAIM:
+            self._mine = previous
+            self._write(*previous)
+        return verdict
 
     def claim_finished(self, *, short: bool) -> None:
         """Publish the claim's end: ``short`` (it got fewer jobs than it asked for) or not (full, or it failed)."""
-        a, base = self._array, self._base
-        self._write(State.SHORT if short else State.FULL, a[base + _TOKEN], a[base + _STARTED])
+        _, token, started, paused = self._mine
+        self._mine = (State.SHORT if short else State.FULL, token, started, paused)
+        self._write(*self._mine)
 
-    def _read(self, row: int) -> tuple[State, int, int] | None:
+    def _read(self, row: int) -> tuple[State, int, int, int] | None:
         a, base = self._array, row * FIELDS
         for _ in range(READ_TRIES):
             seq = a[base + _SEQ]
-            state, token, started = a[base + _STATE], a[base + _TOKEN], a[base + _STARTED]
+            state, token, started, paused = a[base + _STATE], a[base + _TOKEN], a[base + _STARTED], a[base + _PAUSED]
             if seq % 2 == 0 and a[base + _SEQ] == seq:
                 try:
-                    return State(state), token, started
+                    return State(state), token, started, paused
                 except ValueError:  # not a row we wrote
                     return None
         return None
 
-    def verdict(self, note: Note, log: NoteLog, now_ns: int) -> Verdict:
+    def verdict(self, note: Note, log: NoteLog, *, paused: int, now_ns: int, mine: int | None = None) -> Verdict:
         """What to do about ``note`` (this process's latest NOTIFY, read from ``log``) at ``now_ns``.
 
-        SKIP when a sibling's finished claim covered it and came back short; WAIT when a sibling's
-        claim that covered it is still running (for less than ``RUNNING_TRUST_NS``) and none
-        finished short; else CLAIM. See the module docstring for "covered".
+        SKIP when a sibling's finished claim covered it, excluded the same paused queues
+        (``paused``) and came back short; WAIT when such a claim is still running (for less than
+        ``RUNNING_TRUST_NS``) and, if this process has published an intent that started at
+        ``mine``, began before it (start time, then row); else CLAIM. "Covered": the module
+        docstring.
         """
         if note.token is None:
             return Verdict.CLAIM
@@ -249,20 +244,23 @@ class BoardView:
             seen = self._read(row)
             if seen is None:
                 continue
-            state, token, started = seen
-            if state is State.NONE:
-                continue
-            covered = started > note.received_ns
-            if not covered and token:
-                position = log.position_of(token)
-                covered = position is not None and position >= note.position
-            if not covered:
+            state, token, started, their_paused = seen
+            if state is State.NONE or their_paused != paused or not self._covers(started, token, note, log):
                 continue
             if state is State.SHORT:
                 return Verdict.SKIP
             if state is State.RUNNING and now_ns - started < RUNNING_TRUST_NS:
-                verdict = Verdict.WAIT
+                if mine is None or (started, row) < (mine, self._row):
+                    verdict = Verdict.WAIT
         return verdict
+
+    @staticmethod
+    def _covers(started: int, token: int, note: Note, log: NoteLog) -> bool:
+        """Whether a claim that started at ``started`` having seen ``token`` last saw ``note``'s jobs."""
+        if started > note.received_ns:
+            return True
+        first = log.first(token) if token else None
+        return first is not None and first[0] >= note.position and started >= first[1] - TOKEN_SKEW_NS
 
 
 def monotonic_ns() -> int:

@@ -42,7 +42,7 @@ from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
 from scheduler.states import JobStatus, priority_label
 from scheduler.workers.child import make_worker_id
-from scheduler.workers.claim_board import BoardView, NoteLog, Verdict, parse_payload
+from scheduler.workers.claim_board import BoardView, NoteLog, Verdict, parse_payload, paused_key
 from scheduler.workers.inflight import Clock, InFlight
 from scheduler.workers.pool import ProcessPool, Running, ThreadPool
 
@@ -127,6 +127,7 @@ class Worker:
         self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
         self._clock = clock
         self._paused: list[str] = []
+        self._paused_key = 0  # claim_board.paused_key(self._paused)
         self._jobs_done = 0  # outcomes recorded (flusher thread writes, heartbeat reads): WorkerNode.jobs_done
         self._last_claim = 0.0
         self._last_busy = clock()
@@ -252,7 +253,9 @@ class Worker:
             free = self.inflight.free()
         board = self._board
         if board is not None:
-            verdict = board.begin_claim(self._notes.latest, self._notes, notified_only=notified_only)
+            verdict = board.begin_claim(
+                self._notes.latest, self._notes, paused=self._paused_key, notified_only=notified_only
+            )
             if verdict is Verdict.SKIP:
                 metrics.worker_claims_skipped_total.inc()
                 return 0, 0
@@ -290,6 +293,7 @@ class Worker:
 
         self.inflight.reap_lost()
         self._paused = list(Queue.objects.filter(paused=True).values_list("name", flat=True))
+        self._paused_key = paused_key(self._paused)
         ids = [e.job.id for e in self.inflight.pending()]
         for job_id in leasing.cancel_requested(ids):
             self.inflight.cancel(job_id)

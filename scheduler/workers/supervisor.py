@@ -223,7 +223,7 @@ class Supervisor:
             )
         ours, theirs = self._ctx.Pipe()
         token = uuid.uuid4().hex[:6]
-        board = None if isolation else (self._board.array, self._board.lock, int(slot), self._board.rows)
+        board = None if isolation else (self._board.array, int(slot), self._board.rows)
         process = self._ctx.Process(
             target=worker_process_main,
             args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board),
