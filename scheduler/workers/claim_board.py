@@ -101,13 +101,14 @@ def parse_payload(payload: str) -> tuple[int | None, list[str]]:
     """Split a ``stint_jobs`` payload into (token, queue names).
 
     ``"#7042,a,b"`` -> (7042, ["a", "b"]); ``"a,b"`` (a sender without a token) -> (None, ["a", "b"]);
-    a malformed token (``"#x,a"``) -> (None, ["a"]). Queue names never start with ``#``
+    a malformed token (``"#x,a"``, or past a signed 64-bit integer, which the board's shared
+    memory holds) -> (None, ["a"]). Queue names never start with ``#``
     (``jobspec.QUEUE_NAME``), so an older worker reading a tokened payload still finds its queues.
     """
     names = payload.split(",") if payload else []
     if names and names[0].startswith("#"):
         head = names.pop(0)[1:]
-        if head.isascii() and head.isdigit() and len(head) <= 19:
+        if head.isascii() and head.isdigit() and len(head) <= 19 and int(head) < 2**63:
             return int(head), names
     return None, names
 

@@ -33,6 +33,8 @@ MS = 1_000_000  # nanoseconds
         ("#-1,a", (None, ["a"])),
         ("#\u0661\u0662,a", (None, ["a"])),  # Arabic-Indic digits: isdigit() but not a token we send
         ("#99999999999999999999,a", (None, ["a"])),  # past int64: no shared-memory slot holds it
+        ("#9223372036854775808,a", (None, ["a"])),  # 2**63: 19 digits, one past it
+        ("#9223372036854775807,a", (2**63 - 1, ["a"])),
         ("#12", (12, [])),
     ],
 )
