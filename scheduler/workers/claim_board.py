@@ -262,8 +262,3 @@ class BoardView:
             return True
         first = log.first(token) if token else None
         return first is not None and first[0] >= note.position and started >= first[1] - TOKEN_SKEW_NS
-
-
-def monotonic_ns() -> int:
-    """``time.monotonic_ns()``: one clock for every process of the host (CLOCK_MONOTONIC on Linux)."""
-    return time.monotonic_ns()
