@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -132,6 +133,13 @@ class Processes:
                 codes.append(proc.wait())
         self.log.close()
         return codes
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS's pick), for a server a benchmark starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Any, *, timeout: float, step: float = 0.1) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.event_stack import ROOT, bench_environment, setup_django  # noqa: E402 - after the path fix
+from bench.event_stack import ROOT, bench_environment, free_port, setup_django, wait_until  # noqa: E402
 
 START_SECONDS = 60.0  # at most, for the processes to register
 SETTLE_SECONDS = 1.0  # after they registered: their start-up claims are over
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -59,11 +52,8 @@ def _commits() -> int:
 
 
 def _wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    if not wait_until(condition, timeout=timeout):
+        raise SystemExit(f"timed out waiting for {what}")
 
 
 def measure(env: dict[str, str], processes: int, rate: float, seconds: float) -> dict[str, float]:
@@ -73,7 +63,7 @@ def measure(env: dict[str, str], processes: int, rate: float, seconds: float) ->
     from scheduler.states import JobStatus
 
     Job.objects.all().delete()
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "manage.py", "run_workers", "--processes", str(processes), "--concurrency", "100"]
     workers = subprocess.Popen([*argv, "--metrics-port", str(port), "-v", "0"], cwd=ROOT, env=env)
     try:

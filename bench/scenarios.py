@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import threading
 import time
 import urllib.parse
@@ -24,7 +23,7 @@ from typing import Any
 import psycopg
 
 from bench import harness, stats
-from bench.event_stack import AUDIT_MISSING_SQL, provision_topic
+from bench.event_stack import AUDIT_MISSING_SQL, free_port, provision_topic
 from bench.harness import ROOT, Ctx, Group, Starts
 from bench.peers.systems import System, stint_env
 
@@ -513,12 +512,6 @@ def cron(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 API_THREADS = 4  # client threads, one keep-alive connection each
 
 
@@ -538,7 +531,7 @@ def api(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     API_THREADS client threads in the harness process each hold one keep-alive connection and
     POST a no-op job in a loop for 10 s (3 s with --quick).
     """
-    port = _free_port()
+    port = free_port()
     env = {
         "STINT_RATE_LIMIT_USER": "100000000/min",
         "STINT_RATE_LIMIT_AUTH": "100000/min",
