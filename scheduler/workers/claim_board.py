@@ -114,12 +114,12 @@ def parse_payload(payload: str) -> tuple[int | None, list[str]]:
 
 
 class NoteLog:
-    """The NOTIFYs a process received, in arrival order: the listener thread appends, the claim loop reads.
+    """The NOTIFYs a process received, in arrival order: its claim loop appends (as it reads them) and reads.
 
     ``latest`` is the newest ``Note``; ``first(token)`` the (position, monotonic ns) of the token's
     first arrival, or None once it fell out of the last ``LOG_SIZE`` tokens (or never came).
-    Appending is the listener thread's alone; readers need no lock (a dict lookup and an
-    attribute read are atomic in CPython).
+    One thread appends and reads (the claim loop), so there is no lock. A NOTIFY's time is when
+    the claim loop read it, no earlier than its arrival: the board's time rule stays safe.
     """
 
     def __init__(self, size: int = LOG_SIZE) -> None:

@@ -2,14 +2,15 @@
 
 One ``Worker`` runs in each worker process of a ``run_workers`` supervisor
 (``scheduler.workers.supervisor``). Threads of one worker process:
-- main: the claim loop. It wakes on a NOTIFY, on a freed slot or after ``poll_seconds``,
-  claims up to the free slots in one statement, enforces deadlines, polls cancellations and
-  paused queues, and replaces pool threads that were lost (``reap_lost``). The running set,
-  deadlines, cancellation and each job's one outcome are ``InFlight``'s
-  (``scheduler.workers.inflight``), which reads the time through the worker's ``clock``.
-- listener: ``LISTEN stint_jobs`` on its own connection; a notification wakes the main loop.
-  The processes of one ``run_workers`` share a claim board (``scheduler.workers.claim_board``):
-  a process woken only by a NOTIFY that a sibling's claim has already served does not claim.
+- main: the claim loop. It waits in one ``poll`` for its own ``LISTEN stint_jobs`` connection
+  and for a freed slot (``scheduler.workers.wakeup``), or ``poll_seconds``; reads the
+  notifications itself (no thread between a NOTIFY and its claim), claims up to the free slots
+  in one statement, enforces deadlines, polls cancellations and paused queues, and replaces pool
+  threads that were lost (``reap_lost``). The running set, deadlines, cancellation and each
+  job's one outcome are ``InFlight``'s (``scheduler.workers.inflight``), which reads the time
+  through the worker's ``clock``. The processes of one ``run_workers`` share a claim board
+  (``scheduler.workers.claim_board``): a process woken only by a NOTIFY that a sibling's claim
+  has already served does not claim.
 - flusher: collects reports for a few milliseconds and records each batch in one transaction
   (``leasing.record_batch``: a report the database refuses is split out, never retried).
 - heartbeat: extends every held lease in one statement per interval and refreshes the node.
@@ -45,6 +46,7 @@ from scheduler.workers.child import make_worker_id
 from scheduler.workers.claim_board import BoardView, NoteLog, Verdict, parse_payload, paused_key
 from scheduler.workers.inflight import Clock, InFlight
 from scheduler.workers.pool import ProcessPool, Running, ThreadPool
+from scheduler.workers.wakeup import Listener, WaitSet, Waker
 
 logger = logging.getLogger(__name__)
 
@@ -116,9 +118,12 @@ class Worker:
         self.options = options
         self._ready = ready
         self.id = worker_id or make_worker_id(os.getpid(), uuid.uuid4().hex[:6])
-        self._wake = threading.Event()
-        self._notified = threading.Event()  # a NOTIFY for our queues arrived since the last claim
-        self._notes = NoteLog()  # the NOTIFYs received (listener thread), for the claim board
+        self._wake = Waker()  # set by other threads (a slot freed, stop): ends the claim loop's wait
+        self._notified = False  # a NOTIFY for our queues arrived since the last claim (claim loop only)
+        self._notes = NoteLog()  # the NOTIFYs received, for the claim board
+        self._wanted = frozenset(options.queues or ())
+        self._listener: Listener | None = None
+        self._waitset: WaitSet | None = None
         self._board = board
         self._recheck = False  # a sibling's running claim may serve our NOTIFY: look again soon
         self._stopping = threading.Event()
@@ -151,8 +156,19 @@ class Worker:
         self.inflight = InFlight(self.pool, self._reports.put, clock=self._clock, worker_id=self.id)
         metrics.worker_slots_total.set(self.options.concurrency)
         self._register()
+        # Django's own parameters for the alias (libpq options, keepalives), named stint-worker-listen.
+        self._listener = Listener(
+            pg_connection_params(application_name=application_name_for("listen")),
+            CHANNEL,
+            on_notify=self._on_notify,
+            on_connect=self._on_listen,
+            retry_seconds=DB_RETRY_SECONDS,
+            name=f"worker {self.id}",
+        )
+        self._wake.open()
+        self._waitset = WaitSet(self._wake, self._listener)
+        self._listener.ensure()  # listening before ``ready``: a job enqueued after it is notified
         threads = [
-            threading.Thread(target=self._listen, name="stint-listen", daemon=True),
             threading.Thread(target=self._flush_loop, name="stint-flush", daemon=True),
             threading.Thread(target=self._heartbeat_loop, name="stint-heartbeat", daemon=True),
         ]
@@ -173,8 +189,10 @@ class Worker:
             self._drain()
         finally:
             self._done.set()
-            threads[1].join(timeout=30)
+            self._listener.close()
+            threads[0].join(timeout=30)
             self.pool.close()
+            self._wake.close()
             self._unregister()
             close_old_connections()
         logger.info("worker %s stopped", self.id)
@@ -191,6 +209,8 @@ class Worker:
         backlog = True
         while not self._stopping.is_set():
             self._wake.clear()
+            self._listener.ensure()  # reopen a lost LISTEN connection (at most once per DB_RETRY_SECONDS)
+            self._listener.read()  # notifications that came while the loop did not wait
             now = self._clock()
             try:
                 poll_due = now >= next_poll
@@ -199,8 +219,8 @@ class Worker:
                     next_poll = now + self.options.poll_seconds
                 self.inflight.enforce_deadlines()
                 free = self.inflight.free()
-                if free > 0 and (poll_due or backlog or self._notified.is_set()):
-                    self._notified.clear()  # before the claim: a NOTIFY during it claims again
+                if free > 0 and (poll_due or backlog or self._notified):
+                    self._notified = False  # before the claim: a NOTIFY read after it claims again
                     claimed, free = self._claim(free, cooldown=backlog, notified_only=not (poll_due or backlog))
                     backlog = free > 0 and claimed == free
                 else:
@@ -216,7 +236,7 @@ class Worker:
                 logger.info("worker %s: no job for %.0f s; stopping", self.id, self.options.idle_exit_seconds)
                 self.stop()
                 break
-            self._wake.wait(self._next_timeout(next_poll))
+            self._waitset.wait(self._next_timeout(next_poll))
 
     def _idle_too_long(self, claimed: int) -> bool:
         """True when ``idle_exit_seconds`` is set and this worker ran nothing for that long."""
@@ -229,6 +249,9 @@ class Worker:
 
     def _next_timeout(self, next_poll: float) -> float:
         timeout = self.inflight.seconds_to_next_deadline(at_most=next_poll - self._clock())
+        retry = self._listener.seconds_to_retry()
+        if retry is not None:  # LISTEN was lost: wake to reopen it
+            timeout = min(timeout, retry)
         if self._recheck:
             self._recheck = False
             timeout = min(timeout, SIBLING_RECHECK)
@@ -260,7 +283,7 @@ class Worker:
                 metrics.worker_claims_skipped_total.inc()
                 return 0, 0
             if verdict is Verdict.WAIT:
-                self._notified.set()
+                self._notified = True
                 self._recheck = True
                 return 0, 0
         self._last_claim = started = time.monotonic()
@@ -312,34 +335,24 @@ class Worker:
                 break
             self.inflight.enforce_deadlines()
             self._wake.clear()
-            self._wake.wait(min(0.05, max(0.0, deadline - self._clock())))
+            self._waitset.wait(min(0.05, max(0.0, deadline - self._clock())))
         leftovers = self.inflight.hand_back_all("worker shut down")
         if leftovers:
             logger.warning("worker %s handed back %d unfinished jobs", self.id, len(leftovers))
 
     # -- background threads ----------------------------------------------------------------
 
-    def _listen(self) -> None:
-        # Django's own parameters for the alias (libpq options, keepalives), named stint-worker-listen.
-        conninfo = pg_connection_params(application_name=application_name_for("listen"))
-        wanted = set(self.options.queues or [])
-        while not self._done.is_set():
-            try:
-                with psycopg.connect(autocommit=True, **conninfo) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    self._notes.append(None, time.monotonic_ns())  # no token: a claim follows for sure
-                    self._notified.set()  # anything enqueued while we were not listening
-                    self._wake.set()
-                    while not self._done.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            token, names = parse_payload(note.payload)
-                            if not wanted or not names or wanted.intersection(names):
-                                self._notes.append(token, time.monotonic_ns())
-                                self._notified.set()
-                                self._wake.set()
-            except psycopg.Error:
-                logger.warning("worker %s: LISTEN connection lost; polling until it is back", self.id)
-                self._done.wait(DB_RETRY_SECONDS)
+    def _on_notify(self, payload: str) -> None:
+        """A notification read by the claim loop: note it when it names one of our queues (or none)."""
+        token, names = parse_payload(payload)
+        if not self._wanted or not names or not self._wanted.isdisjoint(names):
+            self._notes.append(token, time.monotonic_ns())
+            self._notified = True
+
+    def _on_listen(self) -> None:
+        """LISTEN began: anything enqueued while nobody listened was not notified, so claim."""
+        self._notes.append(None, time.monotonic_ns())  # no token: a claim follows for sure
+        self._notified = True
 
     def _flush_loop(self) -> None:
         while True:

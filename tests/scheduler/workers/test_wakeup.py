@@ -1,0 +1,142 @@
+"""What the claim loop waits on: the waker, the LISTEN connection read without a thread, and its reopening."""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+
+from core.db_role import application_name_for
+from core.pg_connect import pg_connection_params
+from scheduler.enqueuing import enqueue
+from scheduler.models import Job
+from scheduler.notify import CHANNEL
+from scheduler.states import JobStatus
+from scheduler.workers.runner import Worker, WorkerOptions
+from scheduler.workers.wakeup import Listener, WaitSet, Waker
+
+WAIT = 20.0  # seconds any one awaited condition may take
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def readable(waker: Waker) -> bool:
+    return bool(select.select([waker.fileno()], [], [], 0)[0])
+
+
+def test_a_set_waker_is_readable_until_cleared_and_a_second_set_sends_nothing_more() -> None:
+    waker = Waker()
+    waker.open()
+    try:
+        assert not waker.is_set() and not readable(waker)
+        waker.set()
+        waker.set()
+        assert waker.is_set() and readable(waker)
+        waker.clear()
+        assert not waker.is_set() and not readable(waker)  # one clear read every byte the sets sent
+    finally:
+        waker.close()
+
+
+def test_a_waker_set_before_open_is_readable_once_open_and_set_after_close_is_harmless() -> None:
+    waker = Waker()
+    waker.set()
+    waker.open()
+    assert readable(waker)
+    waker.close()
+    waker.clear()
+    waker.set()  # a stop() that comes after the worker closed its waker
+    assert waker.is_set()
+
+
+def test_a_wait_returns_when_another_thread_sets_the_waker() -> None:
+    waker = Waker()
+    waker.open()
+    listener = Listener({}, CHANNEL, on_notify=lambda _: None, on_connect=lambda: None, retry_seconds=1, name="t")
+    waits = WaitSet(waker, listener)
+    try:
+        threading.Timer(0.05, waker.set).start()
+        started = time.monotonic()
+        waits.wait(WAIT)
+        assert time.monotonic() - started < WAIT
+        assert waker.is_set()
+    finally:
+        waker.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wait_reads_the_notifications_on_the_listen_connection_in_the_waiting_thread() -> None:
+    got: list[str] = []
+    connects: list[int] = []
+    waker = Waker()
+    waker.open()
+    listener = Listener(
+        pg_connection_params(),
+        CHANNEL,
+        on_notify=got.append,
+        on_connect=lambda: connects.append(1),
+        retry_seconds=1,
+        name="t",
+    )
+    waits = WaitSet(waker, listener)
+    try:
+        assert listener.ensure() and connects == [1]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, 'a,b')", [CHANNEL])
+        deadline = time.monotonic() + WAIT
+        while not got and time.monotonic() < deadline:
+            waits.wait(1.0)
+        assert got == ["a,b"]
+    finally:
+        listener.close()
+        waker.close()
+
+
+def listen_backends() -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()",
+            [application_name_for("listen")],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_whose_listen_connection_was_killed_listens_again_and_picks_up_a_notified_job(caplog) -> None:
+    ready = threading.Event()
+    # No poll falls due during the test: once LISTEN is back, only a NOTIFY can start the claim.
+    worker = Worker(WorkerOptions(concurrency=2, poll_seconds=3600, heartbeat_seconds=3600), ready=ready.set)
+
+    def run() -> None:
+        worker.run()
+        connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert ready.wait(WAIT)
+        (first,) = listen_backends()  # listening before ready
+        with caplog.at_level(logging.WARNING, logger="scheduler.workers.wakeup"):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [first])
+            wait_until(lambda: (pids := listen_backends()) and first not in pids)
+            time.sleep(0.1)  # the start-up claim after LISTEN began is done: the next one needs a NOTIFY
+            job = enqueue("DEMO_TASK")
+            wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)
+        assert "LISTEN connection lost" in caplog.text
+    finally:
+        worker.stop()
+        thread.join(WAIT)
+    assert not thread.is_alive()
+    assert listen_backends() == []  # closed with the worker
