@@ -153,17 +153,16 @@ def json_bytes_load(body: bytes, *, encoding: str) -> Any:
 def json_text_load(text: str) -> Any:
     """Parse ``text`` as JSON for a form field; raise ValueError with a message a person can act on.
 
-    Refuses what ``json_problem`` refuses, and text the parser itself cannot take (syntax,
-    recursion, integers past Python's digit limit). Never raises anything else.
+    Refuses what ``json_problem`` refuses, and what ``json_loads`` refuses (syntax, NaN,
+    numbers out of range, integers past Python's digit limit), and deep recursion. Never raises
+    anything else.
     """
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from exc
+        value = json_loads(text)
+    except JSONTextError as exc:
+        raise ValueError(f"Not valid JSON: {exc}.") from exc
     except RecursionError as exc:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise ValueError(f"Not usable JSON: {exc}.") from exc
     problem = json_problem(value)
     if problem:
         raise ValueError(problem)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.parsers import MAX_JSON_DEPTH, json_depth
+from core.parsers import MAX_JSON_DEPTH, json_depth, json_text_load
 from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -152,6 +152,24 @@ def test_hostile_json_is_never_a_500_nor_a_python_message(user_api, path, body):
     error = resp.json()["error"]
     text = error["message"] + str(error["details"])
     assert not [word for word in PYTHON_WORDS if word in text], text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (DIGITS, "Not valid JSON: a number has more than 4300 digits."),
+        ('{"n": -' + DIGITS + "}", "Not valid JSON: a number has more than 4300 digits."),
+        ("[1e400]", "Not valid JSON: a number is too large (over 1.8e308)."),
+        ("[NaN]", "Not valid JSON: NaN is not a JSON number."),
+        ("\ufeff{}", "Not valid JSON: the text starts with a byte order mark (line 1, column 1)."),
+        ("[1,", "Not valid JSON: expecting a value (line 1, column 4)."),
+        ("[" * 5000, f"JSON nested deeper than {MAX_JSON_DEPTH} levels."),
+    ],
+)
+def test_the_form_reader_says_what_is_wrong_without_quoting_python(text, message):
+    with pytest.raises(ValueError) as caught:
+        json_text_load(text)
+    assert str(caught.value) == message
 
 
 APPS = ("scheduler", "audit", "accounts", "pages", "stint_tasks", "config", "examples")
