@@ -22,17 +22,27 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+PRIVILEGE_FIELDS = ("role", "is_staff", "is_superuser")  # what registration refuses with PRIVILEGE_MESSAGE
+PRIVILEGE_MESSAGE = "cannot be chosen at registration; an admin grants roles."
+
+
 class RegisterSerializer(StrictSerializer):
-    """Body of POST /api/auth/register. A ``role`` key is ignored, never honoured."""
+    """Body of POST /api/auth/register. A ``role`` (or a staff flag) is refused: registration is always USER."""
 
     username = serializers.RegexField(r"^[\w.@+-]{3,150}$", max_length=150)
     password = serializers.CharField(write_only=True, max_length=128, trim_whitespace=False)
     email = serializers.EmailField(required=False, allow_blank=True, default="")
 
     def to_internal_value(self, data: Any) -> Any:
-        """Drop ``role`` (and the staff flags) before strict validation: registration is always USER."""
+        """Refuse ``role`` and the staff flags with a message that says why, before strict validation.
+
+        Any value is refused, ``"USER"`` too: a client that sends one believes it chooses, and
+        silently ignoring it (as this endpoint once did) hid that it does not.
+        """
         if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if k not in ("role", "is_staff", "is_superuser")}
+            chosen = [name for name in PRIVILEGE_FIELDS if name in data]
+            if chosen:
+                raise serializers.ValidationError({name: [PRIVILEGE_MESSAGE] for name in chosen})
         return super().to_internal_value(data)
 
     def validate_username(self, value: str) -> str:

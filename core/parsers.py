@@ -9,12 +9,18 @@ Python's json module accepts text that Stint cannot use: nesting a few KB deep (
 level: RecursionError), integers past 4,300 digits (ValueError), and ``\\ud800``-style escapes
 of a lone UTF-16 surrogate, which are valid JSON but no valid Unicode: nothing can encode them
 as UTF-8 (the payload's size, psycopg), so they used to surface as a UnicodeEncodeError (500).
+
+``json_loads`` parses for both readers and says in its own words what is wrong: the json
+module's and the codecs' messages name Python's internals (``sys.set_int_max_str_digits()``,
+``decode using utf-8-sig``, ``'ascii' codec can't decode``), which tell an API client nothing.
 """
 
 from __future__ import annotations
 
-import io
+import codecs
 import json
+import math
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,20 +83,86 @@ def json_problem(value: Any) -> str | None:
     return None
 
 
+class JSONTextError(ValueError):
+    """The text is not JSON that Stint can take; the message says why, in words for the sender."""
+
+
+# The json module's syntax messages that read badly on their own ("... at") or are Python's words.
+_SYNTAX_MESSAGES = {
+    "Expecting value": "expecting a value",
+    "Extra data": "extra data after the JSON value",
+    "Invalid control character at": "a control character in a string must be escaped",
+    "Unterminated string starting at": "unterminated string",
+    "Unexpected UTF-8 BOM (decode using utf-8-sig)": "the text starts with a byte order mark",
+}
+BOM_MESSAGE = "the body starts with a UTF-8 byte order mark; send it without one"
+
+
+def _parse_int(text: str) -> int:
+    # int() refuses more digits than this (CVE-2020-10735) with a message about sys.set_int_max_str_digits().
+    limit = sys.get_int_max_str_digits()
+    if limit and len(text) - text.startswith("-") > limit:
+        raise JSONTextError(f"a number has more than {limit} digits")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999: json.loads makes it inf, which no JSON writer or PostgreSQL takes
+        raise JSONTextError("a number is too large (over 1.8e308)")
+    return value
+
+
+def _parse_constant(name: str) -> Any:
+    raise JSONTextError(f"{name} is not a JSON number")
+
+
+def json_loads(text: str) -> Any:
+    """Parse JSON ``text`` strictly; raise JSONTextError (a ValueError) whose message a person can act on.
+
+    Strict: NaN, Infinity, numbers beyond a double's range and integers past Python's digit limit
+    (``sys.get_int_max_str_digits()``, 4,300) are refused, as are syntax errors (the message then
+    ends with the line and column). Raises RecursionError for deep nesting (the callers know
+    their limit, ``MAX_JSON_DEPTH``); never anything else.
+    """
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+    except json.JSONDecodeError as exc:
+        reason = _SYNTAX_MESSAGES.get(exc.msg, exc.msg)
+        raise JSONTextError(f"{reason} (line {exc.lineno}, column {exc.colno})") from exc
+
+
+def json_bytes_load(body: bytes, *, encoding: str) -> Any:
+    """Decode ``body`` as ``encoding`` and parse it with ``json_loads``; raise JSONTextError or RecursionError.
+
+    A byte order mark is refused by name (JSON text sent over a network has none: RFC 8259, 8.1),
+    and a byte the encoding cannot decode is named with its offset.
+    """
+    try:
+        text = body.decode(encoding)
+    except UnicodeDecodeError as exc:
+        name = codecs.lookup(encoding).name.upper()
+        raise JSONTextError(
+            f"the body is not valid {name} (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+        ) from exc
+    if text.startswith("\ufeff"):
+        raise JSONTextError(BOM_MESSAGE)
+    return json_loads(text)
+
+
 def json_text_load(text: str) -> Any:
     """Parse ``text`` as JSON for a form field; raise ValueError with a message a person can act on.
 
-    Refuses what ``json_problem`` refuses, and text the parser itself cannot take (syntax,
-    recursion, integers past Python's digit limit). Never raises anything else.
+    Refuses what ``json_problem`` refuses, and what ``json_loads`` refuses (syntax, NaN,
+    numbers out of range, integers past Python's digit limit), and deep recursion. Never raises
+    anything else.
     """
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from exc
+        value = json_loads(text)
+    except JSONTextError as exc:
+        raise ValueError(f"Not valid JSON: {exc}.") from exc
     except RecursionError as exc:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise ValueError(f"Not usable JSON: {exc}.") from exc
     problem = json_problem(value)
     if problem:
         raise ValueError(problem)
@@ -124,7 +196,8 @@ def body_too_large(declared: int | None = None) -> RequestBodyTooLarge:
 
 class SafeJSONParser(JSONParser):
     """DRF's JSON parser, bounded to ``api_body_limit()`` (413), refusing with 400 a body nested
-    deeper than ``MAX_JSON_DEPTH`` or holding a lone surrogate.
+    deeper than ``MAX_JSON_DEPTH`` or holding a lone surrogate, and parsing with ``json_bytes_load``
+    (always strict, whatever ``STRICT_JSON`` says) so that a 400's message is ours, not Python's.
 
     DRF reads the body stream itself, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE does not apply here:
     the declared Content-Length is refused up front and at most limit + 1 bytes are ever read.
@@ -145,8 +218,11 @@ class SafeJSONParser(JSONParser):
         body = stream.read(limit + 1) if stream is not None else b""
         if len(body) > limit:
             raise body_too_large()
+        encoding = (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
         try:
-            data = super().parse(io.BytesIO(body), media_type, parser_context)
+            data = json_bytes_load(body, encoding=encoding)
+        except JSONTextError as exc:
+            raise ParseError(f"JSON parse error: {exc}.") from exc
         except RecursionError as exc:
             raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
         problem = json_problem(data)

@@ -19,6 +19,7 @@ from django.db import InterfaceError, OperationalError
 # connections), 57 operator intervention (admin shutdown, crash shutdown, query canceled),
 # 58 system error (I/O error).
 TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout expired (or NOWAIT): the server is up, another session holds the lock
 
 
 def db_error_is_transient(exc: BaseException) -> bool:
@@ -33,13 +34,14 @@ def db_error_is_transient(exc: BaseException) -> bool:
     """
     if isinstance(exc, InterfaceError | psycopg.InterfaceError):
         return True
-    sqlstate = _sqlstate(exc)
+    sqlstate = db_error_sqlstate(exc)
     if sqlstate:
         return sqlstate[:2] in TRANSIENT_SQLSTATE_CLASSES
     return isinstance(exc, OperationalError | psycopg.OperationalError)
 
 
-def _sqlstate(exc: BaseException) -> str | None:
+def db_error_sqlstate(exc: BaseException) -> str | None:
+    """Return the SQLSTATE of ``exc`` (a psycopg error, or a Django one wrapping it), or None if it has none."""
     for candidate in (exc, exc.__cause__):
         sqlstate = getattr(candidate, "sqlstate", None)
         if sqlstate:

@@ -47,6 +47,7 @@ JOB_KEYS = frozenset({"type", "payload", "priority", "queue", "max_retries", "ti
 # Changing any of these recomputes next_fire_at from now (DESIGN.md: edits apply at the next tick).
 TIMING_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "enabled"})
 GAP_SAMPLE_FIRES = 200  # fires of a cron expression examined for its shortest gap (about 30 ms at worst)
+NEVER_FIRES = "This expression never fires."  # create, update and preview refuse it alike
 WRITABLE = frozenset(
     {"name", "cron", "interval_seconds", "timezone", "enabled", "misfire_policy", "overlap_policy", "job"}
 )
@@ -285,7 +286,7 @@ def _next_fire_at(schedule: CronSchedule, *, now: dt.datetime) -> dt.datetime | 
     if schedule.cron is not None:
         nxt = cron_spec(schedule.cron, schedule.timezone).next_after(now)
         if nxt is None:
-            raise _invalid("cron", "This expression never fires.")
+            raise _invalid("cron", NEVER_FIRES)
     else:  # a new interval grid starts at this whole second
         nxt = now.replace(microsecond=0) + dt.timedelta(seconds=schedule.interval_seconds)
     return nxt if schedule.enabled else None
@@ -491,7 +492,9 @@ def schedule_preview(
     """Return the ``count`` (1-100) fire times that follow ``start`` (default: now), in UTC.
 
     Exactly one of ``cron`` and ``interval_seconds``; an interval previews ``start + k *
-    interval``. Raises InvalidSchedule for a bad expression, zone, interval or count.
+    interval``. Raises InvalidSchedule for a bad expression, zone, interval or count, and for a
+    cron expression that never fires after now (February 30th), as creating it would. A list
+    cut short by year 9999 is no error.
     """
     if (cron is None) == (interval_seconds is None):
         raise InvalidSchedule(
@@ -510,4 +513,9 @@ def schedule_preview(
         raise _invalid("start", "Must carry a time zone offset.")
     zone_for(timezone)
     spec = spec_of(cron=cron, interval_seconds=interval_seconds, timezone=timezone, anchor=start)
-    return fire_times(spec, start=start, count=count)
+    times = fire_times(spec, start=start, count=count)
+    # An empty list after a start near year 9999 is a real answer; only the create rule's test
+    # (no fire after now: _next_fire_at) makes it the create's 400.
+    if not times and cron is not None and spec.next_after(db_now()) is None:
+        raise _invalid("cron", NEVER_FIRES)
+    return times

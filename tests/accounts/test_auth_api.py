@@ -27,16 +27,25 @@ def _login(api, username: str, password: str = PASSWORD):
 
 def test_register_creates_a_user_never_an_admin(api, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.Argon2PasswordHasher"]
-    resp = api.post(
-        "/api/auth/register",
-        {"username": "mallory", "password": PASSWORD, "role": "ADMIN", "is_staff": True, "is_superuser": True},
-        format="json",
-    )
+    resp = api.post("/api/auth/register", {"username": "mallory", "password": PASSWORD}, format="json")
     assert resp.status_code == 201, resp.content
     assert resp.json()["role"] == "USER"
     user = User.objects.get(username="mallory")
     assert (user.role, user.is_staff, user.is_superuser) == (Role.USER, False, False)
     assert user.password.startswith("argon2")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("role", "ADMIN"), ("role", "USER"), ("is_staff", True), ("is_superuser", True)]
+)
+def test_register_refuses_a_role_or_staff_flag_in_the_body(api, field, value):
+    resp = api.post("/api/auth/register", {"username": "mallory", "password": PASSWORD, field: value}, format="json")
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["code"] == "validation_error"
+    assert error["message"] == f"{field}: cannot be chosen at registration; an admin grants roles."
+    assert error["details"] == {field: ["cannot be chosen at registration; an admin grants roles."]}
+    assert not User.objects.filter(username="mallory").exists()
 
 
 def test_register_rejects_weak_password_and_duplicate_username(api, user):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.parsers import MAX_JSON_DEPTH, json_depth
+from core.parsers import MAX_JSON_DEPTH, json_depth, json_text_load
 from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -44,6 +44,132 @@ def test_job_payload_nested_past_the_limit_is_400_and_creates_nothing(user_api):
     assert not Job.objects.exists()
     ok = '{"type": "DEMO_TASK", "payload": {"a": ' + _nested(10) + "}}"
     assert user_api.post("/api/jobs", ok, content_type="application/json").status_code == 201
+
+
+DIGITS = "9" * 5000
+JOB = '{"type": "DEMO_TASK", "payload": %s}'
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "message"),
+    [
+        (JOB % DIGITS, None, "JSON parse error: a number has more than 4300 digits."),
+        (JOB % ("-" + DIGITS), None, "JSON parse error: a number has more than 4300 digits."),
+        (
+            f'{{"type": "DEMO_TASK", "max_retries": {DIGITS}}}',
+            None,
+            "JSON parse error: a number has more than 4300 digits.",
+        ),
+        (
+            b'\xef\xbb\xbf{"type": "DEMO_TASK"}',
+            None,
+            "JSON parse error: the body starts with a UTF-8 byte order mark; send it without one.",
+        ),
+        (
+            b"\xef\xbb\xbf",
+            None,
+            "JSON parse error: the body starts with a UTF-8 byte order mark; send it without one.",
+        ),
+        (JOB % '{"a": 1e999}', None, "JSON parse error: a number is too large (over 1.8e308)."),
+        (JOB % '{"a": -1e999}', None, "JSON parse error: a number is too large (over 1.8e308)."),
+        ('{"type": "DEMO_TASK", "priority": 1e999}', None, "JSON parse error: a number is too large (over 1.8e308)."),
+        (JOB % '{"a": NaN}', None, "JSON parse error: NaN is not a JSON number."),
+        (JOB % '{"a": -Infinity}', None, "JSON parse error: -Infinity is not a JSON number."),
+        (
+            JOB.encode() % b'{"a": "\xff"}',
+            None,
+            "JSON parse error: the body is not valid UTF-8 (byte 0xff at offset 40).",
+        ),
+        (
+            '{"type": "DEMO_TASK"}'.encode("utf-16"),
+            None,
+            "JSON parse error: the body is not valid UTF-8 (byte 0xff at offset 0).",
+        ),
+        (
+            JOB.encode() % b'{"a": "\xe9"}',
+            "application/json; charset=ascii",
+            "JSON parse error: the body is not valid ASCII (byte 0xe9 at offset 40).",
+        ),
+        (
+            JOB % '{"a": "x\x00y"}',
+            None,
+            "JSON parse error: a control character in a string must be escaped (line 1, column 42).",
+        ),
+        (JOB % '{"a": "x', None, "JSON parse error: unterminated string (line 1, column 40)."),
+        ('{"type": "DEMO_TASK"} x', None, "JSON parse error: extra data after the JSON value (line 1, column 23)."),
+        ('{"type": ', None, "JSON parse error: expecting a value (line 1, column 10)."),
+    ],
+    ids=[
+        "huge-int",
+        "huge-negative-int",
+        "huge-int-in-a-field",
+        "bom",
+        "bom-alone",
+        "huge-float",
+        "huge-negative-float",
+        "huge-float-in-a-field",
+        "nan",
+        "infinity",
+        "not-utf8",
+        "utf16",
+        "not-the-declared-charset",
+        "raw-nul",
+        "unterminated",
+        "extra-data",
+        "truncated",
+    ],
+)
+def test_bad_json_is_a_400_that_says_what_is_wrong_without_quoting_python(user_api, body, content_type, message):
+    resp = user_api.post("/api/jobs", body, content_type=content_type or "application/json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"] == {"code": "validation_error", "message": message, "details": None}
+    assert not Job.objects.exists()
+
+
+# What Python's json module and codecs say, which no API message should repeat.
+PYTHON_WORDS = ("sys.", "set_int_max_str_digits", "codec", "utf-8-sig", "char ", "ordinal", "JSON compliant", 'inf"')
+HOSTILE = [
+    JOB % DIGITS,
+    f'{{"type": "DEMO_TASK", "name": {DIGITS}}}',
+    "\ufeff" + JOB % "{}",
+    JOB % '{"a": "\\u0000"}',
+    JOB % '{"a": "x\x00"}',
+    '{"type": "DEMO_TASK", "name": "a\\u0000"}',
+    JOB % '{"a": "\\ud800"}',
+    '{"type": "\\udfff"}',
+    JOB % ("[" * 5000 + "]" * 5000),
+    JOB % "1e999",
+    '{"type": "DEMO_TASK", "priority": 1e999, "timeout_seconds": 1e999}',
+    JOB % "NaN",
+]
+
+
+@pytest.mark.parametrize("path", ["/api/jobs", "/api/schedules", "/api/schedules/preview", "/api/auth/register"])
+@pytest.mark.parametrize("body", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_json_is_never_a_500_nor_a_python_message(user_api, path, body):
+    resp = user_api.post(path, body, content_type="application/json")
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    text = error["message"] + str(error["details"])
+    assert not [word for word in PYTHON_WORDS if word in text], text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (DIGITS, "Not valid JSON: a number has more than 4300 digits."),
+        ('{"n": -' + DIGITS + "}", "Not valid JSON: a number has more than 4300 digits."),
+        ("[1e400]", "Not valid JSON: a number is too large (over 1.8e308)."),
+        ("[NaN]", "Not valid JSON: NaN is not a JSON number."),
+        ("\ufeff{}", "Not valid JSON: the text starts with a byte order mark (line 1, column 1)."),
+        ("[1,", "Not valid JSON: expecting a value (line 1, column 4)."),
+        ("[" * 5000, f"JSON nested deeper than {MAX_JSON_DEPTH} levels."),
+    ],
+)
+def test_the_form_reader_says_what_is_wrong_without_quoting_python(text, message):
+    with pytest.raises(ValueError) as caught:
+        json_text_load(text)
+    assert str(caught.value) == message
 
 
 APPS = ("scheduler", "audit", "accounts", "pages", "stint_tasks", "config", "examples")

@@ -336,6 +336,22 @@ def test_preview_stops_at_year_9999_without_an_error(user_api, cron, zone, start
     assert all(t.startswith("9999-") for t in resp.json()["fire_times"])
 
 
+@pytest.mark.parametrize("cron", ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4,6,9,11 *"])
+@pytest.mark.parametrize("start", [None, "2024-01-01T00:00:00Z"])
+def test_preview_of_an_expression_that_never_fires_is_the_400_of_create(user_api, cron, start):
+    created = user_api.post("/api/schedules", {**NIGHTLY, "cron": cron}, format="json")
+    assert created.status_code == 400, created.content
+    body = {"cron": cron, "timezone": NIGHTLY["timezone"]} | ({"start": start} if start else {})
+    resp = user_api.post("/api/schedules/preview", body, format="json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json() == created.json()
+    assert resp.json()["error"] == {
+        "code": "validation_error",
+        "message": "This expression never fires.",
+        "details": {"cron": ["This expression never fires."]},
+    }
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

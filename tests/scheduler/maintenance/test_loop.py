@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable
 
 import pytest
+from django.db import connection
 
+from core.pg_connect import pg_connect
 from scheduler.maintenance import default_services
 from scheduler.maintenance.loop import SchedulerLoop
+from scheduler.maintenance.promoter import DuePromoter
 
 # -- SchedulerLoop ---------------------------------------------------------------------------
 
@@ -60,6 +64,27 @@ def test_a_failing_service_run_is_logged_and_counts_nothing() -> None:
     assert loop._run_one(broken) == 0
     assert loop._run_one(fast) == 2
     assert (fast.runs, broken.runs) == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_timeout_is_logged_as_a_wait_for_a_lock_not_as_the_database_down(caplog) -> None:
+    """A real 55P03: another session holds stint_job ACCESS EXCLUSIVE past this session's lock_timeout."""
+    promoter = DuePromoter()
+    loop = SchedulerLoop(services=[promoter])
+    with connection.cursor() as cursor:
+        cursor.execute("SET lock_timeout = '100ms'")  # an operator's or a role's setting, not the scheduler's
+    with pg_connect(autocommit=False) as locker, caplog.at_level(logging.WARNING, logger="scheduler.maintenance.loop"):
+        locker.execute("LOCK TABLE stint_job IN ACCESS EXCLUSIVE MODE")
+        assert loop._run_one(promoter) == 0
+        locker.rollback()
+
+    [record] = [r for r in caplog.records if r.name == "scheduler.maintenance.loop"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "promoter: waiting for a lock (SQLSTATE 55P03 lock_not_available) timed out"
+        " (canceling statement due to lock timeout); retrying"
+    )
+    assert loop._run_one(promoter) == 0  # the lock is gone: the next run works
 
 
 @pytest.mark.parametrize("leading", [True, False])
