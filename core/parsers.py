@@ -136,15 +136,20 @@ def json_bytes_load(body: bytes, *, encoding: str) -> Any:
     """Decode ``body`` as ``encoding`` and parse it with ``json_loads``; raise JSONTextError or RecursionError.
 
     A byte order mark is refused by name (JSON text sent over a network has none: RFC 8259, 8.1),
-    and a byte the encoding cannot decode is named with its offset.
+    a byte the encoding cannot decode is named with its offset, and a declared charset that is
+    no text encoding (``charset=rot13``, ``base64``) is refused as such.
     """
     try:
         text = body.decode(encoding)
+    except LookupError as exc:  # Django drops unknown charsets, not codecs that are no text encoding
+        raise JSONTextError(f"the declared charset {encoding[:40]!r} is not a text encoding") from exc
     except UnicodeDecodeError as exc:
         name = codecs.lookup(encoding).name.upper()
         raise JSONTextError(
             f"the body is not valid {name} (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
         ) from exc
+    except UnicodeError as exc:  # a codec's own check (idna: an empty label)
+        raise JSONTextError(f"the body is not valid {codecs.lookup(encoding).name.upper()}") from exc
     if text.startswith("\ufeff"):
         raise JSONTextError(BOM_MESSAGE)
     return json_loads(text)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.parsers import MAX_JSON_DEPTH, json_depth, json_text_load
+from core.parsers import MAX_JSON_DEPTH, JSONTextError, json_bytes_load, json_depth, json_text_load
 from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -186,3 +186,28 @@ def test_core_imports_nothing_of_the_apps():
                 names = [node.module]
             arrows += [f"{path.name}: {n}" for n in names if n.split(".")[0] in APPS]
     assert arrows == []
+
+
+@pytest.mark.parametrize("charset", ["rot13", "base64", "bz2_codec", "hex"])
+def test_a_body_declared_in_a_charset_that_is_no_text_encoding_is_a_400_not_a_500(user_api, charset):
+    resp = user_api.post("/api/jobs", b'{"type": "DEMO_TASK"}', content_type=f"application/json; charset={charset}")
+    assert resp.status_code == 400, resp.content
+    assert (
+        resp.json()["error"]["message"] == f"JSON parse error: the declared charset {charset!r} is not a text encoding."
+    )
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("charset", ["nope", "latin-2000"])
+def test_a_body_declared_in_an_unknown_charset_is_read_as_utf8(user_api, charset):
+    # Django drops a charset that names no codec (HttpRequest.encoding stays None): UTF-8, RFC 8259's.
+    resp = user_api.post("/api/jobs", b'{"type": "DEMO_TASK"}', content_type=f"application/json; charset={charset}")
+    assert resp.status_code == 201, resp.content
+
+
+def test_a_body_that_a_codecs_own_check_refuses_is_said_to_be_not_valid_in_it(user_api):
+    with pytest.raises(JSONTextError, match="^the body is not valid IDNA$"):
+        json_bytes_load(b"xn--", encoding="idna")  # UnicodeError, not UnicodeDecodeError
+    resp = user_api.post("/api/jobs", b"xn--", content_type="application/json; charset=idna")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["message"] == "JSON parse error: the body is not valid IDNA."
