@@ -117,16 +117,36 @@ def _parse_constant(name: str) -> Any:
     raise JSONTextError(f"{name} is not a JSON number")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # RFC 8259, 4: names within an object SHOULD be unique, and what a receiver makes of a repeated
+    # one is "unpredictable" (Python's json keeps the last, silently): refuse it instead.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise JSONTextError(f"the key {key[:40]!r} appears twice in one object")
+            seen.add(key)
+    return value
+
+
 def json_loads(text: str) -> Any:
     """Parse JSON ``text`` strictly; raise JSONTextError (a ValueError) whose message a person can act on.
 
-    Strict: NaN, Infinity, numbers beyond a double's range and integers past Python's digit limit
-    (``sys.get_int_max_str_digits()``, 4,300) are refused, as are syntax errors (the message then
+    Strict: NaN, Infinity, numbers beyond a double's range, integers past Python's digit limit
+    (``sys.get_int_max_str_digits()``, 4,300) and a key named twice in one object (RFC 8259, 4:
+    its meaning is "unpredictable") are refused, as are syntax errors (the message then
     ends with the line and column). Raises RecursionError for deep nesting (the callers know
     their limit, ``MAX_JSON_DEPTH``); never anything else.
     """
     try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+        return json.loads(
+            text,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+            object_pairs_hook=_object,
+        )
     except json.JSONDecodeError as exc:
         reason = _SYNTAX_MESSAGES.get(exc.msg, exc.msg)
         raise JSONTextError(f"{reason} (line {exc.lineno}, column {exc.colno})") from exc

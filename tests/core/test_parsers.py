@@ -211,3 +211,26 @@ def test_a_body_that_a_codecs_own_check_refuses_is_said_to_be_not_valid_in_it(us
     resp = user_api.post("/api/jobs", b"xn--", content_type="application/json; charset=idna")
     assert resp.status_code == 400, resp.content
     assert resp.json()["error"]["message"] == "JSON parse error: the body is not valid IDNA."
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"type": "DEMO_TASK", "type": "FAILING"}',
+        '{"type": "DEMO_TASK", "payload": {"a": 1, "a": 2}}',
+        '{"type": "DEMO_TASK", "payload": [{"x": {"k": 1, "k": 1}}]}',
+    ],
+)
+def test_a_body_that_names_a_key_twice_in_one_object_is_a_400_that_names_the_key(user_api, body):
+    # RFC 8259, 4: with duplicate names "the behavior of software that receives such an object is
+    # unpredictable"; Python's json keeps the last silently, so a FAILING job came of the first body.
+    resp = user_api.post("/api/jobs", body, content_type="application/json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["message"].startswith("JSON parse error: the key ")
+    assert "appears twice in one object" in resp.json()["error"]["message"]
+    assert not Job.objects.exists()
+
+
+def test_the_form_reader_refuses_a_key_named_twice_too():
+    with pytest.raises(ValueError, match="Not valid JSON: the key 'a' appears twice in one object"):
+        json_text_load('{"a": 1, "a": 2}')
