@@ -55,7 +55,7 @@ from psycopg.types.json import Jsonb
 from audit.models import QuarantineReason
 from audit.quarantine import QuarantineEntry, quarantine_store
 from scheduler import metrics
-from scheduler.dberrors import db_error_is_transient
+from scheduler.dberrors import db_error_is_transient, db_error_summary
 from scheduler.kafka import client_config, event_stream_conf, topic_exists
 from scheduler.retry import backoff
 
@@ -524,9 +524,7 @@ class AuditConsumer:
                     raise  # audit_batch_store and _quarantine handle the data's errors themselves
                 failures += 1
                 delay = backoff(failures, base=self.retry_base_seconds, cap=RETRY_MAX_SECONDS)
-                logger.warning(
-                    "audit consumer: database unavailable (%s); retrying the batch in hand in %.1f s", exc, delay
-                )
+                logger.warning("audit consumer: %s; retrying the batch in hand in %.1f s", db_error_summary(exc), delay)
                 connection.close()  # reconnect for the next attempt
                 if self.stop_event.wait(delay):
                     logger.info("audit consumer: stopping with a batch not stored; it will be delivered again")

@@ -47,3 +47,23 @@ def db_error_sqlstate(exc: BaseException) -> str | None:
         if sqlstate:
             return str(sqlstate)
     return None
+
+
+QUERY_CANCELED = "57014"  # statement_timeout expired, or a cancel request (pg_cancel_backend)
+_SUMMARIES = {
+    LOCK_NOT_AVAILABLE: "waiting for a lock timed out (SQLSTATE 55P03 lock_not_available: {})",
+    QUERY_CANCELED: "a statement was cancelled (SQLSTATE 57014 query_canceled: {})",
+}
+
+
+def db_error_summary(exc: BaseException) -> str:
+    """Return one line for a log that says what an ``OperationalError`` / ``InterfaceError`` means.
+
+    A lock timeout (55P03) and a cancelled statement (57014) come from a server that is up (a
+    session holding a lock, a role's ``statement_timeout``): they are named as such, with the
+    server's message. Anything else reads "database unavailable (<first line of the error>)".
+    SQLSTATEs: PostgreSQL manual, Appendix A.
+    """
+    first_line = str(exc).strip().partition("\n")[0]  # without the statement excerpt psycopg appends
+    template = _SUMMARIES.get(db_error_sqlstate(exc) or "")
+    return template.format(first_line) if template else f"database unavailable ({first_line})"

@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from core.db_role import application_name_for
 from core.pg_connect import pg_connection_params
+from scheduler.dberrors import db_error_summary
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ class Leadership:
                 logger.debug("leadership %s: Redis unreachable, trying the advisory lock", self.role)
                 self._acquire_postgres(started, continuing=False)
             except DatabaseError as exc:
-                logger.warning("leadership %s: database unavailable (%s), not leading", self.role, exc)
+                logger.warning("leadership %s: %s; not leading", self.role, db_error_summary(exc))
                 if not connection.in_atomic_block:
                     connection.close()  # a broken connection is replaced at the next query
         return self.is_leader

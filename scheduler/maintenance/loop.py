@@ -16,7 +16,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 from scheduler import metrics
-from scheduler.dberrors import LOCK_NOT_AVAILABLE, db_error_sqlstate
+from scheduler.dberrors import db_error_summary
 from scheduler.maintenance import Service
 
 logger = logging.getLogger(__name__)
@@ -135,15 +135,8 @@ class SchedulerLoop:
         try:
             return service.run_once()
         except (OperationalError, InterfaceError) as exc:
-            # psycopg makes a lock timeout an OperationalError too, yet the server is up: say what it is.
-            if db_error_sqlstate(exc) == LOCK_NOT_AVAILABLE:
-                logger.warning(
-                    "%s: waiting for a lock (SQLSTATE 55P03 lock_not_available) timed out (%s); retrying",
-                    service.name,
-                    str(exc).partition("\n")[0],  # the server's message without its statement excerpt
-                )
-            else:
-                logger.warning("%s: database unavailable (%s); retrying", service.name, exc)
+            # psycopg makes a lock or statement timeout an OperationalError too: the summary says which.
+            logger.warning("%s: %s; retrying", service.name, db_error_summary(exc))
             connection.close()
         except DatabaseError:
             logger.exception("%s failed", service.name)

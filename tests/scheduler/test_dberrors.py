@@ -7,7 +7,7 @@ import pytest
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 
 from core.pg_connect import pg_connect
-from scheduler.dberrors import db_error_is_transient
+from scheduler.dberrors import db_error_is_transient, db_error_summary
 
 
 def error_of(sql: str) -> BaseException:
@@ -68,3 +68,36 @@ def test_deadlocks_shutdowns_and_closed_connections_are_transient_other_exceptio
     assert not db_error_is_transient(psycopg.errors.ProgramLimitExceeded())  # an index row too large: the data's
     assert not db_error_is_transient(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"))
     assert not db_error_is_transient(ValueError("not a database error"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_summary_names_a_lock_timeout_and_a_statement_timeout_not_the_database_down():
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = '50ms'")
+    timed_out = error_of("SELECT pg_sleep(2)")
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = 0; SET lock_timeout = '50ms'")
+    with pg_connect(autocommit=False) as locker:
+        locker.execute("LOCK TABLE stint_job IN ACCESS EXCLUSIVE MODE")
+        lock_wait = error_of("SELECT count(*) FROM stint_job")
+        locker.rollback()
+    connection.close()  # the session's timeouts go with it
+
+    assert db_error_summary(timed_out) == (
+        "a statement was cancelled (SQLSTATE 57014 query_canceled: canceling statement due to statement timeout)"
+    )
+    assert db_error_summary(lock_wait) == (
+        "waiting for a lock timed out (SQLSTATE 55P03 lock_not_available: canceling statement due to lock timeout)"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_summary_of_a_lost_connection_says_the_database_is_unavailable():
+    connection.ensure_connection()
+    with pg_connect() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+    lost = error_of("SELECT 1")
+    connection.close()
+
+    assert db_error_summary(lost).startswith("database unavailable (")
+    assert "\n" not in db_error_summary(lost)

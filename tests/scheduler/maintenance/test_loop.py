@@ -81,8 +81,8 @@ def test_a_lock_timeout_is_logged_as_a_wait_for_a_lock_not_as_the_database_down(
     [record] = [r for r in caplog.records if r.name == "scheduler.maintenance.loop"]
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (
-        "promoter: waiting for a lock (SQLSTATE 55P03 lock_not_available) timed out"
-        " (canceling statement due to lock timeout); retrying"
+        "promoter: waiting for a lock timed out (SQLSTATE 55P03 lock_not_available:"
+        " canceling statement due to lock timeout); retrying"
     )
     assert loop._run_one(promoter) == 0  # the lock is gone: the next run works
 
