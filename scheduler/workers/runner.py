@@ -162,12 +162,13 @@ class Worker:
             CHANNEL,
             on_notify=self._on_notify,
             on_connect=self._on_listen,
+            wake=self._wake.set,
             retry_seconds=DB_RETRY_SECONDS,
             name=f"worker {self.id}",
         )
         self._wake.open()
         self._waitset = WaitSet(self._wake, self._listener)
-        self._listener.ensure()  # listening before ``ready``: a job enqueued after it is notified
+        self._listener.ensure()  # starts opening it; the claim loop adopts it (and claims) when it is open
         threads = [
             threading.Thread(target=self._flush_loop, name="stint-flush", daemon=True),
             threading.Thread(target=self._heartbeat_loop, name="stint-heartbeat", daemon=True),
@@ -189,7 +190,7 @@ class Worker:
             self._drain()
         finally:
             self._done.set()
-            self._listener.close()
+            self._listener.shut()
             threads[0].join(timeout=30)
             self.pool.close()
             self._wake.close()
@@ -207,9 +208,11 @@ class Worker:
         # queue may hold more (``backlog``). At a low rate this halves the claim transactions:
         # the claim after each job's completion would find nothing.
         backlog = True
-        while not self._stopping.is_set():
+        while True:
             self._wake.clear()
-            self._listener.ensure()  # reopen a lost LISTEN connection (at most once per DB_RETRY_SECONDS)
+            if self._stopping.is_set():  # after the clear: a stop() that came before it is seen here
+                break
+            self._listener.ensure()  # adopt a (re)opened LISTEN connection, or start reopening a lost one
             self._listener.read()  # notifications that came while the loop did not wait
             now = self._clock()
             try:
@@ -250,7 +253,7 @@ class Worker:
     def _next_timeout(self, next_poll: float) -> float:
         timeout = self.inflight.seconds_to_next_deadline(at_most=next_poll - self._clock())
         retry = self._listener.seconds_to_retry()
-        if retry is not None:  # LISTEN was lost: wake to reopen it
+        if retry is not None:  # not listening: wake to reopen the connection or adopt it
             timeout = min(timeout, retry)
         if self._recheck:
             self._recheck = False
@@ -331,10 +334,10 @@ class Worker:
     def _drain(self) -> None:
         deadline = self._clock() + self.options.grace_seconds
         while not self._force.is_set():
+            self._wake.clear()  # before the look: a job that finishes after it sets the waker again
             if not self.inflight.pending() or self._clock() >= deadline:
                 break
             self.inflight.enforce_deadlines()
-            self._wake.clear()
             self._waitset.wait(min(0.05, max(0.0, deadline - self._clock())))
         leftovers = self.inflight.hand_back_all("worker shut down")
         if leftovers:

@@ -11,8 +11,9 @@ readable: a slot freed, a stop was asked for), and reads the notifications itsel
   readable while it is set.
 - ``Listener``: the LISTEN connection (psycopg, autocommit), read without blocking
   (``PQconsumeInput`` and ``PQnotifies``, libpq's asynchronous notification API:
-  https://www.postgresql.org/docs/current/libpq-notify.html). A lost connection is reopened at
-  most once per ``retry_seconds``; until then the worker polls.
+  https://www.postgresql.org/docs/current/libpq-notify.html). It is opened, and reopened when
+  lost, by a short-lived thread (a connect can block for minutes), ``retry_seconds`` after a
+  failed attempt; until it is back the worker polls.
 """
 
 from __future__ import annotations
@@ -104,12 +105,16 @@ class Waker:
 
 
 class Listener:
-    """A LISTEN connection read without blocking, reopened when lost.
+    """A LISTEN connection read without blocking by one thread, opened and reopened in the background.
 
     ``conninfo``: psycopg ``connect()`` keyword arguments; ``channel``: the channel name (an SQL
     identifier, not quoted here); ``on_notify(payload)`` is called for each notification read
     (payload: str), and ``on_connect()`` each time LISTEN begins (anything sent while nobody
-    listened was missed). Used by one thread only.
+    listened was missed), both in the thread that calls ``ensure`` and ``read``. Opening the
+    connection and sending LISTEN can block for minutes (a pooler queueing new clients, a dropped
+    SYN: psycopg's ``connect_timeout`` defaults to 130 s), so a short-lived thread does it and
+    calls ``wake()`` when it is done, either way; the owner adopts the connection at its next
+    ``ensure``. Meanwhile the owner polls.
     """
 
     def __init__(
@@ -119,58 +124,91 @@ class Listener:
         *,
         on_notify: Callable[[str], None],
         on_connect: Callable[[], None],
+        wake: Callable[[], None],
         retry_seconds: float,
         name: str,
     ) -> None:
-        """``retry_seconds``: at least this long between two connection attempts; ``name``: for the logs."""
+        """``retry_seconds``: at least this long after a failed attempt before the next; ``name``: for the logs."""
         self._conninfo = conninfo
         self._channel = channel
         self._on_notify = on_notify
         self._on_connect = on_connect
+        self._wake = wake
         self._retry_seconds = retry_seconds
         self._name = name
-        self._conn: psycopg.Connection | None = None
-        self._next_attempt = 0.0
+        self._conn: psycopg.Connection | None = None  # the owner's
         self._encoding = "utf-8"
+        self._lock = threading.Lock()  # guards the four below, shared with the connecting thread
+        self._opened: psycopg.Connection | None = None  # opened by the connecting thread, not yet adopted
+        self._connecting = False
+        self._closed = False
+        self._next_attempt = 0.0
 
     @property
     def connected(self) -> bool:
-        """True while a LISTEN connection is open."""
+        """True while a LISTEN connection is open (adopted)."""
         return self._conn is not None
 
     def seconds_to_retry(self) -> float | None:
-        """Seconds until ``ensure`` will try to reopen the lost connection (0: now); None while connected."""
+        """Seconds until ``ensure`` should run again to open or adopt a connection (0: now).
+
+        None while connected, and while an attempt is under way (it calls ``wake()`` when done).
+        """
         if self._conn is not None:
             return None
-        return max(0.0, self._next_attempt - time.monotonic())
+        with self._lock:
+            if self._opened is not None:
+                return 0.0
+            if self._connecting or self._closed:
+                return None
+            return max(0.0, self._next_attempt - time.monotonic())
 
     def fileno(self) -> int | None:
         """The connection's socket, or None while there is none."""
         return self._conn.pgconn.socket if self._conn is not None else None
 
     def ensure(self) -> bool:
-        """Open the connection and LISTEN if there is none and a retry is due; True when it changed.
+        """Adopt a connection opened in the background (True), or start opening one; never blocks or raises.
 
-        A failure is logged and retried after ``retry_seconds``; it never raises.
+        An attempt starts when none is open or under way and ``retry_seconds`` have passed since
+        the last failed one; a failure is logged by the attempt's thread.
         """
-        if self._conn is not None or time.monotonic() < self._next_attempt:
+        if self._conn is not None:
             return False
-        self._next_attempt = time.monotonic() + self._retry_seconds
-        try:
-            conn = psycopg.connect(autocommit=True, **self._conninfo)
-        except psycopg.Error as exc:
-            logger.warning("%s: cannot open the LISTEN connection (%s); polling until it is back", self._name, exc)
-            return False
-        try:
-            conn.execute(f"LISTEN {self._channel}")
-        except psycopg.Error as exc:
-            logger.warning("%s: LISTEN failed (%s); polling until it is back", self._name, exc)
-            conn.close()
+        with self._lock:
+            conn, self._opened = self._opened, None
+            if conn is None:
+                if self._connecting or self._closed or time.monotonic() < self._next_attempt:
+                    return False
+                self._connecting = True
+        if conn is None:
+            threading.Thread(target=self._open, name="stint-listen-connect", daemon=True).start()
             return False
         self._conn = conn
         self._encoding = conn.info.encoding
         self._on_connect()
         return True
+
+    def _open(self) -> None:
+        conn: psycopg.Connection | None = None
+        try:
+            conn = psycopg.connect(autocommit=True, **self._conninfo)
+            conn.execute(f"LISTEN {self._channel}")
+        except psycopg.Error as exc:
+            logger.warning("%s: cannot LISTEN (%s); polling until it is back", self._name, exc)
+            _close_quietly(conn)
+            conn = None
+        with self._lock:
+            self._connecting = False
+            closed = self._closed
+            if conn is None:
+                self._next_attempt = time.monotonic() + self._retry_seconds
+            elif not closed:
+                self._opened = conn
+        if closed:
+            _close_quietly(conn)
+        else:
+            self._wake()
 
     def read(self) -> bool:
         """Read what the server sent without blocking and pass each notification on; False when the connection was lost.
@@ -194,13 +232,25 @@ class Listener:
         return False
 
     def close(self) -> None:
-        """Close the connection, if any."""
+        """Close the connection, if any; a connection still being opened is closed when it opens."""
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass
+        _close_quietly(conn)
+
+    def shut(self) -> None:
+        """Close for good: no more attempts, and what an attempt under way opens is closed."""
+        with self._lock:
+            self._closed = True
+            opened, self._opened = self._opened, None
+        _close_quietly(opened)
+        self.close()
+
+
+def _close_quietly(conn: psycopg.Connection | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
 
 
 class WaitSet:

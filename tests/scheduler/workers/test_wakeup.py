@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from scheduler.enqueuing import enqueue
 from scheduler.models import Job
 from scheduler.notify import CHANNEL
 from scheduler.states import JobStatus
+from scheduler.workers import runner
 from scheduler.workers.runner import Worker, WorkerOptions
 from scheduler.workers.wakeup import Listener, WaitSet, Waker
 
@@ -63,7 +65,9 @@ def test_a_waker_set_before_open_is_readable_once_open_and_set_after_close_is_ha
 def test_a_wait_returns_when_another_thread_sets_the_waker() -> None:
     waker = Waker()
     waker.open()
-    listener = Listener({}, CHANNEL, on_notify=lambda _: None, on_connect=lambda: None, retry_seconds=1, name="t")
+    listener = Listener(
+        {}, CHANNEL, on_notify=lambda _: None, on_connect=lambda: None, wake=waker.set, retry_seconds=1, name="t"
+    )
     waits = WaitSet(waker, listener)
     try:
         threading.Timer(0.05, waker.set).start()
@@ -86,12 +90,15 @@ def test_a_wait_reads_the_notifications_on_the_listen_connection_in_the_waiting_
         CHANNEL,
         on_notify=got.append,
         on_connect=lambda: connects.append(1),
+        wake=waker.set,
         retry_seconds=1,
         name="t",
     )
     waits = WaitSet(waker, listener)
     try:
-        assert listener.ensure() and connects == [1]
+        assert not listener.ensure()  # a thread opens it and sets the waker, either way
+        waits.wait(WAIT)
+        assert waker.is_set() and listener.ensure() and connects == [1]
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, 'a,b')", [CHANNEL])
         deadline = time.monotonic() + WAIT
@@ -99,7 +106,7 @@ def test_a_wait_reads_the_notifications_on_the_listen_connection_in_the_waiting_
             waits.wait(1.0)
         assert got == ["a,b"]
     finally:
-        listener.close()
+        listener.shut()
         waker.close()
 
 
@@ -122,11 +129,12 @@ def test_a_worker_whose_listen_connection_was_killed_listens_again_and_picks_up_
         worker.run()
         connection.close()
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)  # a failed test leaves no thread that blocks the exit
     thread.start()
     try:
         assert ready.wait(WAIT)
-        (first,) = listen_backends()  # listening before ready
+        wait_until(lambda: len(listen_backends()) == 1)
+        (first,) = listen_backends()
         with caplog.at_level(logging.WARNING, logger="scheduler.workers.wakeup"):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_terminate_backend(%s)", [first])
@@ -140,3 +148,66 @@ def test_a_worker_whose_listen_connection_was_killed_listens_again_and_picks_up_
         thread.join(WAIT)
     assert not thread.is_alive()
     assert listen_backends() == []  # closed with the worker
+
+
+@pytest.fixture
+def unanswering_server():
+    """A TCP port that accepts connections (the kernel's backlog) and never answers: a stalled connect."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_listen_connection_that_never_opens_leaves_the_worker_polling_timing_out_and_stopping(
+    monkeypatch, unanswering_server
+) -> None:
+    # A pooler queueing new clients or a dropped SYN: the LISTEN connect hangs (here for 60 s).
+    conninfo = {"host": "127.0.0.1", "port": unanswering_server, "dbname": "x", "user": "x", "connect_timeout": 60}
+    monkeypatch.setattr(runner, "pg_connection_params", lambda **_: conninfo)
+    ready = threading.Event()
+    worker = Worker(WorkerOptions(concurrency=2, poll_seconds=0.2, heartbeat_seconds=3600), ready=ready.set)
+
+    def run() -> None:
+        worker.run()
+        connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)  # a failed test leaves no thread that blocks the exit
+    thread.start()
+    try:
+        assert ready.wait(WAIT)
+        job = enqueue("DEMO_TASK")
+        wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)  # claimed by a poll
+        hung = enqueue("DEMO_TASK", {"sleep_seconds": 30}, timeout_seconds=1)
+        wait_until(lambda: Job.objects.get(id=hung.id).attempts >= 1 and Job.objects.get(id=hung.id).last_error != "")
+        assert "timed out" in Job.objects.get(id=hung.id).last_error.lower()
+    finally:
+        worker.stop(force=True)
+        thread.join(WAIT)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_that_lands_just_before_the_claim_loop_clears_its_waker_still_ends_the_loop(monkeypatch) -> None:
+    worker = Worker(WorkerOptions(concurrency=2, poll_seconds=3600, heartbeat_seconds=3600))
+    real_clear = worker._wake.clear
+    calls = []
+
+    def clear_after_a_stop() -> None:
+        if not calls:
+            worker.stop()  # the interleaving a signal can produce: stop() between the loop's look and the clear
+        calls.append(1)
+        real_clear()
+
+    monkeypatch.setattr(worker._wake, "clear", clear_after_a_stop)
+
+    def run() -> None:
+        worker.run()
+        connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)  # a failed test leaves no thread that blocks the exit
+    thread.start()
+    thread.join(WAIT)
+    assert not thread.is_alive()
