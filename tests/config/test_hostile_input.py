@@ -8,7 +8,9 @@ hypothesis throws mixtures of them at the API and the forms.
 
 from __future__ import annotations
 
+import io
 import json
+from wsgiref.util import setup_testing_defaults
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 
 from core.parsers import has_lone_surrogate
 from scheduler.models import CronSchedule, Job
+from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
 
@@ -243,3 +246,37 @@ def test_the_console_schedule_form_takes_hostile_text_as_field_errors(console, u
         response = console.post(url, body)
         assert response.status_code == 400, (field, value, response.status_code)
     assert CronSchedule.objects.get(id=schedule.id).name == "s"
+
+
+def call_wsgi(content_type: str, authorization: str = "") -> tuple[str, bytes]:
+    from config.wsgi import application
+
+    environ: dict = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
+    setup_testing_defaults(environ)
+    body = b'{"type": "DEMO_TASK"}'
+    environ |= {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/api/jobs",
+        "CONTENT_TYPE": content_type,
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
+    }
+    statuses: list[str] = []
+    chunks = application(environ, lambda status, headers, exc_info=None: statuses.append(status))
+    return statuses[0], b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json; charset=utf_8\x00", "application/json; charset=\x00", "a\x7f"]
+)
+def test_a_control_character_in_the_content_type_is_a_400_before_django_parses_it(content_type, user):
+    # Django's request raised ValueError from codecs.lookup once the body was read (a 500 under runserver).
+    status, body = call_wsgi(content_type, authorization=bearer(user))
+    assert status == "400 Bad Request"
+    assert json.loads(body)["error"]["code"] == "validation_error"
+
+
+def test_a_plain_content_type_goes_on_to_django_through_the_guard():
+    status, body = call_wsgi("application/json")
+    assert status.startswith("401")  # Django answered: the API wants a token
+    assert json.loads(body)["error"]["code"]
