@@ -194,7 +194,7 @@ class Listener:
         try:
             conn = psycopg.connect(autocommit=True, **self._conninfo)
             conn.execute(f"LISTEN {self._channel}")
-        except psycopg.Error as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure must leave a retry due, never a stuck attempt
             logger.warning("%s: cannot LISTEN (%s); polling until it is back", self._name, exc)
             _close_quietly(conn)
             conn = None
