@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -20,19 +19,10 @@ from scheduler.states import JobStatus
 from scheduler.workers.inflight import InFlight
 from scheduler.workers.pool import ThreadPool
 from scheduler.workers.runner import Worker, WorkerOptions
+from tests.support.processes import WAIT, wait_until
 from tests.support.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WAIT = 20.0  # seconds any one awaited condition may take
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -66,12 +56,15 @@ def test_a_worker_claims_when_notified_never_merely_because_a_slot_freed(claims:
         assert ready.wait(WAIT)
         for _ in range(5):
             job = enqueue("DEMO_TASK")
-            wait_until(lambda job=job: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)
+            wait_until(lambda job=job: Job.objects.get(id=job.id).status == JobStatus.SUCCESS, what="job done")
     finally:
         worker.stop()
         thread.join(WAIT)
         # Its listener and heartbeat threads close their connections as they end.
-        wait_until(lambda: not [t for t in set(threading.enumerate()) - earlier if t.name.startswith("stint-")])
+        wait_until(
+            lambda: not [t for t in set(threading.enumerate()) - earlier if t.name.startswith("stint-")],
+            what="worker threads ended",
+        )
 
     assert sum(claims) == 5
     # At most the start-up claim and the one when LISTEN begins find nothing; each of the five

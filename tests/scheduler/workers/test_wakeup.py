@@ -7,7 +7,6 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 from django.db import connection
@@ -21,16 +20,19 @@ from scheduler.states import JobStatus
 from scheduler.workers import runner
 from scheduler.workers.runner import Worker, WorkerOptions
 from scheduler.workers.wakeup import Listener, WaitSet, Waker
+from tests.support.processes import WAIT, wait_until
 
-WAIT = 20.0  # seconds any one awaited condition may take
 
+def start_in_a_thread(worker: Worker) -> threading.Thread:
+    """Run ``worker`` in a daemon thread (a failed test leaves no thread that blocks the exit)."""
 
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
+    def run() -> None:
+        worker.run()
+        connection.close()  # the thread plays the worker process's main thread
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def readable(waker: Waker) -> bool:
@@ -124,24 +126,18 @@ def test_a_worker_whose_listen_connection_was_killed_listens_again_and_picks_up_
     ready = threading.Event()
     # No poll falls due during the test: once LISTEN is back, only a NOTIFY can start the claim.
     worker = Worker(WorkerOptions(concurrency=2, poll_seconds=3600, heartbeat_seconds=3600), ready=ready.set)
-
-    def run() -> None:
-        worker.run()
-        connection.close()
-
-    thread = threading.Thread(target=run, daemon=True)  # a failed test leaves no thread that blocks the exit
-    thread.start()
+    thread = start_in_a_thread(worker)
     try:
         assert ready.wait(WAIT)
-        wait_until(lambda: len(listen_backends()) == 1)
+        wait_until(lambda: len(listen_backends()) == 1, what="LISTEN connection open")
         (first,) = listen_backends()
         with caplog.at_level(logging.WARNING, logger="scheduler.workers.wakeup"):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_terminate_backend(%s)", [first])
-            wait_until(lambda: (pids := listen_backends()) and first not in pids)
+            wait_until(lambda: (pids := listen_backends()) and first not in pids, what="LISTEN reopened")
             time.sleep(0.1)  # the start-up claim after LISTEN began is done: the next one needs a NOTIFY
             job = enqueue("DEMO_TASK")
-            wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)
+            wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.SUCCESS, what="job done")
         assert "LISTEN connection lost" in caplog.text
     finally:
         worker.stop()
@@ -169,19 +165,16 @@ def test_a_listen_connection_that_never_opens_leaves_the_worker_polling_timing_o
     monkeypatch.setattr(runner, "pg_connection_params", lambda **_: conninfo)
     ready = threading.Event()
     worker = Worker(WorkerOptions(concurrency=2, poll_seconds=0.2, heartbeat_seconds=3600), ready=ready.set)
-
-    def run() -> None:
-        worker.run()
-        connection.close()
-
-    thread = threading.Thread(target=run, daemon=True)  # a failed test leaves no thread that blocks the exit
-    thread.start()
+    thread = start_in_a_thread(worker)
     try:
         assert ready.wait(WAIT)
         job = enqueue("DEMO_TASK")
-        wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)  # claimed by a poll
+        wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.SUCCESS, what="job done")  # by a poll
         hung = enqueue("DEMO_TASK", {"sleep_seconds": 30}, timeout_seconds=1)
-        wait_until(lambda: Job.objects.get(id=hung.id).attempts >= 1 and Job.objects.get(id=hung.id).last_error != "")
+        wait_until(
+            lambda: Job.objects.get(id=hung.id).attempts >= 1 and Job.objects.get(id=hung.id).last_error != "",
+            what="hung job timed out",
+        )
         assert "timed out" in Job.objects.get(id=hung.id).last_error.lower()
     finally:
         worker.stop(force=True)
@@ -202,12 +195,6 @@ def test_a_stop_that_lands_just_before_the_claim_loop_clears_its_waker_still_end
         real_clear()
 
     monkeypatch.setattr(worker._wake, "clear", clear_after_a_stop)
-
-    def run() -> None:
-        worker.run()
-        connection.close()
-
-    thread = threading.Thread(target=run, daemon=True)  # a failed test leaves no thread that blocks the exit
-    thread.start()
+    thread = start_in_a_thread(worker)
     thread.join(WAIT)
     assert not thread.is_alive()
