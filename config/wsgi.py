@@ -19,14 +19,11 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 _django = get_wsgi_application()
+
+from core.errors import error_body  # noqa: E402 - the API's error shape; after Django is set up
+
 _BAD_CONTENT_TYPE = json.dumps(
-    {
-        "error": {
-            "code": "validation_error",
-            "message": "The Content-Type header holds a control character.",
-            "details": None,
-        }
-    }
+    error_body(code="validation_error", message="The Content-Type header holds a control character.")
 ).encode()
 
 

@@ -1,9 +1,9 @@
-"""What a worker's claim loop waits on: its LISTEN connection and a self-pipe, in one ``select``.
+"""What a worker's claim loop waits on: its LISTEN connection and a self-pipe, in one ``poll``.
 
 The claim loop used to sleep on a ``threading.Event`` that a listener thread set when a NOTIFY
 arrived: every notified job then waited for two threads to be scheduled in turn (the listener,
 then the claim loop) before its claim was even sent, and on two busy cores that hand-off made a
-large part of the pickup lag's tail. Now the claim loop itself waits, in one ``select``, for
+large part of the pickup lag's tail. Now the claim loop itself waits, in one ``poll``, for
 the LISTEN connection's socket and for a ``Waker`` (a socket pair that other threads make
 readable: a slot freed, a stop was asked for), and reads the notifications itself.
 
@@ -143,11 +143,6 @@ class Listener:
         self._connecting = False
         self._closed = False
         self._next_attempt = 0.0
-
-    @property
-    def connected(self) -> bool:
-        """True while a LISTEN connection is open (adopted)."""
-        return self._conn is not None
 
     def seconds_to_retry(self) -> float | None:
         """Seconds until ``ensure`` should run again to open or adopt a connection (0: now).
