@@ -16,7 +16,8 @@ from scheduler.states import JobStatus
 from scheduler.workers import claim_board
 from scheduler.workers.claim_board import ClaimBoard, Note, NoteLog, State, Verdict, parse_payload, paused_key
 from scheduler.workers.runner import Worker, WorkerOptions
-from tests.scheduler.workers.test_runner import WAIT, claims, wait_until  # noqa: F401 - a fixture
+from tests.scheduler.workers.test_runner import claims  # noqa: F401 - a fixture
+from tests.support.processes import WAIT, wait_until
 
 MS = 1_000_000  # nanoseconds
 
@@ -238,14 +239,17 @@ def test_two_workers_on_one_board_run_each_job_once_with_fewer_claims_than_two_p
         claims.clear()
         for _ in range(jobs):
             job = enqueue("DEMO_TASK")
-            wait_until(lambda job=job: Job.objects.get(id=job.id).status == JobStatus.SUCCESS)
+            wait_until(lambda job=job: Job.objects.get(id=job.id).status == JobStatus.SUCCESS, what="job done")
             time.sleep(0.01)  # the other worker's look at the board, and its claim if it makes one
     finally:
         for worker in workers:
             worker.stop()
         for thread in threads:
             thread.join(WAIT)
-        wait_until(lambda: not [t for t in set(threading.enumerate()) - earlier if t.name.startswith("stint-")])
+        wait_until(
+            lambda: not [t for t in set(threading.enumerate()) - earlier if t.name.startswith("stint-")],
+            what="worker threads ended",
+        )
 
     assert sum(claims) == jobs  # every job claimed once
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
