@@ -664,6 +664,45 @@ def events500(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     }
 
 
+FLOOR_PATHS = {  # bench/pickup_floor.py's paths: what each one is
+    "redis": "Redis LPUSH→BRPOP",
+    "notify": "PostgreSQL commit→NOTIFY",
+    "claim": "NOTIFY + durable claim",
+    "claim-async": "NOTIFY + claim, synchronous_commit off",
+}
+
+
+@scenario(
+    "floor",
+    "Pickup floor (transports alone, no queue system)",
+    tuple(
+        Figure(key=f"{path}_{rate}_{q}_ms", title=f"{label} @{rate}/s {q}", unit=" ms", digits=2)
+        for path, label in FLOOR_PATHS.items()
+        for rate in (200, 500)
+        for q in ("p50", "p99")
+    ),
+    stint_only=True,
+    quick=False,
+    notes="bench/pickup_floor.py --reps 1 (one consumer process, one producer)",
+)
+def floor(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
+    """``bench/pickup_floor.py``: the least lag each transport allows, on this run's PostgreSQL and Redis.
+
+    Beside the systems' lag it shows what is left to win: a queue that leases a job durably
+    before running it cannot pick it up faster than the ``claim`` path.
+    """
+    env = {**os.environ, "DATABASE_URL": ctx.servers.url("postgres"), "REDIS_URL": ctx.servers.redis_url}
+    argv = [str(ctx.python(None)), str(ROOT / "bench" / "pickup_floor.py"), "--reps", "1"]
+    argv += ["--seconds", str(size(ctx, 10, 3))]
+    summary = json.loads(harness.run_checked(ctx, f"floor-{rep}", argv, env).strip().splitlines()[-1])["summary"]
+    return {
+        f"{path}_{rate}_{q}_ms": summary[f"{path}@{rate}"][f"{q}_ms"]
+        for path in FLOOR_PATHS
+        for rate in (200, 500)
+        for q in ("p50", "p99")
+    }
+
+
 def redacted(url: str) -> str:
     """``url`` without a password (for the results file)."""
     parts = urllib.parse.urlsplit(url)
