@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 from django.db import connection
@@ -13,6 +15,7 @@ from scheduler.maintenance import claim_index, default_services
 from scheduler.maintenance.claim_index import ClaimIndexUpkeep, pages_read_by_a_claim
 from scheduler.models import Job
 from scheduler.states import JobStatus
+from tests.support.processes import WAIT
 from tests.support.subprocess_env import database_url
 
 # VACUUM cannot run inside a transaction block: these tests commit.
@@ -33,10 +36,24 @@ def no_autovacuum_on_the_job_table():
 
 
 def finish_jobs(count: int, *, first: int = 0) -> None:
-    """Queue ``count`` jobs (``queue_jobs``), then move them on: each leaves a dead claim-index entry."""
+    """Queue ``count`` jobs (``queue_jobs``), then move them on: each leaves a dead claim-index entry.
+
+    Returns once every transaction that began before the jobs finished has ended, in any database
+    of the server: transaction ids are server-wide, so a snapshot taken while an older one runs (a
+    parallel test worker's, in its own database) has an xmin below the update, and neither that
+    snapshot nor a VACUUM meanwhile could treat the jobs' old rows as dead to everyone.
+    """
     queue_jobs(count, first=first)
     with connection.cursor() as cursor:
         cursor.execute("UPDATE stint_job SET status = 'SUCCESS', finished_at = now() WHERE status = 'QUEUED'")
+        cursor.execute("SELECT txid_current()")  # a transaction id newer than the update's
+        (after,) = cursor.fetchone()
+        deadline = time.monotonic() + WAIT
+        while True:
+            cursor.execute("SELECT txid_snapshot_xmin(txid_current_snapshot())")  # the oldest still running
+            if cursor.fetchone()[0] >= after or time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
 
 
 def vacuums() -> float:
