@@ -14,6 +14,9 @@ One ``Worker`` runs in each worker process of a ``run_workers`` supervisor
 - flusher: collects reports for a few milliseconds and records each batch in one transaction
   (``leasing.record_batch``: a report the database refuses is split out, never retried).
 - heartbeat: extends every held lease in one statement per interval and refreshes the node.
+- stint-listen-connect: short-lived; opens the LISTEN connection (at start and after it was
+  lost) so that a connect that hangs never holds up the claim loop, which adopts the connection
+  once it is open (``wakeup.Listener``) and polls meanwhile.
 No database transaction is open while a handler runs.
 """
 
@@ -305,13 +308,14 @@ class Worker:
         if board is not None:
             # Short: it took every job it saw (not so under flow limits, which leave jobs behind).
             board.claim_finished(short=len(jobs) < free and leasing.short_claim_took_all())
+        took = time.monotonic() - started
+        self.inflight.start(jobs)  # before the metrics: the handlers need not wait for them
         # Every claim, empty ones too: their time grows with the dead entries that jobs leave in
         # the claim index until a VACUUM of stint_job (README, Operations).
-        metrics.worker_claim_duration_seconds.observe(time.monotonic() - started)
+        metrics.worker_claim_duration_seconds.observe(took)
         for job in jobs:
             lag = max(0.0, (job.started_at - job.scheduled_at).total_seconds())
             metrics.child(metrics.jobs_schedule_lag_seconds, job.queue, priority_label(job.priority)).observe(lag)
-        self.inflight.start(jobs)
         return len(jobs), free
 
     def _poll_control(self) -> None:
