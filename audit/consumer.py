@@ -14,7 +14,7 @@ as ``1e400``, a NUL, a lone surrogate), goes to the quarantine table (``audit.qu
 its partition, offset, raw bytes and error, and its offset is committed like the others'. When
 a batch's insert fails for such a reason, the batch is split in halves until the refused rows
 are alone, so the good rows of the batch are stored. Only transient database errors
-(``scheduler.dberrors``: a lost connection, a shutdown, a deadlock) are retried, and they are
+(``core.dberrors``: a lost connection, a shutdown, a deadlock) are retried, and they are
 retried on the batch in hand, with backoff, until it is stored: the consumer never seeks back,
 so no offset can be committed past a message it did not store. A jump in a partition's offsets
 (messages this consumer never received) is logged and counted; the reconciler in
@@ -54,8 +54,8 @@ from psycopg.types.json import Jsonb
 
 from audit.models import QuarantineReason
 from audit.quarantine import QuarantineEntry, quarantine_store
+from core.dberrors import db_error_is_transient, db_error_summary
 from scheduler import metrics
-from scheduler.dberrors import db_error_is_transient, db_error_summary
 from scheduler.kafka import client_config, event_stream_conf, topic_exists
 from scheduler.retry import backoff
 
@@ -272,7 +272,7 @@ def audit_batch_store(*, items: Sequence[tuple[Delivered, AuditRow]]) -> tuple[i
     """Store the rows of ``items``, setting aside those PostgreSQL refuses; return (new rows, refused entries).
 
     Tries the whole batch in one transaction (``audit_events_store``). If that fails for a reason
-    that is not transient (``scheduler.dberrors.db_error_is_transient``: the data's fault, e.g.
+    that is not transient (``core.dberrors.db_error_is_transient``: the data's fault, e.g.
     ``DataError`` for ``Infinity`` in a payload, or a ``UnicodeEncodeError`` from a lone
     surrogate), the batch is split in halves, each stored in its own transaction, recursively:
     k refused rows among n cost about 2·k·log2(n) statements, and every other row is stored.

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, QueryDict
 
+from core.dberrors import db_error_summary
 from core.errors import json_or_page
 from core.parsers import has_lone_surrogate
 
@@ -60,7 +61,8 @@ class DatabaseUnavailableMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """Answer 503 for ``OperationalError``/``InterfaceError``; None (Django's handling) otherwise."""
         if isinstance(exception, OperationalError | InterfaceError):
-            logger.error("database unavailable while serving %s %s: %s", request.method, request.path, exception)
+            # "database unavailable (...)", or what a lock timeout or a cancelled statement is.
+            logger.error("%s while serving %s %s", db_error_summary(exception), request.method, request.path)
             response = _answer(request, status=503, message=UNAVAILABLE_MESSAGE)
             response["Retry-After"] = "5"
             return response

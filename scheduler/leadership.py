@@ -27,8 +27,8 @@ from django.db import DatabaseError, connection, transaction
 from redis.exceptions import RedisError
 
 from core.db_role import application_name_for
+from core.dberrors import db_error_summary
 from core.pg_connect import pg_connection_params
-from scheduler.dberrors import db_error_summary
 
 logger = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from typing import Any
 import psycopg
 from django.db import InterfaceError, OperationalError, connection, transaction
 
+from core.dberrors import db_error_is_transient
 from scheduler import lifecycle, prepared
 from scheduler.conf import conf
-from scheduler.dberrors import db_error_is_transient
 from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import Claimed
 from scheduler.registry import resolve

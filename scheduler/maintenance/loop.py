@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
+from core.dberrors import db_error_summary
 from scheduler import metrics
-from scheduler.dberrors import db_error_summary
 from scheduler.maintenance import Service
 
 logger = logging.getLogger(__name__)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import socket
 
+import psycopg
 import pytest
 from django.db import connection
+
+from tests.support.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,6 +48,25 @@ def test_a_page_while_the_database_is_down_is_a_503_that_says_so(client, databas
     response = client.post("/login/", {"username": "alice", "password": "x" * 12})
     assert response.status_code == 503
     assert "database is unavailable" in response.content.decode()
+
+
+def test_a_lock_timeout_in_a_view_is_a_503_logged_as_a_lock_timeout_not_as_the_database_down(client, caplog):
+    """A server that answers (another session holds a lock past ``lock_timeout``) is not "unavailable" in the log."""
+    with psycopg.connect(database_url()) as other:
+        other.execute("LOCK TABLE accounts_user IN ACCESS EXCLUSIVE MODE")
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '50ms'")
+        try:
+            response = client.post(
+                "/api/auth/login", {"username": "alice", "password": "x" * 12}, content_type="application/json"
+            )
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert "waiting for a lock timed out (SQLSTATE 55P03" in caplog.text
+    assert "database unavailable" not in caplog.text
 
 
 @pytest.mark.parametrize("query", ["status=%00", "a%00=1", "search=ab%00"])

@@ -6,6 +6,10 @@ down or out of resources, or the transaction lost a deadlock or serialization ra
 error (a value PostgreSQL refuses, a constraint, a statement limit) would fail again on every
 retry: the writer isolates the rows that cause it instead (DESIGN.md, "Rules that keep it correct":
 only connection errors are retried as such).
+
+``db_error_summary`` is the one line that every long-running loop (the scheduler's services,
+leader election, the audit consumer) and the web's 503 guard (``core.failsafe``) log for such an
+error: a lock timeout or a cancelled statement is named as such, not as a database that is down.
 """
 
 from __future__ import annotations

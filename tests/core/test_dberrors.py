@@ -6,8 +6,8 @@ import psycopg
 import pytest
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 
+from core.dberrors import db_error_is_transient, db_error_summary
 from core.pg_connect import pg_connect
-from scheduler.dberrors import db_error_is_transient, db_error_summary
 
 
 def error_of(sql: str) -> BaseException:
