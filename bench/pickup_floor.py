@@ -36,14 +36,16 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import probe  # noqa: E402
 from bench.event_stack import fresh_database  # noqa: E402 - after the path fix
-from bench.stats import lag_figures  # noqa: E402
+from bench.stats import lag_figures, parse_produced  # noqa: E402
 
 PATHS = ("redis", "notify", "claim", "claim-async")
 CHANNEL = "stint_bench_floor"
@@ -149,26 +151,26 @@ def measure(path: str, rate: float, seconds: float, url: str, redis_url: str) ->
 
 
 def _produce(path: str, rate: float, seconds: float, url: str, client: Any) -> dict[int, float]:
-    """Send ``rate * seconds`` jobs on ``path`` at an absolute pace, then the stop message.
+    """Send ``rate * seconds`` jobs on ``path`` on ``bench.probe``'s absolute schedule, then the stop message.
 
     Returns {seq: commit time (epoch seconds)}: when the job's LPUSH or COMMIT returned.
     """
     import psycopg
 
     conn = None if path == "redis" else psycopg.connect(url)
-    committed: dict[int, float] = {}
-    t0 = time.time() + 0.1
+
+    def send(seq: int) -> None:
+        if conn is None:
+            client.lpush(REDIS_KEY, seq)
+        else:
+            conn.execute(PRODUCE_SQL, [seq])
+            conn.commit()
+
     try:
-        for seq in range(int(rate * seconds)):
-            wait = t0 + seq / rate - time.time()
-            if wait > 0:
-                time.sleep(wait)
-            if conn is None:
-                client.lpush(REDIS_KEY, seq)
-            else:
-                conn.execute(PRODUCE_SQL, [seq])
-                conn.commit()
-            committed[seq] = time.time()
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "produced.txt"
+            probe.produce(send, out=out, rate=rate, count=int(rate * seconds))
+            committed = parse_produced(out.read_text())
         time.sleep(0.2)  # the last jobs are taken before the stop message
         if conn is None:
             client.lpush(REDIS_KEY, STOP)

@@ -670,16 +670,16 @@ FLOOR_PATHS = {  # bench/pickup_floor.py's paths: what each one is
     "claim": "NOTIFY + durable claim",
     "claim-async": "NOTIFY + claim, synchronous_commit off",
 }
+# (path, offered jobs/s, percentile) of each figure: pickup_floor.py's default rates
+FLOOR_CELLS = tuple((path, rate, q) for path in FLOOR_PATHS for rate in (200, 500) for q in ("p50", "p99"))
 
 
 @scenario(
     "floor",
     "Pickup floor (transports alone, no queue system)",
     tuple(
-        Figure(key=f"{path}_{rate}_{q}_ms", title=f"{label} @{rate}/s {q}", unit=" ms", digits=2)
-        for path, label in FLOOR_PATHS.items()
-        for rate in (200, 500)
-        for q in ("p50", "p99")
+        Figure(key=f"{path}_{rate}_{q}_ms", title=f"{FLOOR_PATHS[path]} @{rate}/s {q}", unit=" ms", digits=2)
+        for path, rate, q in FLOOR_CELLS
     ),
     stint_only=True,
     quick=False,
@@ -695,12 +695,7 @@ def floor(ctx: Ctx, system: System, rep: int) -> dict[str, Any]:
     argv = [str(ctx.python(None)), str(ROOT / "bench" / "pickup_floor.py"), "--reps", "1"]
     argv += ["--seconds", str(size(ctx, 10, 3))]
     summary = json.loads(harness.run_checked(ctx, f"floor-{rep}", argv, env).strip().splitlines()[-1])["summary"]
-    return {
-        f"{path}_{rate}_{q}_ms": summary[f"{path}@{rate}"][f"{q}_ms"]
-        for path in FLOOR_PATHS
-        for rate in (200, 500)
-        for q in ("p50", "p99")
-    }
+    return {f"{path}_{rate}_{q}_ms": summary[f"{path}@{rate}"][f"{q}_ms"] for path, rate, q in FLOOR_CELLS}
 
 
 def redacted(url: str) -> str:
