@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import socket
 
-import psycopg
 import pytest
 from django.db import connection
 
-from tests.support.subprocess_env import database_url
+from core.pg_connect import pg_connect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,7 +51,7 @@ def test_a_page_while_the_database_is_down_is_a_503_that_says_so(client, databas
 
 def test_a_lock_timeout_in_a_view_is_a_503_logged_as_a_lock_timeout_not_as_the_database_down(client, caplog):
     """A server that answers (another session holds a lock past ``lock_timeout``) is not "unavailable" in the log."""
-    with psycopg.connect(database_url()) as other:
+    with pg_connect(autocommit=False) as other:
         other.execute("LOCK TABLE accounts_user IN ACCESS EXCLUSIVE MODE")
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '50ms'")
