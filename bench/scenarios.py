@@ -126,6 +126,22 @@ def template_name(system: System) -> str:
     return "bench_tmpl_" + system.key.replace("-", "_")
 
 
+def database_name(system: System) -> str:
+    """The database a run of ``system`` works in (a fresh copy of ``template_name`` per run)."""
+    return "bench_" + system.key.replace("-", "_")
+
+
+def clean_up(ctx: Ctx, system: System) -> None:
+    """Drop the database of ``system``'s last run, once its figures are taken.
+
+    A run leaves tables full of dead rows; left in place, autovacuum may clean them up during
+    the next system's measurement, on the same two cores (docs/benchmarks.md). ``DROP DATABASE
+    ... WITH (FORCE)`` ends such an autovacuum and any backend the run left over.
+    """
+    if system.uses_postgres:
+        harness.drop(ctx, database_name(system))
+
+
 def prepare(ctx: Ctx, system: System) -> None:
     """Install the system's schema into its template database (once per `make bench`)."""
     if not system.uses_postgres:
@@ -142,7 +158,7 @@ def prepare(ctx: Ctx, system: System) -> None:
 def fresh(ctx: Ctx, system: System, scenario_name: str, rep: int, *, env: dict[str, str] | None = None) -> Run:
     """A fresh copy of the system's template database, its environment and an empty probe directory."""
     name = f"{scenario_name}-{system.key}-{rep}"
-    database = "bench_" + system.key.replace("-", "_")
+    database = database_name(system)
     url = harness.recreate(ctx, database, template=template_name(system)) if system.uses_postgres else ""
     probe_dir = ctx.run_dir / "probe" / name
     full_env = {**os.environ, **system.env(ctx, url), **harness.probe_env(probe_dir), **(env or {})}

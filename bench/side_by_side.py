@@ -58,6 +58,18 @@ def _names(known: dict[str, Any]) -> Any:
     return parse
 
 
+def rotation(chosen: list[Any], rep: int) -> list[Any]:
+    """The systems in the order repetition ``rep`` (1-based) runs them: rotated by ``rep - 1``.
+
+    Each system runs right after a different one in each repetition, so none always follows the
+    same neighbour (whose leftovers, a warm or a cold cache, would land on it every time).
+    """
+    if not chosen:
+        return []
+    shift = (rep - 1) % len(chosen)
+    return chosen[shift:] + chosen[:shift]
+
+
 def _has_processes_flag() -> bool:
     """Whether this checkout's ``run_workers`` is a supervisor with ``--processes``."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
@@ -110,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             scenarios.prepare(ctx, system)
         for rep in range(1, reps + 1):
             for sc in wanted:
-                for system in chosen:
+                for system in rotation(chosen, rep):
                     if not sc.applies(system):
                         continue
                     ctx.say(f"rep {rep}/{reps} {sc.name}: {system.label} ...")
@@ -124,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
                         with open(ctx.logfile("errors"), "a") as log:
                             log.write(f"== rep {rep} {sc.name} {system.key}\n{traceback.format_exc()}\n")
                         figures = {"error": str(exc)}
+                    finally:
+                        try:
+                            scenarios.clean_up(ctx, system)
+                        except Exception as exc:  # the next run recreates it anyway
+                            ctx.say(f"  could not drop {system.key}'s database: {exc}")
                     figures["seconds"] = round(time.monotonic() - started, 1)
                     results[sc.name].setdefault(system.key, []).append(figures)
                     shown = {f.key: figures.get(f.key) for f in sc.figures if figures.get(f.key) is not None}

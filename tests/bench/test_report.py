@@ -61,3 +61,17 @@ def test_stint_only_figures_get_their_own_table():
     text = side_by_side.render(_document({"verdicts": []}, stint_relay=relay))
     assert "Stint only:" in text
     assert any("audit trail behind at drain end" in line and "12.50 s" in line for line in text.splitlines())
+
+
+def test_each_repetition_rotates_the_order_of_the_systems() -> None:
+    systems = ["pgqueuer", "celery", "stint"]
+
+    orders = [side_by_side.rotation(systems, rep) for rep in (1, 2, 3, 4)]
+
+    assert orders == [
+        ["pgqueuer", "celery", "stint"],
+        ["celery", "stint", "pgqueuer"],
+        ["stint", "pgqueuer", "celery"],
+        ["pgqueuer", "celery", "stint"],
+    ]
+    assert side_by_side.rotation([], 2) == []
