@@ -101,6 +101,7 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
             try:
                 close_old_connections()
                 _close_open_transactions(job)
+                _reset_sessions()
             except Exception:  # closing a broken connection failed: the report must still be returned
                 logger.exception("job %s: closing its thread's database connection failed", job.id)
 
@@ -124,6 +125,32 @@ def _close_open_transactions(job: Claimed) -> None:
             extra={"job_id": str(job.id), "attempt": job.attempt},
         )
         conn.close()
+
+
+# What a handler may have changed in its thread's session, put back before the thread's next job
+# (which reuses the connection for up to CONN_MAX_AGE): SET parameters (statement_timeout,
+# search_path, default_transaction_read_only, role...), advisory locks, LISTENs. The startup
+# options (keepalives, idle_in_transaction_session_timeout) are the session's defaults, so
+# RESET ALL keeps them. One round trip, only in a thread that has a connection. PostgreSQL docs:
+# RESET, "Advisory Lock Functions", UNLISTEN.
+_RESET_SESSION = "RESET ALL; SELECT pg_advisory_unlock_all(); UNLISTEN *"
+
+
+def _reset_sessions() -> None:
+    """Reset the session of each idle connection of this thread (``_RESET_SESSION``), then Django's time zone.
+
+    A session setting or an advisory lock a handler left behind would otherwise apply to the
+    next jobs that the thread runs (seen: ``SET statement_timeout = 1`` cancelling the next job's
+    every query). Connections inside a transaction were closed by ``_close_open_transactions``;
+    one in an ``atomic`` block belongs to the caller (a test's transaction) and is left alone.
+    Raises the database's error when the reset fails (the caller logs it).
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or conn.in_atomic_block:
+            continue
+        with conn.cursor() as cursor:
+            cursor.execute(_RESET_SESSION)
+        conn.init_connection_state()  # RESET ALL also reset the time zone (and role) Django set
 
 
 def _describe(exc: BaseException) -> str:

@@ -69,6 +69,9 @@ DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreach
 # child process, so that pool keeps 5.
 DEFAULT_THREAD_SLOTS = 50
 DEFAULT_PROCESS_SLOTS = 5
+# Bound once at import: a handler that replaces ``time.sleep`` (a test double left behind, a
+# hostile one) must not break the worker's own waits.
+_sleep = time.sleep
 _DB_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
 
 
@@ -143,6 +146,7 @@ class Worker:
         self._pool_cls = pool_cls
         self.pool: ThreadPool | ProcessPool | None = None
         self.inflight: InFlight | None = None
+        self._threads: list[threading.Thread] = []  # the flusher and the heartbeat
 
     # -- control ---------------------------------------------------------------------------
 
@@ -172,12 +176,7 @@ class Worker:
         self._wake.open()
         self._waitset = WaitSet(self._wake, self._listener)
         self._listener.ensure()  # starts opening it; the claim loop adopts it (and claims) when it is open
-        threads = [
-            threading.Thread(target=self._flush_loop, name="stint-flush", daemon=True),
-            threading.Thread(target=self._heartbeat_loop, name="stint-heartbeat", daemon=True),
-        ]
-        for thread in threads:
-            thread.start()
+        self._threads = [self._start_thread("flush"), self._start_thread("heartbeat")]
         logger.info(
             "worker %s started: %d %s slots, queues %s%s",
             self.id,
@@ -194,7 +193,7 @@ class Worker:
         finally:
             self._done.set()
             self._listener.shut()
-            threads[0].join(timeout=30)
+            self._threads[0].join(timeout=30)  # the flusher records the last outcomes
             self.pool.close()
             self._wake.close()
             self._unregister()
@@ -278,7 +277,7 @@ class Worker:
         """
         wait = self._last_claim + CLAIM_COOLDOWN - time.monotonic() if cooldown else 0.0
         if wait > 0:
-            time.sleep(wait)
+            _sleep(wait)
             free = self.inflight.free()
         board = self._board
         if board is not None:
@@ -318,10 +317,32 @@ class Worker:
             metrics.child(metrics.jobs_schedule_lag_seconds, job.queue, priority_label(job.priority)).observe(lag)
         return len(jobs), free
 
+    def _start_thread(self, role: str) -> threading.Thread:
+        target = self._flush_loop if role == "flush" else self._heartbeat_loop
+        thread = threading.Thread(target=target, name=f"stint-{role}", daemon=True)
+        thread.start()
+        return thread
+
+    def _revive_threads(self) -> None:
+        """Start the flusher or the heartbeat again if it died; each poll.
+
+        They catch the errors they expect, but a handler shares their interpreter and may break
+        what they call (seen: one replaced ``time.sleep`` with a function that raises). A dead
+        flusher would leave every later outcome unrecorded, a dead heartbeat every lease to expire
+        under a running handler.
+        """
+        for index, thread in enumerate(self._threads):
+            if thread.is_alive() or self._done.is_set():
+                continue
+            role = thread.name.removeprefix("stint-")
+            logger.error("worker %s: its %s thread died; starting it again", self.id, role)
+            self._threads[index] = self._start_thread(role)
+
     def _poll_control(self) -> None:
         from scheduler.models import Queue
 
         self.inflight.reap_lost()
+        self._revive_threads()
         self._paused = list(Queue.objects.filter(paused=True).values_list("name", flat=True))
         self._paused_key = paused_key(self._paused)
         ids = [e.job.id for e in self.inflight.pending()]
@@ -372,7 +393,7 @@ class Worker:
                 continue
             # Gather for FLUSH_WINDOW, then take what came: a blocking get per report would wake
             # this thread once per job (a context switch and a GIL hand-off each).
-            time.sleep(FLUSH_WINDOW)
+            _sleep(FLUSH_WINDOW)
             batch = [first]
             while len(batch) < FLUSH_MAX:
                 try:
@@ -391,7 +412,7 @@ class Worker:
                 connection.close()
                 if self._force.is_set() and self._done.is_set():
                     return  # the leases expire and the rescuer takes over
-                time.sleep(DB_RETRY_SECONDS)
+                _sleep(DB_RETRY_SECONDS)
             except Exception:  # a bug of ours: the flusher must go on with the next batch
                 logger.exception("worker %s: could not record %d outcomes; left to lease rescue", self.id, len(batch))
                 metrics.worker_outcomes_unrecorded_total.inc(len(batch))

@@ -277,9 +277,9 @@ class Supervisor:
         stopped_cleanly = code == 0 and (child.told or child.slot == ISOLATION)
         if child.killed:
             error, isolate = "worker process killed by its supervisor: it outlived the shutdown grace period", False
-        elif code == 0:
-            error, isolate = "worker process exited (exit code 0) while running this job", False
-        else:
+        elif stopped_cleanly:  # told to stop (or an idle isolation slot): it handed its jobs back
+            error, isolate = "worker process exited (exit code 0) while running this job", True
+        else:  # exit code 0 included: a handler's os._exit(0) kills its neighbours as surely as a crash
             error, isolate = died_while_running(code), True
         if not stopped_cleanly:
             metrics.worker_processes_died_total.inc()

@@ -93,7 +93,9 @@ def crash_times(job: Job) -> dict[int, dt.datetime]:
         return dict(cursor.fetchall())
 
 
-@pytest.mark.parametrize(("how", "death"), [("exit", "exit code 1"), ("segv", "signal 11: SIGSEGV")])
+@pytest.mark.parametrize(
+    ("how", "death"), [("exit", "exit code 1"), ("exit0", "exit code 0"), ("segv", "signal 11: SIGSEGV")]
+)
 def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succeed(
     hostile: Processes, how: str, death: str
 ) -> None:

@@ -57,6 +57,29 @@ def _queries(payload: Any, ctx: JobContext) -> int:
     return one
 
 
+@handler("TEST_EXECUTE_SPOILS_ITS_SESSION")
+def _spoils_its_session(payload: Any, ctx: JobContext) -> None:
+    """Change the session that the thread's next jobs will share: settings, an advisory lock, a LISTEN."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(4242)")
+        cursor.execute("LISTEN test_execute_spoiled")
+        cursor.execute("SET search_path = nowhere")
+        cursor.execute("SET TIME ZONE 'Pacific/Kiritimati'")
+        cursor.execute("SET statement_timeout = 1")
+
+
+@handler("TEST_EXECUTE_SESSION_STATE")
+def _session_state(payload: Any, ctx: JobContext) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('statement_timeout'), current_setting('search_path'), current_setting('TimeZone'),"
+            " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),"
+            " (SELECT count(*) FROM pg_listening_channels())"
+        )
+        timeout, path, zone, advisory, listening = cursor.fetchone()
+    return {"timeout": timeout, "path": path, "zone": zone, "advisory": advisory, "listening": listening}
+
+
 def _nested(levels: int) -> list:
     value: list = []
     for _ in range(levels):
@@ -131,6 +154,18 @@ def test_a_transaction_a_handler_left_open_is_rolled_back_before_the_threads_nex
     assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2
     assert reports[1].result == "IDLE table=False"  # not inside the first job's transaction, which is gone
     assert "left a database transaction open (INTRANS)" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_a_handler_set_in_its_session_is_reset_before_the_threads_next_job() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('statement_timeout'), current_setting('search_path')")
+        timeout, path = cursor.fetchone()
+
+    reports = in_a_new_thread("TEST_EXECUTE_SPOILS_ITS_SESSION", "TEST_EXECUTE_SESSION_STATE")
+
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2, reports[1].error
+    assert reports[1].result == {"timeout": timeout, "path": path, "zone": "UTC", "advisory": 0, "listening": 0}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -134,3 +134,25 @@ def test_a_refused_single_statement_batch_in_autocommit_still_records_the_others
     )
     assert done.final == {good.id: JobStatus.SUCCESS, bad.id: JobStatus.FAILED}
     assert Attempt.objects.filter(job_id__in=[good.id, bad.id]).count() == 2
+
+
+def test_a_dead_flusher_or_heartbeat_thread_is_started_again_at_the_next_poll(caplog) -> None:
+    """A handler shares the worker's interpreter and may break what these threads call; they must come back."""
+    worker = Worker(WorkerOptions(concurrency=1, heartbeat_seconds=3600))
+    dead = [threading.Thread(target=lambda: None, name=f"stint-{role}") for role in ("flush", "heartbeat")]
+    for thread in dead:
+        thread.start()
+        thread.join()
+    worker._threads = list(dead)
+    try:
+        worker._revive_threads()
+
+        assert [t.name for t in worker._threads] == ["stint-flush", "stint-heartbeat"]
+        assert all(t.is_alive() and t not in dead for t in worker._threads)
+        assert "its flush thread died; starting it again" in caplog.text
+        assert "its heartbeat thread died; starting it again" in caplog.text
+    finally:
+        worker._done.set()  # both loops end on it
+        for thread in worker._threads:
+            thread.join(WAIT)
+    assert not any(t.is_alive() for t in worker._threads)

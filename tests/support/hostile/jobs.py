@@ -47,7 +47,7 @@ def nul_result(payload: Any, ctx: JobContext) -> dict[str, str]:
 
 @handler("HOSTILE_CRASH")
 def crash(payload: dict[str, Any], ctx: JobContext) -> None:
-    """Kill the whole process: ``how`` "exit" (``os._exit(1)``) or "segv" (SIGSEGV).
+    """Kill the whole process: ``how`` "exit" (``os._exit(1)``), "exit0" (``os._exit(0)``) or "segv" (SIGSEGV).
 
     On its first attempt it first waits (at most ``WAIT_LIMIT``) until ``neighbours`` other
     jobs are RUNNING, so that they share its process when it dies. Just before dying it writes
@@ -67,7 +67,7 @@ def crash(payload: dict[str, Any], ctx: JobContext) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file in the working directory
         os.kill(os.getpid(), signal.SIGSEGV)
         time.sleep(10)  # the signal is delivered at once; never reached
-    os._exit(1)
+    os._exit(0 if payload.get("how") == "exit0" else 1)
 
 
 def _running_besides(job_id: Any) -> int:
