@@ -14,6 +14,7 @@ its job reported CRASHED, with how the process died.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -251,7 +252,7 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
 
     set_process_role("worker-child")
 
-    conn.send("ready")
+    conn.send_bytes(READY_MESSAGE)
     flag = threading.Event()
     try:
         while True:
@@ -261,12 +262,45 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
                 return
             if job is None:
                 return
-            report = run_handler(job, flag)
-            conn.send((report.outcome.value, report.result, report.error, report.traceback))
+            conn.send_bytes(encode_report(run_handler(job, flag)))
     finally:
         from scheduler import tracing
 
         tracing.shutdown()  # export this child's last spans: multiprocessing skips atexit handlers
+
+
+# A child's messages to its worker are JSON text, never pickles: unpickling runs whatever code the
+# data names (``__reduce__``), and a handler's result (a str subclass, say) would then run in the
+# worker process itself, beside every other job, or hang its only reader thread.
+READY_MESSAGE = b'"ready"'
+
+
+def encode_report(report: Report) -> bytes:
+    """A child's report as JSON bytes: ``[outcome value, result, error, traceback]`` (plain JSON values).
+
+    ``run_handler`` has checked that the result is JSON; a hostile one that encodes differently
+    the second time, or not at all, is reported PERMANENT here instead.
+    """
+    try:
+        return json.dumps([report.outcome.value, report.result, report.error, report.traceback]).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        return json.dumps([Outcome.PERMANENT.value, None, f"result is not JSON: {exc}", None]).encode()
+
+
+def decode_message(data: bytes) -> str | tuple[Outcome, Any, str | None, str | None]:
+    """Read a child's message: "ready", or (outcome, result, error, traceback).
+
+    Raises ValueError for anything else (then the child is not to be trusted: it is killed).
+    """
+    message = json.loads(data)
+    if message == "ready":
+        return message
+    if not isinstance(message, list) or len(message) != 4:
+        raise ValueError("not a report")
+    outcome, result, error, tb = message
+    if not (error is None or isinstance(error, str)) or not (tb is None or isinstance(tb, str)):
+        raise ValueError("not a report")
+    return Outcome(outcome), result, error, tb
 
 
 @dataclass(slots=True, eq=False)
@@ -392,8 +426,17 @@ class ProcessPool:
             for conn in ready:
                 child = conns[conn]
                 try:
-                    message = conn.recv()
+                    message = decode_message(conn.recv_bytes())
                 except (EOFError, OSError):
+                    self._child_died(child)
+                    continue
+                except (
+                    ValueError,
+                    TypeError,
+                    RecursionError,
+                ):  # not what _child_main sends: a handler wrote to the pipe
+                    logger.error("pool child %s sent an unreadable message; killing it", child.process.pid)
+                    child.process.kill()
                     self._child_died(child)
                     continue
                 if message == "ready":
@@ -407,7 +450,7 @@ class ProcessPool:
                 outcome, result, error, tb = message
                 try:
                     self._on_done(
-                        entry, Report(job=entry.job, outcome=Outcome(outcome), result=result, error=error, traceback=tb)
+                        entry, Report(job=entry.job, outcome=outcome, result=result, error=error, traceback=tb)
                     )
                 except Exception:  # keep reading; the job's deadline reports it if this did not
                     logger.exception("reporting job %s failed", entry.job.id, extra={"job_id": str(entry.job.id)})

@@ -83,6 +83,21 @@ def test_system_exit_and_keyboard_interrupt_are_outcomes_and_the_slot_keeps_serv
     assert WorkerNode.objects.filter(supervisor_pid=worker.pid).count() == 1
 
 
+def test_a_child_result_is_read_as_json_so_one_built_to_run_code_when_unpickled_runs_nothing(
+    hostile: Processes,
+) -> None:
+    worker = hostile.worker(concurrency=1, pool="processes")
+    process, node = worker_pid(worker), worker_of(worker)
+
+    job = enqueue("HOSTILE_PICKLE_RESULT", max_retries=1)
+    wait_until(status_is(job, JobStatus.SUCCESS), each=promote, what="the job succeeded")
+
+    assert Job.objects.get(id=job.id).stored_result.result == "hello"
+    assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)]
+    assert worker_pid(worker) == process  # unpickled in the worker, it would have ended it with exit code 7
+    assert WorkerNode.objects.filter(supervisor_pid=worker.pid).values_list("id", flat=True).get() == node
+
+
 # -- a handler that kills its process ----------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ built here (the pool never touches the database itself), and ``on_done`` collect
 
 from __future__ import annotations
 
+import pickle
 import queue
 import signal
 import threading
@@ -17,8 +18,17 @@ from prometheus_client import REGISTRY
 
 from scheduler.leasing import Outcome, Report
 from scheduler.registry import JobContext, handler
-from scheduler.workers.pool import Running, ThreadPool, describe_exit, died_while_running
+from scheduler.workers.pool import (
+    READY_MESSAGE,
+    Running,
+    ThreadPool,
+    decode_message,
+    describe_exit,
+    died_while_running,
+    encode_report,
+)
 from tests.support.factories import claimed_job
+from tests.support.hostile.jobs import ExitOnUnpickle
 
 WAIT = 10.0  # seconds any one report may take
 
@@ -127,3 +137,29 @@ def test_how_a_process_died_is_said_plainly() -> None:
     assert describe_exit(-signal.SIGKILL) == "signal 9: SIGKILL"
     assert describe_exit(None) == "exit status unknown"
     assert died_while_running(-11) == "worker process died (signal 11: SIGSEGV) while running this job"
+
+
+def test_a_child_report_is_json_and_reads_back_as_plain_values() -> None:
+    job = claimed_job()
+    report = Report(job=job, outcome=Outcome.SUCCEEDED, result=ExitOnUnpickle("hello"), traceback="")
+
+    outcome, result, error, tb = decode_message(encode_report(report))
+
+    assert (outcome, result, error, tb) == (Outcome.SUCCEEDED, "hello", report.error, "")
+    assert type(result) is str  # the subclass (and its __reduce__) did not cross the pipe
+    assert decode_message(READY_MESSAGE) == "ready"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pickle.dumps(ExitOnUnpickle("x")),  # a pickle is never unpickled: not JSON
+        b"[1, 2]",
+        b'["SUCCEEDED", null, 3, null]',  # an error that is not text
+        b'["NO_SUCH_OUTCOME", null, null, null]',
+        b"\xff\xfe",
+    ],
+)
+def test_a_child_message_that_is_not_a_report_is_refused(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_message(data)

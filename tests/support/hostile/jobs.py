@@ -33,6 +33,19 @@ def keyboard_interrupt(payload: Any, ctx: JobContext) -> None:
     raise KeyboardInterrupt
 
 
+class ExitOnUnpickle(str):
+    """A string that, unpickled, ends the unpickling process with exit code 7."""
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (os._exit, (7,))
+
+
+@handler("HOSTILE_PICKLE_RESULT")
+def pickle_result(payload: Any, ctx: JobContext) -> str:
+    """Return valid JSON (a str) that runs ``os._exit(7)`` in whichever process unpickles it."""
+    return ExitOnUnpickle("hello")
+
+
 @handler("HOSTILE_NUL_ERROR")
 def nul_error(payload: Any, ctx: JobContext) -> None:
     """Raise an error whose message (and so its traceback) holds NUL bytes and a lone surrogate."""
