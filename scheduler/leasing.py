@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from core.dberrors import db_error_is_transient
+from core.dberrors import LOCK_NOT_AVAILABLE, db_error_is_transient, db_error_sqlstate
 from scheduler import lifecycle, prepared
 from scheduler.conf import conf
 from scheduler.exceptions import UnknownJobType
@@ -373,7 +373,10 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
     still fails is recorded as FAILED (``PERMANENT``) with the database's error, e.g. a result
     ``jsonb`` refuses (``"\u0000"``, a number beyond ``numeric``, nesting past PostgreSQL's stack
     depth: an OperationalError, SQLSTATE 54001, yet about the data); one that fails even so is
-    returned in ``unrecorded`` (the caller logs and counts it), never retried.
+    returned in ``unrecorded`` (the caller logs and counts it), never retried. So is one whose job
+    row another session keeps locked past the connection's ``lock_timeout`` (SQLSTATE 55P03; the
+    worker's flusher sets ``OUTCOME_LOCK_TIMEOUT_MS``): a handler that locked its own row from a
+    connection of its own must not hold up the outcomes of every job after it.
 
     Raises the transient error (one of ``CONNECTION_ERRORS`` in practice: a lost or refused
     connection, a shutdown, a deadlock, a full disk) when the database cannot take the batch now:
@@ -400,6 +403,9 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
         except Exception as exc:
             if db_error_is_transient(exc):
                 raise
+            if db_error_sqlstate(exc) == LOCK_NOT_AVAILABLE:  # as FAILED it would wait for the same lock
+                done.unrecorded.append((report, f"its job row is locked by another session ({_brief(exc)})"))
+                continue
             refused = _brief(exc)
         what = "the handler's result" if report.outcome == Outcome.SUCCEEDED else f"the {report.outcome} outcome"
         failed = Report(

@@ -58,6 +58,10 @@ FLUSH_WINDOW = 0.002  # seconds a flush waits to gather more reports
 # statement claims several jobs instead of one per freed slot (River's fetch cooldown).
 CLAIM_COOLDOWN = 0.003
 FLUSH_MAX = 1000  # reports per outcome transaction
+# How long an outcome write waits for a job row's lock (the flusher's session ``lock_timeout``).
+# Its usual rivals, a heartbeat or a cancel, hold rows for milliseconds; a row locked longer is
+# split out of the batch and left to lease rescue (``leasing.record_batch``).
+OUTCOME_LOCK_TIMEOUT_MS = 1000
 # Seconds between two looks at the claim board while a sibling's claim that saw our NOTIFY runs.
 SIBLING_RECHECK = 0.0005
 DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
@@ -147,6 +151,7 @@ class Worker:
         self.pool: ThreadPool | ProcessPool | None = None
         self.inflight: InFlight | None = None
         self._threads: list[threading.Thread] = []  # the flusher and the heartbeat
+        self._flush_session: Any = None  # the flusher's connection whose lock_timeout is set
 
     # -- control ---------------------------------------------------------------------------
 
@@ -402,9 +407,19 @@ class Worker:
                     break
             self._flush(batch)
 
+    def _bound_lock_waits(self) -> None:
+        """Set ``OUTCOME_LOCK_TIMEOUT_MS`` as the ``lock_timeout`` of the flusher's connection, once per connection."""
+        connection.ensure_connection()
+        if connection.connection is self._flush_session:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{OUTCOME_LOCK_TIMEOUT_MS}ms"])
+        self._flush_session = connection.connection
+
     def _flush(self, batch: list[Report]) -> None:
         while True:
             try:
+                self._bound_lock_waits()
                 done = leasing.record_batch(batch)
                 break
             except leasing.CONNECTION_ERRORS:

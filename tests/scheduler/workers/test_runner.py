@@ -156,3 +156,22 @@ def test_a_dead_flusher_or_heartbeat_thread_is_started_again_at_the_next_poll(ca
         for thread in worker._threads:
             thread.join(WAIT)
     assert not any(t.is_alive() for t in worker._threads)
+
+
+def test_an_outcome_whose_job_row_another_session_keeps_locked_does_not_hold_up_the_others() -> None:
+    """A handler may lock its own job row from a connection of its own and keep it locked.
+
+    Without the flusher's lock_timeout this test would wait for the holder, for ever.
+    """
+    locked, free = enqueue("DEMO_TASK"), enqueue("DEMO_TASK")
+    claimed = {c.id: c for c in leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)}
+    worker = Worker(WorkerOptions(concurrency=1))
+    unrecorded = metrics.worker_outcomes_unrecorded_total._value.get()
+    with psycopg.connect(database_url()) as holder:  # a transaction, open until the block ends
+        holder.execute("SELECT 1 FROM stint_job WHERE id = %s FOR UPDATE", [locked.id])
+
+        worker._flush([Report(job=claimed[j.id], outcome=Outcome.SUCCEEDED, result={"ok": 1}) for j in (locked, free)])
+
+        assert Job.objects.get(id=free.id).status == JobStatus.SUCCESS
+        assert Job.objects.get(id=locked.id).status == JobStatus.RUNNING  # left to lease rescue
+    assert metrics.worker_outcomes_unrecorded_total._value.get() == unrecorded + 1
