@@ -40,6 +40,7 @@ from django.db import close_old_connections, connection
 from django.db.models.functions import Now
 
 from scheduler import leasing, metrics
+from scheduler.conf import conf
 from scheduler.maintenance.rescuer import rescue_held_by
 from scheduler.models import WorkerNode
 from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, worker_process_main
@@ -67,6 +68,21 @@ def default_processes() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` from ``/proc/<pid>/stat`` ("R", "S", "T" stopped...); None if unknown.
+
+    proc(5): the third field, after the parenthesized command name (which may hold spaces and
+    parentheses itself, hence the last ")").
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except OSError:  # gone, or not Linux
+        return None
+    fields = text[text.rfind(b")") + 1 :].split()
+    return fields[0].decode() if fields else None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SupervisorOptions:
     """``processes`` worker processes running ``worker``; an isolation process of ``isolation_slots``.
@@ -92,6 +108,8 @@ class _Child:
     closed: bool = False  # its end of the pipe closed: it is exiting
     told: str = ""  # "", STOP or FORCE: the last stop message sent
     killed: bool = False  # by the supervisor, past its stop deadline
+    stopped_since: float | None = None  # monotonic time it was first seen stopped (SIGSTOP), if it still is
+    frozen: bool = False  # killed by the supervisor after it stayed stopped for a lease
 
 
 @dataclass(slots=True, eq=False)
@@ -196,6 +214,7 @@ class Supervisor:
             if now >= next_check:
                 next_check = now + poll
                 self._start_isolation_if_needed()
+                self._kill_frozen(now)
 
     def _timeout(self, poll: float) -> float:
         now = time.monotonic()
@@ -254,6 +273,35 @@ class Supervisor:
             )
             self._restart_at[slot] = time.monotonic() + delay
 
+    def _kill_frozen(self, now: float) -> None:
+        """SIGKILL a worker process that has stayed stopped (SIGSTOP, SIGTSTP) for a whole lease.
+
+        Nothing else would end it: it neither exits nor heartbeats, its leases expire and its
+        jobs are rescued, but its slot of ``run_workers`` stays taken by a process that runs
+        nothing (seen: a handler that SIGSTOPped its own process). Killed, it is reaped like a
+        crash: its jobs are rescued at once and isolated, and a new process takes its slot.
+        ``now``: monotonic seconds. Linux only (``/proc``); elsewhere nothing is done.
+        """
+        lease = conf().lease_seconds
+        for child in self._children.values():
+            if child.killed or child.frozen or child.process.exitcode is not None:
+                continue
+            if process_state(child.process.pid) not in ("T", "t"):
+                child.stopped_since = None
+                continue
+            if child.stopped_since is None:
+                child.stopped_since = now
+            elif now - child.stopped_since >= lease:
+                logger.error(
+                    "supervisor %s: worker process %s has been stopped (SIGSTOP) for %.0f s; killing it",
+                    self.pid,
+                    child.process.pid,
+                    now - child.stopped_since,
+                    extra={"worker": child.worker_id},
+                )
+                child.process.kill()
+                child.frozen = True
+
     def _read_ready(self, child: _Child) -> None:
         try:
             message = child.control.recv()
@@ -277,6 +325,8 @@ class Supervisor:
         stopped_cleanly = code == 0 and (child.told or child.slot == ISOLATION)
         if child.killed:
             error, isolate = "worker process killed by its supervisor: it outlived the shutdown grace period", False
+        elif child.frozen:
+            error, isolate = "worker process stopped (SIGSTOP) for a whole lease; killed by its supervisor", True
         elif stopped_cleanly:  # told to stop (or an idle isolation slot): it handed its jobs back
             error, isolate = "worker process exited (exit code 0) while running this job", True
         else:  # exit code 0 included: a handler's os._exit(0) kills its neighbours as surely as a crash

@@ -83,6 +83,34 @@ def test_system_exit_and_keyboard_interrupt_are_outcomes_and_the_slot_keeps_serv
     assert WorkerNode.objects.filter(supervisor_pid=worker.pid).count() == 1
 
 
+def test_a_worker_process_stopped_for_a_whole_lease_is_killed_and_replaced_and_its_job_isolated(
+    hostile: Processes,
+) -> None:
+    worker = hostile.worker(concurrency=2)
+    process = worker_pid(worker)
+    stopper = enqueue("HOSTILE_SIGSTOP", max_retries=1)
+    wait_until(status_is(stopper, JobStatus.RUNNING), what="the job started")
+
+    wait_until(lambda: gone(process), what=f"the stopped worker process {process} was killed")
+    wait_until(status_is(stopper, JobStatus.SUCCESS), each=promote, what="the job ran again, in isolation")
+
+    error = "worker process stopped (SIGSTOP) for a whole lease; killed by its supervisor"
+    assert list(Attempt.objects.filter(job_id=stopper.id).values_list("status", "error")) == [
+        (AttemptStatus.LOST, error),
+        (AttemptStatus.SUCCEEDED, ""),
+    ]
+
+    def replaced() -> bool:
+        live = WorkerNode.objects.filter(supervisor_pid=worker.pid, isolation=False, stopped_at__isnull=True)
+        pids = set(live.values_list("pid", flat=True))
+        return bool(pids) and process not in pids
+
+    wait_until(replaced, what="a new process took the slot")
+    after = enqueue("DEMO_TASK", {"result": "served"})
+    wait_until(status_is(after, JobStatus.SUCCESS), what="the new process runs jobs")
+    assert "has been stopped (SIGSTOP)" in worker.output()
+
+
 def test_a_child_result_is_read_as_json_so_one_built_to_run_code_when_unpickled_runs_nothing(
     hostile: Processes,
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 import queue
 import signal
+import subprocess
 import threading
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from scheduler.workers.pool import (
     died_while_running,
     encode_report,
 )
+from scheduler.workers.supervisor import process_state
 from tests.support.factories import claimed_job
 from tests.support.hostile.jobs import ExitOnUnpickle
 
@@ -163,3 +165,20 @@ def test_a_child_report_is_json_and_reads_back_as_plain_values() -> None:
 def test_a_child_message_that_is_not_a_report_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError):
         decode_message(data)
+
+
+def test_a_process_state_is_read_from_proc_stopped_included() -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])  # noqa: S607 - coreutils' sleep, from PATH
+    try:
+        wait_for = time.monotonic() + 10
+        while process_state(sleeper.pid) not in ("S", "R") and time.monotonic() < wait_for:
+            time.sleep(0.01)
+        assert process_state(sleeper.pid) in ("S", "R")
+        sleeper.send_signal(signal.SIGSTOP)
+        while process_state(sleeper.pid) != "T" and time.monotonic() < wait_for:
+            time.sleep(0.01)
+        assert process_state(sleeper.pid) == "T"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert process_state(sleeper.pid) is None  # reaped: gone from /proc

@@ -33,6 +33,14 @@ def keyboard_interrupt(payload: Any, ctx: JobContext) -> None:
     raise KeyboardInterrupt
 
 
+@handler("HOSTILE_SIGSTOP")
+def sigstop(payload: Any, ctx: JobContext) -> str:
+    """On its first attempt, stop its own process with SIGSTOP (it never continues by itself)."""
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return "ran"
+
+
 class ExitOnUnpickle(str):
     """A string that, unpickled, ends the unpickling process with exit code 7."""
 
