@@ -38,7 +38,9 @@ urlpatterns = [
     path("api/jobs/<uuid:job_id>/events", JobEventListView.as_view(), name="job-events"),
     path("api/", include("scheduler.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path(
+        "api/docs/", SpectacularSwaggerView.as_view(url_name="schema", http_method_names=["get", "head"]), name="docs"
+    ),
     path("api/", api_not_found),  # /api/ itself has no resource (the docs are /api/docs/)
     path("api/<path:path>", api_not_found),  # any other /api/ path: the JSON 404, DEBUG or not
     path("", include("pages.urls")),  # user pages: last, so every explicit path above wins

@@ -158,6 +158,11 @@ class KeysetPagination(BasePagination):
             raise invalid from exc
         if any(v is None or isinstance(v, dt.datetime) and v.tzinfo is None for v in parsed):
             raise invalid
+        try:
+            # In UTC: PostgreSQL refuses an offset beyond +-15:59 ("time zone displacement out of range").
+            parsed = tuple(v.astimezone(dt.UTC) if isinstance(v, dt.datetime) else v for v in parsed)
+        except OverflowError as exc:  # 0001-01-01 with a positive offset is before year 1 in UTC
+            raise invalid from exc
         return Cursor(values=parsed, reverse=bool(reverse))
 
     # -- OpenAPI (drf-spectacular) --------------------------------------------------------------

@@ -11,21 +11,23 @@ model permissions.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import uuid
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
 from django.db.models import (
     CharField,
+    DateTimeField,
     Q,
     QuerySet,
     Value,
 )
 from django.db.models.functions import Cast, Replace
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -57,6 +59,35 @@ BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every ma
 OWNER_CHOICES = 100  # owners offered by the job list's owner filter
 
 
+def utc_datetime_filters(model: Any, query: QueryDict) -> QueryDict:
+    """Return ``query`` with every value of a filter on a ``DateTimeField`` of ``model`` that has an offset in UTC.
+
+    ``?created_at__gte=2030-01-01T00:00:00+23:00`` is a time Python and Django accept, but
+    PostgreSQL refuses offsets beyond +-15:59 ("time zone displacement out of range", a 500 once
+    the list counts). A value that is not such a time (``__isnull=True``, a year, nonsense) is
+    left for Django's own checks. ``query`` is not changed; the copy is mutable.
+    """
+    fixed = query.copy()
+    for key, values in query.lists():
+        try:
+            field = model._meta.get_field(key.split("__", 1)[0])
+        except FieldDoesNotExist:
+            continue
+        if not isinstance(field, DateTimeField):
+            continue
+        utc = []
+        for value in values:
+            try:
+                parsed = field.to_python(value)
+                if isinstance(parsed, dt.datetime) and parsed.tzinfo is not None:
+                    value = parsed.astimezone(dt.UTC).isoformat()
+            except (ValidationError, OverflowError):  # Django reports it, or PostgreSQL takes it as it is
+                pass
+            utc.append(value)
+        fixed.setlist(key, utc)
+    return fixed
+
+
 class OperatorAdmin(admin.ModelAdmin):
     """Read-only admin whose view and ``operate`` (action) permission is the site's ADMIN rule."""
 
@@ -76,6 +107,11 @@ class OperatorAdmin(admin.ModelAdmin):
                 self.message_user(request, "The selection holds an id that is not one: nothing done.", messages.ERROR)
                 return HttpResponseRedirect(request.get_full_path())
         return super().changelist_view(request, extra_context)
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """Django's, on the query string with its times in UTC (``utc_datetime_filters``)."""
+        request.GET = utc_datetime_filters(self.model, request.GET)
+        return super().get_changelist_instance(request)
 
     def _is_operator(self, request: HttpRequest) -> bool:
         return self.admin_site.has_permission(request)

@@ -56,8 +56,29 @@ def test_run_scheduler_refuses_a_leader_ttl_it_could_not_keep(argv: list[str], m
         ("run_workers", ["--isolation-slots=100000"], "must be from 1 to 256"),
         ("run_workers", ["--heartbeat-seconds=30"], "must be less than the lease"),
         ("create_topics", ["--timeout=nan"], "must be a finite number > 0"),
+        ("run_audit_consumer", ["--poll-timeout=1e-9"], "must be from 0.01 to 604800"),
     ],
 )
 def test_other_commands_refuse_endless_or_negative_seconds(command: str, argv: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call_command(command, *argv)
+
+
+@pytest.mark.parametrize("queues", ["a\udc80b", "a b", "*", "%", "bad/name", "x" * 101, "ok,a\x00b"])
+def test_run_workers_refuses_a_queue_no_job_can_have(queues: str) -> None:
+    with pytest.raises(CommandError, match="is not a queue name"):
+        call_command("run_workers", f"--queues={queues}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["", "x" * 151, "a\udc80", "a b", "a\x00"])
+def test_ensure_admin_refuses_a_username_the_user_model_would_not_take(name: str) -> None:
+    with pytest.raises(CommandError, match="--username"):
+        call_command("ensure_admin", f"--username={name}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("owner", ["a\udc80", "a\x00b"])
+def test_sync_periodic_tasks_names_nobody_for_an_owner_postgresql_cannot_be_sent(owner: str) -> None:
+    with pytest.raises(CommandError, match="no user named"):
+        call_command("sync_periodic_tasks", f"--owner={owner}")

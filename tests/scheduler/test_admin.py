@@ -553,3 +553,19 @@ def test_an_action_on_a_selected_id_that_is_not_one_is_refused_with_a_message(op
     if response.status_code == 302:
         assert "is not one" in " ".join(_messages(response))
     assert _status(job) == JobStatus.QUEUED
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/scheduler/job/?created_at__gte=2030-01-01T00:00:00%2B23:00",
+        "/admin/scheduler/job/?finished_at__lt=2030-01-01%2000:00:00-16:00",
+        "/admin/scheduler/job/bulk/cancel/?scheduled_at__gte=2030-01-01T00:00:00%2B16:00",
+    ],
+)
+def test_a_console_time_filter_with_an_offset_postgresql_refuses_is_read_in_utc_not_a_500(operator, url):
+    job = JobFactory(status=JobStatus.QUEUED)
+    assert operator.get(url).status_code == 200
+    response = operator.post(url.replace("/job/?", "/job/bulk/cancel/?"), {"confirm": "yes"})
+    assert response.status_code in (200, 302)
+    assert _status(job) == JobStatus.QUEUED  # its times are all before 2030

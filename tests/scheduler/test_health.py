@@ -155,6 +155,12 @@ def test_schema_and_docs_are_served(api):
     assert b"cdn" not in docs.content.lower()
 
 
+@pytest.mark.parametrize("method", ["options", "post", "put", "patch", "delete"])
+def test_the_docs_page_answers_only_get_and_head_and_other_methods_are_a_405_not_a_500(api, method):
+    assert getattr(api, method)("/api/docs/").status_code == 405
+    assert api.head("/api/docs/").status_code == 200
+
+
 def test_unknown_api_path_is_json_404(api):
     resp = api.get("/api/no-such-thing")
     assert resp.status_code == 404

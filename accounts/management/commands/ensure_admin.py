@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand
 
 from accounts.services import admin_ensure
+
+
+def username(text: str) -> str:
+    """argparse type: a name the user model accepts (its field's validators and length), else a usage error."""
+    try:
+        return get_user_model()._meta.get_field("username").clean(text, None)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(" ".join(exc.messages)) from exc
 
 
 class Command(BaseCommand):
@@ -18,7 +29,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         """Accept --username."""
-        parser.add_argument("--username", default="admin")
+        parser.add_argument("--username", type=username, default="admin")
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Create the account once; print the password only when it was generated now."""

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from audit.consumer import BATCH_SIZE, POLL_TIMEOUT_SECONDS, AuditConsumer
-from core.command_line import configure_verbosity, port, positive_float, positive_int
+from core.command_line import configure_verbosity, port, positive_int, seconds_at_least
 from core.stop_signals import install_stop_handlers
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--poll-timeout",
-            type=positive_float,
+            type=seconds_at_least(0.01),  # a 1 ns poll would spin
             default=POLL_TIMEOUT_SECONDS,
             help=f"seconds a poll waits (default {POLL_TIMEOUT_SECONDS})",
         )

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.command_line import configure_verbosity, int_range, non_negative_float, port, seconds_at_least
 from core.stop_signals import install_stop_handlers
 from scheduler.conf import conf
+from scheduler.jobspec import QUEUE_NAME
 from scheduler.workers.runner import DEFAULT_PROCESS_SLOTS, DEFAULT_THREAD_SLOTS, WorkerOptions, default_concurrency
 from scheduler.workers.supervisor import DEFAULT_ISOLATION_SLOTS, Supervisor, SupervisorOptions, default_processes
 
@@ -18,10 +19,19 @@ MAX_CONCURRENCY = 1000  # thread slots per process
 
 
 def queue_list(text: str) -> list[str]:
-    """argparse type: comma-separated queue names."""
+    """argparse type: comma-separated queue names, each one a job could be given (``jobspec.QUEUE_NAME``).
+
+    A name no job can have (``a b``, ``*``, a byte that is not UTF-8) would leave the workers
+    waiting for ever, or fail their registration in a loop: it is a usage error.
+    """
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise argparse.ArgumentTypeError("give at least one queue name")
+    for name in names:
+        if not QUEUE_NAME.fullmatch(name):
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a queue name: 1-100 of the characters A-Z a-z 0-9 _ . : -"
+            )
     return names
 
 

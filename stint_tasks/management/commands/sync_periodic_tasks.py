@@ -22,7 +22,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Sync, then print one line per schedule."""
-        user = get_user_model().objects.filter(username=options["owner"]).first()
+        owner = options["owner"]
+        # A name PostgreSQL cannot be sent (a NUL, a lone surrogate from a byte that is not UTF-8) names nobody.
+        storable = "\x00" not in owner and owner.encode("utf-8", "replace").decode("utf-8") == owner
+        user = get_user_model().objects.filter(username=owner).first() if storable else None
         if user is None:
             raise CommandError(f"no user named {options['owner']!r}")
         try:

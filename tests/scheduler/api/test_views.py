@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import uuid
@@ -808,3 +809,17 @@ def test_nul_characters_are_a_400_not_a_500(user_api, body):
     assert resp.status_code == 400, resp.content
     assert resp.json()["error"]["code"] == "validation_error"
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("when", "status"),
+    [("2030-01-01T00:00:00+16:00", 200), ("2030-01-01T00:00:00-23:59", 200), ("0001-01-01T00:00:00+01:00", 400)],
+)
+def test_a_cursor_time_with_an_offset_postgresql_refuses_is_read_in_utc_not_a_500(user_api, user, when, status):
+    """PostgreSQL takes UTC offsets up to +-15:59 only; Python's datetimes go to +-23:59."""
+    (job_id,) = enqueuing.enqueue_many([{"type": "DEMO_TASK"}], owner=user)
+    token = base64.urlsafe_b64encode(json.dumps({"v": [when, str(job_id)], "r": 0}).encode()).decode().rstrip("=")
+
+    resp = user_api.get(f"{JOBS}?cursor={token}")
+
+    assert resp.status_code == status, resp.content
