@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import traceback
 
 from django.db import close_old_connections, connections
@@ -32,7 +33,12 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     """Run the handler (``_run_handler``) inside the attempt's trace span when tracing is on; never raises.
 
     The tracing hook (``scheduler.tracing``): off, it adds one ``None`` check per job.
+
+    When a handler calls ``os.fork()`` and the child returns (or raises) instead of exiting, that
+    child ends here with ``os._exit(0)``, so it never goes on to run the worker's code (claim,
+    record outcomes) beside its parent, with signals ignored and a database connection open.
     """
+    pid = os.getpid()
     try:
         if not tracing.enabled():
             return _run_handler(job, cancel_flag)
@@ -41,6 +47,8 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
             tracing.record_outcome(span, report)
         return report
     finally:
+        if os.getpid() != pid:  # a forked child of the handler
+            os._exit(0)
         if progress_writer.has_pending():  # the handler's last ctx.progress, before the outcome ends the run
             try:
                 progress_writer.flush_job(job.id)

@@ -261,7 +261,14 @@ class Supervisor:
         )
 
     def _restart(self, slot: str) -> None:
-        """Start ``slot``'s process again; if the system refuses a new process, try again after a backoff."""
+        """Start ``slot``'s process again; if the system refuses a new process, try again after a backoff.
+
+        Nothing when ``slot`` has a process already: a second start would orphan the first one
+        (its supervisor pipe closed, it would drain and exit). Seen with the isolation slot: its
+        dying process's rescue started a new one, then its reaping scheduled another.
+        """
+        if slot in self._children:
+            return
         try:
             self._start(slot)
         except OSError:  # out of processes or memory: the supervisor must outlive it

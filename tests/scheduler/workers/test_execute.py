@@ -7,6 +7,7 @@ the handlers are registered by this module.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -78,6 +79,15 @@ def _session_state(payload: Any, ctx: JobContext) -> dict[str, Any]:
         )
         timeout, path, zone, advisory, listening = cursor.fetchone()
     return {"timeout": timeout, "path": path, "zone": zone, "advisory": advisory, "listening": listening}
+
+
+_FORKED: list[int] = []
+
+
+@handler("TEST_EXECUTE_FORKS")
+def _forks(payload: Any, ctx: JobContext) -> str:
+    _FORKED.append(os.fork())  # both processes return
+    return "returned"
 
 
 def _nested(levels: int) -> list:
@@ -253,3 +263,18 @@ def test_a_connection_a_handler_left_past_its_max_age_is_closed_after_its_run() 
 
     in_a_thread(steps)
     assert states == [True, True]
+
+
+def test_the_forked_child_of_a_handler_that_returns_ends_there_and_never_runs_the_workers_code() -> None:
+    read, write = os.pipe()
+    report = run_handler(claimed_job("TEST_EXECUTE_FORKS"), threading.Event())
+    if _FORKED[-1] == 0:  # the child would be here if run_handler let it go on
+        os.write(write, b"escaped")
+        os._exit(3)
+    os.close(write)
+    _, status = os.waitpid(_FORKED[-1], 0)
+
+    assert os.read(read, 100) == b""
+    os.close(read)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (report.outcome, report.result) == (Outcome.SUCCEEDED, "returned")

@@ -28,7 +28,8 @@ from scheduler.workers.pool import (
     died_while_running,
     encode_report,
 )
-from scheduler.workers.supervisor import process_state
+from scheduler.workers.runner import WorkerOptions
+from scheduler.workers.supervisor import ISOLATION, Supervisor, SupervisorOptions, process_state
 from tests.support.factories import claimed_job
 from tests.support.hostile.jobs import ExitOnUnpickle
 
@@ -182,3 +183,23 @@ def test_a_process_state_is_read_from_proc_stopped_included() -> None:
         sleeper.kill()
         sleeper.wait()
     assert process_state(sleeper.pid) is None  # reaped: gone from /proc
+
+
+def test_a_supervisor_slot_that_has_a_process_is_not_started_twice(monkeypatch) -> None:
+    """Rescue and reaping may both ask to start the isolation slot again; the second start would orphan the first."""
+    supervisor = Supervisor(SupervisorOptions(processes=1, worker=WorkerOptions()))
+    started: list[str] = []
+
+    def start(slot: str) -> None:
+        started.append(slot)
+        supervisor._children[slot] = object()
+
+    monkeypatch.setattr(supervisor, "_start", start)
+    try:
+        supervisor._restart(ISOLATION)
+        supervisor._restart(ISOLATION)
+    finally:
+        supervisor._wake_reader.close()
+        supervisor._wake_writer.close()
+
+    assert started == [ISOLATION]
