@@ -7,7 +7,7 @@ import logging
 import os
 import traceback
 
-from django.db import close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connections
 from psycopg.pq import TransactionStatus
 
 from core.db_threads import opened_a_connection
@@ -151,14 +151,18 @@ def _reset_sessions() -> None:
     next jobs that the thread runs (seen: ``SET statement_timeout = 1`` cancelling the next job's
     every query). Connections inside a transaction were closed by ``_close_open_transactions``;
     one in an ``atomic`` block belongs to the caller (a test's transaction) and is left alone.
-    Raises the database's error when the reset fails (the caller logs it).
+    A connection whose reset fails (the handler ended its backend, say) is closed: the thread's
+    next job opens a fresh session.
     """
     for conn in connections.all(initialized_only=True):
         if conn.connection is None or conn.in_atomic_block:
             continue
-        with conn.cursor() as cursor:
-            cursor.execute(_RESET_SESSION)
-        conn.init_connection_state()  # RESET ALL also reset the time zone (and role) Django set
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(_RESET_SESSION)
+            conn.init_connection_state()  # RESET ALL also reset the time zone (and role) Django set
+        except DatabaseError:
+            conn.close()
 
 
 def _describe(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -22,6 +23,7 @@ from scheduler.registry import JobContext, handler
 from scheduler.workers import execute
 from scheduler.workers.execute import run_handler
 from tests.support.factories import claimed_job
+from tests.support.subprocess_env import database_url
 
 _RESULTS: dict[str, Any] = {}
 
@@ -79,6 +81,15 @@ def _session_state(payload: Any, ctx: JobContext) -> dict[str, Any]:
         )
         timeout, path, zone, advisory, listening = cursor.fetchone()
     return {"timeout": timeout, "path": path, "zone": zone, "advisory": advisory, "listening": listening}
+
+
+@handler("TEST_EXECUTE_ENDS_ITS_BACKEND")
+def _ends_its_backend(payload: Any, ctx: JobContext) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    with psycopg.connect(database_url(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
 _FORKED: list[int] = []
@@ -278,3 +289,11 @@ def test_the_forked_child_of_a_handler_that_returns_ends_there_and_never_runs_th
     os.close(read)
     assert os.waitstatus_to_exitcode(status) == 0
     assert (report.outcome, report.result) == (Outcome.SUCCEEDED, "returned")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_whose_backend_the_handler_ended_is_replaced_for_the_threads_next_job(caplog) -> None:
+    reports = in_a_new_thread("TEST_EXECUTE_ENDS_ITS_BACKEND", "TEST_EXECUTE_SESSION_STATE")
+
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2, reports[1].error
+    assert "closing its thread's database connection failed" not in caplog.text
