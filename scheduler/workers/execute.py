@@ -137,11 +137,13 @@ def _close_open_transactions(job: Claimed) -> None:
 
 # What a handler may have changed in its thread's session, put back before the thread's next job
 # (which reuses the connection for up to CONN_MAX_AGE): SET parameters (statement_timeout,
-# search_path, default_transaction_read_only, role...), advisory locks, LISTENs. The startup
-# options (keepalives, idle_in_transaction_session_timeout) are the session's defaults, so
-# RESET ALL keeps them. One round trip, only in a thread that has a connection. PostgreSQL docs:
-# RESET, "Advisory Lock Functions", UNLISTEN.
-_RESET_SESSION = "RESET ALL; SELECT pg_advisory_unlock_all(); UNLISTEN *"
+# search_path, default_transaction_read_only...), SET ROLE and SET SESSION AUTHORIZATION, temporary
+# tables (one named stint_job would hide the real one), prepared statements, advisory locks,
+# LISTENs. DISCARD ALL does all of that (PostgreSQL docs, DISCARD); the startup options
+# (keepalives, idle_in_transaction_session_timeout) are the session's defaults, so it keeps them,
+# and psycopg clears its own prepared-statement cache when it sees DISCARD ALL succeed. One round
+# trip, only in a thread that has a connection.
+_RESET_SESSION = "DISCARD ALL"
 
 
 def _reset_sessions() -> None:
@@ -160,8 +162,8 @@ def _reset_sessions() -> None:
         try:
             with conn.cursor() as cursor:
                 cursor.execute(_RESET_SESSION)
-            conn.init_connection_state()  # RESET ALL also reset the time zone (and role) Django set
-        except DatabaseError:
+            conn.init_connection_state()  # DISCARD ALL also reset the time zone (and role) Django set
+        except DatabaseError:  # e.g. inside a transaction block (a handler turned autocommit off)
             conn.close()
 
 

@@ -68,6 +68,9 @@ def _spoils_its_session(payload: Any, ctx: JobContext) -> None:
         cursor.execute("LISTEN test_execute_spoiled")
         cursor.execute("SET search_path = nowhere")
         cursor.execute("SET TIME ZONE 'Pacific/Kiritimati'")
+        cursor.execute("CREATE TEMP TABLE stint_job AS SELECT * FROM public.stint_job WITH NO DATA")  # hides the real one
+        cursor.execute("PREPARE test_execute_left_prepared AS SELECT 1")
+        cursor.execute("SET ROLE test_execute_nobody")
         cursor.execute("SET statement_timeout = 1")
 
 
@@ -77,10 +80,21 @@ def _session_state(payload: Any, ctx: JobContext) -> dict[str, Any]:
         cursor.execute(
             "SELECT current_setting('statement_timeout'), current_setting('search_path'), current_setting('TimeZone'),"
             " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),"
-            " (SELECT count(*) FROM pg_listening_channels())"
+            " (SELECT count(*) FROM pg_listening_channels()),"
+            " (SELECT count(*) FROM pg_prepared_statements WHERE name = 'test_execute_left_prepared'),"
+            " current_user = session_user, to_regclass('pg_temp.stint_job') IS NULL"
         )
-        timeout, path, zone, advisory, listening = cursor.fetchone()
-    return {"timeout": timeout, "path": path, "zone": zone, "advisory": advisory, "listening": listening}
+        timeout, path, zone, advisory, listening, prepared, own_role, no_temp = cursor.fetchone()
+    return {
+        "timeout": timeout,
+        "path": path,
+        "zone": zone,
+        "advisory": advisory,
+        "listening": listening,
+        "prepared": prepared,
+        "own_role": own_role,
+        "no_temp": no_temp,
+    }
 
 
 @handler("TEST_EXECUTE_ENDS_ITS_BACKEND")
@@ -182,11 +196,25 @@ def test_what_a_handler_set_in_its_session_is_reset_before_the_threads_next_job(
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('statement_timeout'), current_setting('search_path')")
         timeout, path = cursor.fetchone()
+        cursor.execute("DROP ROLE IF EXISTS test_execute_nobody; CREATE ROLE test_execute_nobody NOLOGIN")
+        cursor.execute("GRANT test_execute_nobody TO current_user")
+    try:
+        reports = in_a_new_thread("TEST_EXECUTE_SPOILS_ITS_SESSION", "TEST_EXECUTE_SESSION_STATE")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP ROLE test_execute_nobody")
 
-    reports = in_a_new_thread("TEST_EXECUTE_SPOILS_ITS_SESSION", "TEST_EXECUTE_SESSION_STATE")
-
-    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2, reports[1].error
-    assert reports[1].result == {"timeout": timeout, "path": path, "zone": "UTC", "advisory": 0, "listening": 0}
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2, reports[0].error
+    assert reports[1].result == {
+        "timeout": timeout,
+        "path": path,
+        "zone": "UTC",
+        "advisory": 0,
+        "listening": 0,
+        "prepared": 0,
+        "own_role": True,
+        "no_temp": True,
+    }
 
 
 @pytest.mark.django_db(transaction=True)
