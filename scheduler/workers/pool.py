@@ -276,31 +276,33 @@ READY_MESSAGE = b'"ready"'
 
 
 def encode_report(report: Report) -> bytes:
-    """A child's report as JSON bytes: ``[outcome value, result, error, traceback]`` (plain JSON values).
+    """A child's report as JSON bytes: ``[job id, outcome value, result, error, traceback]`` (plain JSON values).
 
     ``run_handler`` has checked that the result is JSON; a hostile one that encodes differently
     the second time, or not at all, is reported PERMANENT here instead.
     """
+    job_id = str(report.job.id)
     try:
-        return json.dumps([report.outcome.value, report.result, report.error, report.traceback]).encode()
+        return json.dumps([job_id, report.outcome.value, report.result, report.error, report.traceback]).encode()
     except (TypeError, ValueError, RecursionError) as exc:
-        return json.dumps([Outcome.PERMANENT.value, None, f"result is not JSON: {exc}", None]).encode()
+        return json.dumps([job_id, Outcome.PERMANENT.value, None, f"result is not JSON: {exc}", ""]).encode()
 
 
-def decode_message(data: bytes) -> str | tuple[Outcome, Any, str | None, str | None]:
-    """Read a child's message: "ready", or (outcome, result, error, traceback).
+def decode_message(data: bytes) -> str | tuple[str, Outcome, Any, str, str]:
+    """Read a child's message: "ready", or (job id, outcome, result, error, traceback).
 
     Raises ValueError for anything else (then the child is not to be trusted: it is killed).
+    The caller also checks that the job id is the one the child is running.
     """
     message = json.loads(data)
     if message == "ready":
         return message
-    if not isinstance(message, list) or len(message) != 4:
+    if not isinstance(message, list) or len(message) != 5:
         raise ValueError("not a report")
-    outcome, result, error, tb = message
-    if not (error is None or isinstance(error, str)) or not (tb is None or isinstance(tb, str)):
+    job_id, outcome, result, error, tb = message
+    if not (isinstance(job_id, str) and isinstance(error, str) and isinstance(tb, str)):
         raise ValueError("not a report")
-    return Outcome(outcome), result, error, tb
+    return job_id, Outcome(outcome), result, error, tb
 
 
 @dataclass(slots=True, eq=False)
@@ -430,11 +432,7 @@ class ProcessPool:
                 except (EOFError, OSError):
                     self._child_died(child)
                     continue
-                except (
-                    ValueError,
-                    TypeError,
-                    RecursionError,
-                ):  # not what _child_main sends: a handler wrote to the pipe
+                except (ValueError, TypeError, RecursionError):  # not _child_main's: a handler wrote to the pipe
                     logger.error("pool child %s sent an unreadable message; killing it", child.process.pid)
                     child.process.kill()
                     self._child_died(child)
@@ -443,11 +441,19 @@ class ProcessPool:
                     with self._lock:
                         child.ready = True
                     continue
+                job_id, outcome, result, error, tb = message
                 with self._lock:
-                    entry, child.entry = child.entry, None
-                if entry is None:
+                    entry = child.entry
+                    honest = entry is not None and job_id == str(entry.job.id)
+                    if honest:
+                        child.entry = None
+                if not honest:  # a report for no job or another job: a handler wrote to the pipe
+                    logger.error(
+                        "pool child %s sent a report for a job it is not running; killing it", child.process.pid
+                    )
+                    child.process.kill()
+                    self._child_died(child)
                     continue
-                outcome, result, error, tb = message
                 try:
                     self._on_done(
                         entry, Report(job=entry.job, outcome=outcome, result=result, error=error, traceback=tb)

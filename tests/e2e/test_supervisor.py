@@ -126,6 +126,24 @@ def test_a_child_result_is_read_as_json_so_one_built_to_run_code_when_unpickled_
     assert WorkerNode.objects.filter(supervisor_pid=worker.pid).values_list("id", flat=True).get() == node
 
 
+def test_a_pool_child_that_forges_reports_for_other_jobs_is_killed_and_no_forged_outcome_is_recorded(
+    hostile: Processes,
+) -> None:
+    worker = hostile.worker(concurrency=1, pool="processes")
+    process = worker_pid(worker)
+    forger = enqueue("HOSTILE_FORGED_REPORTS", {"then_sleep": 1}, max_retries=1)
+    innocent = enqueue("DEMO_TASK", {"result": "mine"})
+
+    wait_until(lambda: terminal([forger.id, innocent.id]), each=promote, what="both jobs finished")
+
+    done = Job.objects.get(id=innocent.id)
+    assert (done.status, done.stored_result.result["echo"]) == (JobStatus.SUCCESS, "mine")
+    assert not Job.objects.filter(result__forged=True).exists()
+    assert not Attempt.objects.filter(job_id=innocent.id).exclude(status=AttemptStatus.SUCCEEDED).exists()
+    assert worker_pid(worker) == process  # only the pool child was killed
+    assert "sent a report for a job it is not running; killing it" in worker.output()
+
+
 # -- a handler that kills its process ----------------------------------------------------------
 
 

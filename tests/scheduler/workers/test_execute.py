@@ -68,7 +68,9 @@ def _spoils_its_session(payload: Any, ctx: JobContext) -> None:
         cursor.execute("LISTEN test_execute_spoiled")
         cursor.execute("SET search_path = nowhere")
         cursor.execute("SET TIME ZONE 'Pacific/Kiritimati'")
-        cursor.execute("CREATE TEMP TABLE stint_job AS SELECT * FROM public.stint_job WITH NO DATA")  # hides the real one
+        cursor.execute(
+            "CREATE TEMP TABLE stint_job AS SELECT * FROM public.stint_job WITH NO DATA"
+        )  # hides the real one
         cursor.execute("PREPARE test_execute_left_prepared AS SELECT 1")
         cursor.execute("SET ROLE test_execute_nobody")
         cursor.execute("SET statement_timeout = 1")

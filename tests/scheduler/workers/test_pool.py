@@ -146,9 +146,9 @@ def test_a_child_report_is_json_and_reads_back_as_plain_values() -> None:
     job = claimed_job()
     report = Report(job=job, outcome=Outcome.SUCCEEDED, result=ExitOnUnpickle("hello"), traceback="")
 
-    outcome, result, error, tb = decode_message(encode_report(report))
+    job_id, outcome, result, error, tb = decode_message(encode_report(report))
 
-    assert (outcome, result, error, tb) == (Outcome.SUCCEEDED, "hello", report.error, "")
+    assert (job_id, outcome, result, error, tb) == (str(job.id), Outcome.SUCCEEDED, "hello", "", "")
     assert type(result) is str  # the subclass (and its __reduce__) did not cross the pipe
     assert decode_message(READY_MESSAGE) == "ready"
 
@@ -158,8 +158,10 @@ def test_a_child_report_is_json_and_reads_back_as_plain_values() -> None:
     [
         pickle.dumps(ExitOnUnpickle("x")),  # a pickle is never unpickled: not JSON
         b"[1, 2]",
-        b'["SUCCEEDED", null, 3, null]',  # an error that is not text
-        b'["NO_SUCH_OUTCOME", null, null, null]',
+        b'["SUCCEEDED", null, "", ""]',  # no job id
+        b'["j", "SUCCEEDED", null, 3, ""]',  # an error that is not text
+        b'["j", "SUCCEEDED", null, null, null]',  # null where the database keeps text
+        b'["j", "NO_SUCH_OUTCOME", null, "", ""]',
         b"\xff\xfe",
     ],
 )
@@ -172,13 +174,13 @@ def test_a_process_state_is_read_from_proc_stopped_included() -> None:
     sleeper = subprocess.Popen(["sleep", "30"])  # noqa: S607 - coreutils' sleep, from PATH
     try:
         wait_for = time.monotonic() + 10
-        while process_state(sleeper.pid) not in ("S", "R") and time.monotonic() < wait_for:
-            time.sleep(0.01)
-        assert process_state(sleeper.pid) in ("S", "R")
+        while (state := process_state(sleeper.pid)) != "S" and time.monotonic() < wait_for:
+            time.sleep(0.01)  # R or D while it starts
+        assert state == "S"  # sleeping
         sleeper.send_signal(signal.SIGSTOP)
-        while process_state(sleeper.pid) != "T" and time.monotonic() < wait_for:
+        while (state := process_state(sleeper.pid)) != "T" and time.monotonic() < wait_for:
             time.sleep(0.01)
-        assert process_state(sleeper.pid) == "T"
+        assert state == "T"
     finally:
         sleeper.kill()
         sleeper.wait()
