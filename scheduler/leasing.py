@@ -144,23 +144,33 @@ def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) ->
     and those among them whose cancellation was requested. A job missing from the first set
     was rescued or finished elsewhere; its run must not be reported as the current attempt.
     The rows are locked in id order, as ``lifecycle`` locks them: two statements
-    that lock the same rows in different orders can deadlock.
+    that lock the same rows in different orders can deadlock. A row another session holds
+    locked is skipped (``SKIP LOCKED``), not waited for: its lease is not extended this time, and
+    it counts as still held when the statement's snapshot shows it RUNNING with our token. Waiting
+    would let one row that a handler keeps locked from a connection of its own stop every other
+    lease of the worker from being extended, until all expired under their running handlers.
     """
     if not jobs:
         return set(), set()
     with prepared.cursor() as cursor:
         cursor.execute(
             """
-            WITH locked AS (
-                SELECT j.id FROM stint_job j
-                JOIN unnest(%s::uuid[], %s::uuid[]) AS v(id, token) ON v.id = j.id
+            WITH v AS (
+                SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS v(id, token)
+            ), locked AS (
+                SELECT j.id FROM stint_job j JOIN v ON v.id = j.id
                 WHERE j.lease_token = v.token AND j.status = 'RUNNING'
                 ORDER BY j.id
-                FOR UPDATE OF j
+                FOR UPDATE OF j SKIP LOCKED
+            ), extended AS (
+                UPDATE stint_job j SET lease_expires_at = now() + make_interval(secs => %s)
+                FROM locked WHERE j.id = locked.id
+                RETURNING j.id, j.cancel_requested
             )
-            UPDATE stint_job j SET lease_expires_at = now() + make_interval(secs => %s)
-            FROM locked WHERE j.id = locked.id
-            RETURNING j.id, j.cancel_requested
+            SELECT id, cancel_requested FROM extended
+            UNION ALL
+            SELECT j.id, j.cancel_requested FROM stint_job j JOIN v ON v.id = j.id
+            WHERE j.lease_token = v.token AND j.status = 'RUNNING' AND j.id NOT IN (SELECT id FROM locked)
             """,
             [[j for j, _ in jobs], [t for _, t in jobs], float(conf().lease_seconds)],
         )

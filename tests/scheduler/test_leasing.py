@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import OperationalError, connection, transaction
-from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import leasing, lifecycle, selectors
@@ -385,23 +384,34 @@ def waits_for_the_lower_id_holding_nothing(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_heartbeat_locks_its_rows_in_id_order() -> None:
-    # Every batch that writes job rows locks them in id order; a heartbeat that did not
-    # deadlocked with an outcome batch under load. Here another transaction holds the lower id:
-    # the heartbeat must wait for it holding nothing, so the higher id stays free.
-    low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
-    # The higher id's lease expires first, its row version is the older one and it is listed
-    # first: a statement that locks rows in lease order (the job_lease_scan index), in physical
-    # order or in list order takes the higher id first; only id order takes the lower one.
-    Job.objects.filter(id=low.id).update(lease_expires_at=F("lease_expires_at") + dt.timedelta(seconds=1))
-    beat = waits_for_the_lower_id_holding_nothing(
-        low,
-        high,
-        lambda: leasing.heartbeat(worker_id=WORKER, jobs=[(high.id, high.lease_token), (low.id, low.lease_token)]),
-        "heartbeat",
-    )
+def test_heartbeat_skips_a_row_another_session_holds_and_still_counts_it_held(settings) -> None:
+    """A handler may keep its own job row locked from a connection of its own: the other leases must still be extended.
 
-    assert beat == [({low.id, high.id}, set())]
+    The heartbeat used to wait for such a lock (``FOR UPDATE``, no timeout) for as long as the
+    handler's connection lived, and every other lease of its worker expired meanwhile.
+    """
+    locked, free = claim_each(make_job(), make_job())
+    settings.SCHEDULER = {**settings.SCHEDULER, "LEASE_SECONDS": 600}
+    before = reload(locked).lease_expires_at
+    beat: list[Any] = []
+
+    def run() -> None:
+        try:
+            jobs = [(locked.id, locked.lease_token), (free.id, free.lease_token)]
+            beat.append(leasing.heartbeat(worker_id=WORKER, jobs=jobs))
+        finally:
+            connection.close()
+
+    with psycopg.connect(database_url()) as holder:  # a transaction, open until the block ends
+        holder.execute("SELECT 1 FROM stint_job WHERE id = %s FOR UPDATE", [locked.id])
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the heartbeat waited for the locked row"
+
+    assert beat == [({locked.id, free.id}, set())]  # both still held
+    assert reload(free).lease_expires_at > db_now() + dt.timedelta(seconds=590)  # extended by the 600 s lease
+    assert reload(locked).lease_expires_at == before  # not extended this time
 
 
 def test_heartbeat_with_nothing_held_does_nothing() -> None:
