@@ -38,6 +38,7 @@ urlpatterns = [
     path("api/jobs/<uuid:job_id>/events", JobEventListView.as_view(), name="job-events"),
     path("api/", include("scheduler.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    # GET and HEAD only: the Swagger page's HTML renderer has no template for OPTIONS (a 500); others get a 405.
     path(
         "api/docs/", SpectacularSwaggerView.as_view(url_name="schema", http_method_names=["get", "head"]), name="docs"
     ),

@@ -7,7 +7,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.parsers import has_lone_surrogate
 from scheduler.exceptions import StintError
+from scheduler.jobspec import has_nul
 from stint_tasks.periodic import sync_periodic
 
 
@@ -24,7 +26,7 @@ class Command(BaseCommand):
         """Sync, then print one line per schedule."""
         owner = options["owner"]
         # A name PostgreSQL cannot be sent (a NUL, a lone surrogate from a byte that is not UTF-8) names nobody.
-        storable = "\x00" not in owner and owner.encode("utf-8", "replace").decode("utf-8") == owner
+        storable = not has_nul(owner) and not has_lone_surrogate(owner)
         user = get_user_model().objects.filter(username=owner).first() if storable else None
         if user is None:
             raise CommandError(f"no user named {options['owner']!r}")

@@ -62,15 +62,14 @@ def _queries(payload: Any, ctx: JobContext) -> int:
 
 @handler("TEST_EXECUTE_SPOILS_ITS_SESSION")
 def _spoils_its_session(payload: Any, ctx: JobContext) -> None:
-    """Change the session that the thread's next jobs will share: settings, an advisory lock, a LISTEN."""
+    """Change the session the thread's next jobs will share: settings, a lock, a LISTEN, a temp table, a role."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(4242)")
         cursor.execute("LISTEN test_execute_spoiled")
         cursor.execute("SET search_path = nowhere")
         cursor.execute("SET TIME ZONE 'Pacific/Kiritimati'")
-        cursor.execute(
-            "CREATE TEMP TABLE stint_job AS SELECT * FROM public.stint_job WITH NO DATA"
-        )  # hides the real one
+        # A temporary table hides the real one of the same name.
+        cursor.execute("CREATE TEMP TABLE stint_job AS SELECT * FROM public.stint_job WITH NO DATA")
         cursor.execute("PREPARE test_execute_left_prepared AS SELECT 1")
         cursor.execute("SET ROLE test_execute_nobody")
         cursor.execute("SET statement_timeout = 1")
