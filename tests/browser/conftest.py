@@ -289,7 +289,10 @@ def accessibility_basics(page: Any) -> dict[str, Any]:
     ``aria-labelledby``); there is exactly one ``h1`` and no heading skips a level; there is a
     main landmark; every visible status badge's text contrasts with its background by at least
     4.5:1, computed from the browser's computed styles (WCAG relative luminance).
+    The page is read once it has loaded (its styles applied), so a document still being parsed
+    after a click is not measured half-built.
     """
+    page.wait_for_load_state("load")
     found = page.evaluate(A11Y_SCRIPT)
     assert found["unlabelled"] == [], f"inputs without a label: {found['unlabelled']}"
     assert found["h1"] == 1, f"expected one h1, found {found['h1']}"

@@ -110,6 +110,7 @@ def test_create_a_schedule_and_see_the_preview(page, transactional_db):
     sign_in(page, user.username)
     nav(page, "Schedules")
     page.get_by_role("link", name="New schedule").click()
+    expect(page.get_by_role("heading", level=1, name="New schedule")).to_be_visible()
     accessibility_basics(page)
 
     page.get_by_label("Name").fill("quarter hours")
