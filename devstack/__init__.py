@@ -814,6 +814,24 @@ def release(handles: Sequence[Handle], *, user_pid: int) -> None:
             _stop_handle(Handle(server=handle.server, record=record, proc=handle.proc))
 
 
+def with_dotenv(environ: Mapping[str, str], path: Path) -> dict[str, str]:
+    """Return ``environ`` with the variables of the ``.env`` file at ``path`` that it lacks.
+
+    The same reading ``config/settings.py`` does (django-environ's ``read_env``, real
+    environment variables win), so a ``DATABASE_URL`` set only in ``.env`` counts as set and no
+    embedded server is started in its place. A missing file adds nothing.
+    """
+    merged = dict(environ)
+    if path.is_file():
+        import environ as django_environ  # lazily: module level imports only the standard library
+
+        reader = type("DotEnv", (django_environ.Env,), {"ENVIRON": {}})
+        reader.read_env(path, overwrite=False)
+        for key, value in reader.ENVIRON.items():
+            merged.setdefault(key, value)
+    return merged
+
+
 def servers_needed(directory: Path, environ: Mapping[str, str]) -> list[Server]:
     """Return the servers whose variable is unset or empty in ``environ``, in start order."""
     return [cls(directory=directory) for cls in SERVERS if not environ.get(cls.env_var, "").strip()]
@@ -886,7 +904,8 @@ def command_run(argv: Sequence[str]) -> int:
     me = os.getpid()
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        handles = ensure(servers_needed(directory, os.environ), persistent=False, user_pid=me)
+        needed = servers_needed(directory, with_dotenv(os.environ, PROJECT_ROOT / ".env"))
+        handles = ensure(needed, persistent=False, user_pid=me)
         env = dict(os.environ)
         env.update({h.record["env_var"]: h.record["url"] for h in handles})
         try:
@@ -921,7 +940,8 @@ def command_up() -> int:
     """Ensure the needed servers and leave them running; print export lines on stdout."""
     signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
-        handles = ensure(servers_needed(state_dir(), os.environ), persistent=True, user_pid=None)
+        needed = servers_needed(state_dir(), with_dotenv(os.environ, PROJECT_ROOT / ".env"))
+        handles = ensure(needed, persistent=True, user_pid=None)
     except DevstackError as exc:
         logger.error("%s", exc)
         return 1

@@ -275,3 +275,17 @@ def test_the_metrics_ports_command_prints_export_lines_for_make_run() -> None:
 
     names = [line.split("=")[0] for line in out.splitlines()]
     assert names == [f"export {n}" for n in devstack.METRICS_PORT_NAMES]
+
+
+def test_a_url_set_only_in_dot_env_counts_as_set_and_the_real_environment_wins(tmp_path):
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(
+        "# a comment\nDATABASE_URL=postgres://nobody@127.0.0.1:1/mydb\nREDIS_URL=redis://from-dotenv:1/0\n"
+    )
+    merged = devstack.with_dotenv({"REDIS_URL": "redis://from-environment:2/0"}, dotenv)
+
+    assert merged["DATABASE_URL"] == "postgres://nobody@127.0.0.1:1/mydb"
+    assert merged["REDIS_URL"] == "redis://from-environment:2/0"
+    needed = devstack.servers_needed(tmp_path / "state", merged)
+    assert [server.env_var for server in needed] == ["KAFKA_BOOTSTRAP_SERVERS"]
+    assert devstack.with_dotenv({"A": "1"}, tmp_path / "missing.env") == {"A": "1"}
