@@ -51,15 +51,33 @@ def burst(limit: Limit) -> int:
     return max(2, math.ceil(CATCH_UP_SECONDS * limit.rate_limit / limit.rate_period_seconds))
 
 
+def pace_start(limit: Limit, tat_in: float | None) -> float:
+    """The arrival time pacing under ``limit`` starts from, in seconds from now (>= 0).
+
+    ``tat_in``: seconds from now (database clock) to the stored theoretical arrival time, None
+    when there is none yet. Claims under this limit push it at most ``burst(limit)`` emission
+    intervals ahead; one further ahead was set under an earlier, slower limit of the same key
+    (1 per day, then 10 per second), and would hold the new limit's jobs back for the rest of
+    the old one's interval: it counts as the tolerance, so one claim starts now and the next
+    follow at the new pace. Pure.
+    """
+    interval = limit.rate_period_seconds / limit.rate_limit
+    start = max(tat_in if tat_in is not None else 0.0, 0.0)
+    if start > burst(limit) * interval + 1e-9:
+        return (burst(limit) - 1) * interval
+    return start
+
+
 def paced_allowance(limit: Limit, tat_in: float | None) -> tuple[int, float]:
     """GCRA: how many claims may start now, and the arrival time they start from.
 
     ``tat_in``: seconds from now (database clock) to the limit's theoretical arrival time, None
-    when it has none yet. Returns (allowance, start) where ``start`` (seconds from now) plus one
-    emission interval per claim is the new arrival time. Pure; source: GCRA as in ITU-T I.371.
+    when it has none yet. Returns (allowance, start) where ``start`` (seconds from now,
+    ``pace_start``) plus one emission interval per claim is the new arrival time. Pure; source:
+    GCRA as in ITU-T I.371.
     """
     interval = limit.rate_period_seconds / limit.rate_limit
-    start = max(tat_in if tat_in is not None else 0.0, 0.0)
+    start = pace_start(limit, tat_in)
     tolerance = (burst(limit) - 1) * interval
     if start > tolerance + 1e-9:
         return 0, start

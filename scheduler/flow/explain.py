@@ -62,7 +62,7 @@ class Explainer:
 
     def _pace_ahead(self, limit: Limit) -> float | None:
         """Seconds until the rate limit's pacing admits a claim (<= 0: now), or None without pacing state."""
-        from scheduler.flow.claim import burst
+        from scheduler.flow.claim import burst, pace_start
 
         if limit.key in self._paces:
             return self._paces[limit.key]
@@ -72,7 +72,7 @@ class Explainer:
             )
             row = cursor.fetchone()
         tolerance = (burst(limit) - 1) * limit.rate_period_seconds / limit.rate_limit
-        self._paces[limit.key] = None if row is None else row[0] - tolerance
+        self._paces[limit.key] = None if row is None else pace_start(limit, row[0]) - tolerance
         return self._paces[limit.key]
 
     def reason(self, job: Job) -> dict[str, str] | None:

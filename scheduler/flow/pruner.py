@@ -1,8 +1,11 @@
-"""Retention of the rate limits' admission log: rows past the longest window go, in bounded batches.
+"""Retention of the rate limits' admission log and pacing state, in bounded batches.
 
 A claim under a rate limit deletes that limit's rows older than its window; this service
 (``run_scheduler``) removes what no claim will: rows of a limit since removed or shortened,
-older than ``flow.limits.MAX_PERIOD_SECONDS`` (the longest window a limit may have).
+older than ``flow.limits.MAX_PERIOD_SECONDS`` (the longest window a limit may have). It also
+removes pacing rows (``stint_flow_pace``) whose arrival time is that far in the past: such a
+row paces nothing (``claim.pace_start`` reads a past arrival time as none), so only limits
+since removed or idle leave them.
 """
 
 from __future__ import annotations
@@ -24,8 +27,23 @@ class AdmissionPruner:
     leader_only = False
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Delete up to ``BATCH`` rows older than a day; ``now`` (aware) defaults to the database clock."""
+        """Delete up to ``BATCH`` rows of each table older than a day; return the rows deleted.
+
+        ``now`` (aware) defaults to the database clock.
+        """
         with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                DELETE FROM stint_flow_pace WHERE key IN (
+                    SELECT key FROM stint_flow_pace
+                    WHERE tat < coalesce(%s, now()) - make_interval(secs => %s)
+                    LIMIT %s
+                    FOR UPDATE SKIP LOCKED
+                )
+                """,
+                [now, MAX_PERIOD_SECONDS, BATCH],
+            )
+            paces = cursor.rowcount
             cursor.execute(
                 """
                 DELETE FROM stint_flow_admission WHERE id IN (
@@ -36,4 +54,4 @@ class AdmissionPruner:
                 """,
                 [now, MAX_PERIOD_SECONDS, BATCH],
             )
-            return cursor.rowcount
+            return paces + cursor.rowcount

@@ -17,6 +17,7 @@ from scheduler.enqueuing import enqueue
 from scheduler.exceptions import InvalidLimit
 from scheduler.flow import claim as flow_claim
 from scheduler.flow import limits as flow_limits
+from scheduler.flow.explain import Explainer
 from scheduler.flow.models import FlowAdmission, FlowLimit
 from scheduler.models import Job
 from scheduler.registry import handler
@@ -160,6 +161,29 @@ def test_pacing_is_gcra(tat_in, expected):
     assert flow_claim.paced_allowance(limit, tat_in) == expected
 
 
+def test_an_arrival_time_beyond_what_the_limit_can_reach_counts_as_the_furthest_it_can():
+    limit = flow_limits.Limit(scope="type", name="X", rate_limit=4, rate_period_seconds=60.0)
+    # Left by a limit of 1 per day: 4 per minute reaches at most a burst (2) of 15 s ahead, so
+    # this counts as the tolerance (15 s): one claim now, the next 15 s later.
+    assert flow_claim.paced_allowance(limit, 86_389.8) == (1, 15.0)
+    assert flow_claim.paced_allowance(limit, 30.0) == (0, 30.0)  # within reach: waits as before
+
+
+def test_a_relaxed_rate_limit_holds_its_jobs_one_new_interval_not_the_rest_of_the_old_one():
+    flow_limits.limit_set(scope="type", name=LIMITED, data={"rate_limit": 1, "rate_period_seconds": 86400})
+    first, second = enqueue(LIMITED), enqueue(LIMITED)
+    assert [j.id for j in _claim(5)] == [first.id]
+    assert Explainer().reason(Job.objects.get(id=second.id))["code"] == "rate_limit"
+
+    flow_limits.limit_set(scope="type", name=LIMITED, data={"rate_limit": 1000, "rate_period_seconds": 1})
+    flow_limits.forget_cache()
+    assert Explainer().reason(Job.objects.get(id=second.id)) is None  # nothing holds it any more
+    assert [j.id for j in _claim(5)] == [second.id]
+    third = enqueue(LIMITED)
+    assert _claim(5) == []  # then the new pace: 1 ms apart, and this test's clock stands still
+    assert Explainer().reason(Job.objects.get(id=third.id))["message"].endswith("the next in about 0.0 s.")
+
+
 def test_database_limit_wins_over_the_handler_and_is_removable(settings):
     flow_limits.limit_set(scope="type", name=PER_CUSTOMER, data={"concurrency": 1})
     for customer in ["a", "b"]:
@@ -216,6 +240,22 @@ def test_the_pruner_removes_admissions_older_than_the_longest_window():
     FlowAdmission.objects.create(key="type:GONE", admitted_at=now - timedelta(hours=1))
     assert AdmissionPruner().run_once(now=now) == 1
     assert FlowAdmission.objects.count() == 1
+
+
+def test_the_pruner_removes_pacing_rows_a_day_in_the_past_and_keeps_the_rest():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.flow.models import FlowPace
+    from scheduler.flow.pruner import AdmissionPruner
+
+    now = timezone.now()
+    FlowPace.objects.create(key="type:GONE", tat=now - timedelta(days=2))
+    FlowPace.objects.create(key="type:RECENT", tat=now - timedelta(hours=1))
+    FlowPace.objects.create(key="type:AHEAD", tat=now + timedelta(seconds=30))
+    assert AdmissionPruner().run_once(now=now) == 1
+    assert sorted(FlowPace.objects.values_list("key", flat=True)) == ["type:AHEAD", "type:RECENT"]
 
 
 def test_a_bad_settings_entry_or_row_is_skipped_not_fatal(settings):
