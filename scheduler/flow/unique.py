@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 
 from scheduler.exceptions import InvalidUnique, UniqueConflict
 from scheduler.flow.limits import PARTITION_KEY
@@ -38,6 +40,8 @@ logger = logging.getLogger(__name__)
 LIVE_STATES = (JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRYING)
 OPTIONAL_STATES = (JobStatus.SUCCESS, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED)
 MAX_KEYS = 20  # payload fields in a unique key
+# The partial index's predicate: a row in one of its own unique states holds its key.
+HOLDS_ITS_KEY = RawSQL("stint_job.status = ANY(stint_job.unique_states)", [], output_field=BooleanField())
 MAX_PERIOD_SECONDS = 366 * 86_400  # a year
 INDEX = "job_unique_live"
 TRIES = 3  # a blocking job may finish between our insert and our read: then insert again
@@ -129,7 +133,10 @@ def guard() -> Iterator[None]:
 
 
 def enqueue_unique(new: NewJob, spec: UniqueSpec, *, insert: Callable[[Sequence[NewJob]], Any]) -> tuple[Job, bool]:
-    """Insert ``new`` unless a job with its content key is live; return (job, duplicate).
+    """Insert ``new`` unless a job with its content key holds it; return (job, duplicate).
+
+    A job holds its key while its status is one of the states it was itself enqueued with (the
+    index's predicate), whatever states this enqueue names.
 
     ``insert`` is the enqueue path's own insert (``enqueuing.jobs_insert``): the job is inserted as
     any other, then given its key in the same transaction, which is where the unique index
@@ -155,7 +162,8 @@ def enqueue_unique(new: NewJob, spec: UniqueSpec, *, insert: Callable[[Sequence[
         except IntegrityError as exc:
             if INDEX not in str(exc):
                 raise
-        existing = Job.objects.filter(unique_key=key, status__in=spec.states).order_by("-created_at").first()
+        # The job the index refused us for: the states that count are its own, not this enqueue's.
+        existing = Job.objects.filter(unique_key=key).filter(HOLDS_ITS_KEY).order_by("-created_at").first()
         if existing is not None:
             logger.info("unique job %s: duplicate enqueue returned it", existing.id, extra={"job_id": str(existing.id)})
             return existing, True

@@ -40,6 +40,17 @@ def test_a_finished_job_no_longer_blocks_unless_its_state_is_listed():
 
 
 @pytest.mark.django_db
+def test_the_states_that_block_are_the_existing_jobs_not_the_new_enqueues():
+    kept = {"keys": ["customer"], "states": ["SCHEDULED", "QUEUED", "RUNNING", "RETRYING", "CANCELLED"]}
+    first = enqueue_request("DEMO_TASK", {"customer": 3}, unique=kept).job
+    job_cancel(job_id=first.id)
+    # The new enqueue names only the live states; the cancelled job still holds the key with its own.
+    again = enqueue_request("DEMO_TASK", {"customer": 3}, unique=UNIQUE)
+    assert (again.duplicate, again.job.id) == (True, first.id)
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db
 def test_a_running_job_blocks_and_the_owner_is_part_of_the_key(user, other_user):
     mine = enqueue_request("DEMO_TASK", {"customer": 1}, unique=UNIQUE, owner=user).job
     leasing.claim_jobs(worker_id="w", limit=5, queues=None)
