@@ -124,10 +124,16 @@ class Explainer:
 
 
 def _json_text(value: Any) -> str:
-    """The text PostgreSQL's ``->>`` gives for a non-string JSON value."""
+    """The text PostgreSQL's ``->>`` gives for a non-string JSON value, from PostgreSQL itself.
+
+    jsonb orders an object's keys and keeps non-ASCII characters as they are, so Python's
+    ``json.dumps`` of the same value can differ (``{"b": 1, "a": "é"}``).
+    """
     import json
 
-    return json.dumps(value, separators=(", ", ": "))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::jsonb #>> '{}'", [json.dumps(value)])
+        return cursor.fetchone()[0]
 
 
 def waiting_reason(job: Job, explainer: Explainer | None = None) -> dict[str, str] | None:

@@ -184,6 +184,15 @@ def test_a_relaxed_rate_limit_holds_its_jobs_one_new_interval_not_the_rest_of_th
     assert Explainer().reason(Job.objects.get(id=third.id))["message"].endswith("the next in about 0.0 s.")
 
 
+def test_a_partition_value_that_is_an_object_is_explained_as_postgresql_compares_it():
+    enqueue(PER_CUSTOMER, {"customer": {"b": 1, "a": "é"}})
+    waiting = enqueue(PER_CUSTOMER, {"customer": {"a": "é", "b": 1}})  # the same customer to jsonb
+    assert len(_claim(10)) == 1
+    reason = Explainer().reason(Job.objects.get(id=waiting.id))
+    assert reason["code"] == "partition_limit"
+    assert '({"a": "é", "b": 1})' in reason["message"]
+
+
 def test_database_limit_wins_over_the_handler_and_is_removable(settings):
     flow_limits.limit_set(scope="type", name=PER_CUSTOMER, data={"concurrency": 1})
     for customer in ["a", "b"]:
