@@ -11,9 +11,9 @@ ARGS ?=
 OBSERVE_DIR ?= .observe
 OBSERVE_PORT ?= 9090
 # The metrics ports of `make run` (it prints them; these are its choices while they are free).
-SCHEDULER_METRICS_PORT ?= 9101
-WORKERS_METRICS_PORT ?= 9102
-AUDIT_METRICS_PORT ?= 9103
+SCHEDULER_METRICS_PORT ?= $(shell expr $(PORT) + 1101)
+WORKERS_METRICS_PORT ?= $(shell expr $(PORT) + 1102)
+AUDIT_METRICS_PORT ?= $(shell expr $(PORT) + 1103)
 
 
 .PHONY: test-django6 tasks-conformance

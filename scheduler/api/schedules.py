@@ -36,7 +36,7 @@ SCHEDULE_ID = OpenApiParameter("schedule_id", OpenApiTypes.INT, OpenApiParameter
 
 
 class ScheduleJobSerializer(JobFieldsSerializer):
-    """The template of the jobs a schedule fires (the job fields of DESIGN.md)."""
+    """The template of the jobs a schedule fires: the fields of a job request (POST /api/jobs)."""
 
 
 class ScheduleWriteSerializer(StrictSerializer):
