@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.exceptions import RetryableError
+from scheduler.exceptions import PermanentError, RetryableError
 
 
 class TaskTimedOut(Exception):  # noqa: N818 - reads as the event
@@ -19,3 +19,7 @@ class TaskCancelled(Exception):  # noqa: N818
 
 class TaskExited(RetryableError):  # noqa: N818
     """The task raised SystemExit, KeyboardInterrupt or another BaseException; counted as a failed attempt."""
+
+
+class TaskResultNotJSON(PermanentError):  # noqa: N818
+    """The task returned a value that Django's ``normalize_json`` refuses; the job ends FAILED without a retry."""

@@ -2,10 +2,12 @@
 
 Handlers get ``(payload, ctx)``; ``task_runner(task)`` adapts a Django ``Task`` to that shape. The
 payload is ``{"args": [...], "kwargs": {...}}`` (written by ``StintBackend.enqueue`` or a periodic
-schedule). What the task returns passes Django's ``normalize_json`` (a value it refuses fails the
-attempt, as in Django's own backends) and becomes the job's result. An exception fails the attempt
-and is retried by Stint's rules; the attempt keeps its message and traceback, from which
-``results`` reads back ``TaskError.exception_class_path``.
+schedule). What the task returns passes Django's ``normalize_json`` and becomes the job's result; a
+value it refuses fails the job at once (``TaskResultNotJSON``, a ``PermanentError``, read back as
+the refusal's own class, as Django's own backends report it): the task has run, and a retry would
+repeat its side effects only to return the same kind of value. An exception raised by the task
+fails the attempt and is retried by Stint's rules; the attempt keeps its message and traceback,
+from which ``results`` reads back ``TaskError.exception_class_path``.
 
 As Django's own backends do, the worker sends ``task_started`` before the task runs (status
 RUNNING) and ``task_finished`` after it (SUCCESSFUL, or FAILED with the attempt's error added;
@@ -37,7 +39,7 @@ from stint_tasks.compat import (
     task_finished,
     task_started,
 )
-from stint_tasks.exceptions import TaskExited
+from stint_tasks.exceptions import TaskExited, TaskResultNotJSON
 
 CANCEL_POLL_SECONDS = 0.05  # how often an async task's event loop checks the job's cancel flag
 logger = logging.getLogger(__name__)
@@ -85,10 +87,12 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
     """Return the ``(payload, ctx) -> result`` handler that runs ``task`` (a Django ``Task``).
 
     ``takes_context`` tasks get a ``TaskContext`` whose ``attempt`` is Stint's attempt number
-    (1-based) and whose ``task_result`` is the job as ``get_result`` shows it. Raises what the
-    task raised (a ``BaseException`` that is not an ``Exception`` becomes ``TaskExited``, so the
-    worker's thread survives ``SystemExit``), ``JobCancelled``, or ``PermanentError`` for a
-    payload that is not ``{"args": [...], "kwargs": {...}}``.
+    (1-based) and whose ``task_result`` is the job as ``get_result`` shows it. Returns the task's
+    value as ``normalize_json`` makes it. Raises what the task raised (a ``BaseException`` that is
+    not an ``Exception`` becomes ``TaskExited``, so the worker's thread survives ``SystemExit``),
+    ``JobCancelled``, ``TaskResultNotJSON`` (a ``PermanentError``: no retry) for a return value
+    ``normalize_json`` refuses, or ``PermanentError`` for a payload that is not ``{"args": [...],
+    "kwargs": {...}}``.
     """
     is_async = inspect.iscoroutinefunction(task.func)
 
@@ -103,17 +107,39 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
                 value = _run_coroutine(task.func, args, kwargs, ctx.cancel_flag)
             else:
                 value = task.func(*args, **kwargs)
-            value = normalize_json(value)
         except Exception as exc:
             _send(task_finished, task, _failed(shown, exc))
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit from task code
             _send(task_finished, task, _failed(shown, exc))
             raise TaskExited(f"{class_path(type(exc))}: {exc}") from exc
+        # Outside the block above: the task has returned, so its side effects have happened, and a
+        # value that cannot be stored must end the job, not send it round the retries again.
+        try:
+            value = normalize_json(value)
+        except Exception as exc:  # TypeError, ValueError (bytes), RecursionError (deep nesting)...
+            _send(task_finished, task, _failed(shown, exc))
+            raise _not_json(exc) from exc
         _send(task_finished, task, _finished(shown, TaskResultStatus.SUCCESSFUL, value=value))
         return value
 
     return run
+
+
+def _not_json(exc: Exception) -> TaskResultNotJSON:
+    """The error for a return value that ``normalize_json`` refused with ``exc``.
+
+    Its message starts with ``exc``'s class path (``builtins.TypeError: ...``), which ``results``
+    reads back as the attempt's ``exception_class_path``, then names what was refused (Django's
+    text says the type: ``Unsupported type: <class 'set'>``).
+    """
+    try:
+        detail = str(exc)
+    except Exception:  # a hostile exception's __str__ (from a return value's own Mapping or Sequence code)
+        detail = "its message could not be read"
+    if isinstance(exc, RecursionError):
+        detail = f"nested too deeply ({detail})"
+    return TaskResultNotJSON(f"{class_path(type(exc))}: the task's return value is not JSON: {detail}")
 
 
 def _result(task: Any, ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:

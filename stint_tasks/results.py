@@ -14,7 +14,7 @@ from django.db import connection
 from scheduler.states import AttemptStatus, JobStatus
 from stint_tasks import registry
 from stint_tasks.compat import InvalidTask, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
-from stint_tasks.exceptions import TaskCancelled, TaskExited, TaskLost, TaskTimedOut
+from stint_tasks.exceptions import TaskCancelled, TaskExited, TaskLost, TaskResultNotJSON, TaskTimedOut
 from stint_tasks.execution import class_path
 
 # Job status -> Django's TaskResultStatus. Waiting (including between retries) is READY; every
@@ -37,6 +37,8 @@ _ATTEMPT_ERROR_CLASS = {
     AttemptStatus.LOST: class_path(TaskLost),
     AttemptStatus.CANCELLED: class_path(TaskCancelled),
 }
+# Our exceptions whose message starts with the class path of the exception they stand for.
+_WRAPPERS = frozenset({TaskExited.__name__, TaskResultNotJSON.__name__})
 
 # The exception line that ends a Python traceback: ``[module.]QualName`` then ``: message`` or nothing.
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s|$)")
@@ -67,13 +69,14 @@ def exception_class_path(*, attempt_status: str, error: str, traceback: str) -> 
     attempt's ``error`` starts with the class name (``execute._describe``: ``"ValueError: ..."``)
     and its traceback ends with the exception line, which Python writes as ``module.QualName:
     message`` (the module left out for builtins): the last such line with that name gives the
-    path. A ``TaskExited`` names the ``BaseException`` it stands for in its message.
+    path. A ``TaskExited`` names the ``BaseException`` it stands for in its message, and a
+    ``TaskResultNotJSON`` the error ``normalize_json`` raised (``builtins.TypeError``).
     """
     if attempt_status in _ATTEMPT_ERROR_CLASS:
         return _ATTEMPT_ERROR_CLASS[AttemptStatus(attempt_status)]
     name, _, rest = error.partition(":")
     name = name.strip()
-    if name == TaskExited.__name__ and ":" in rest:
+    if name in _WRAPPERS and ":" in rest:
         return rest.split(":", 1)[0].strip()
     for line in reversed(traceback.splitlines()):
         match = _EXCEPTION_LINE.match(line)

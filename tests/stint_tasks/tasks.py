@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
+from decimal import Decimal
 
 from stint_tasks.compat import TaskContext
 
@@ -56,6 +58,27 @@ def exits() -> None:
 @task
 def not_json() -> object:
     return object()
+
+
+def unstorable(kind: str) -> object:
+    """A value Django's ``normalize_json`` refuses, by ``kind``: set, decimal, datetime, object, deep (5,000 levels)."""
+    if kind == "deep":
+        value: list[object] = []
+        for _ in range(5000):
+            value = [value]
+        return value
+    return {"set": {1, 2}, "decimal": Decimal("1.5"), "datetime": dt.datetime(2030, 1, 1), "object": object()}[kind]
+
+
+@task
+def returns_unstorable(kind: str) -> object:
+    return unstorable(kind)
+
+
+@task
+async def async_returns_unstorable(kind: str) -> object:
+    await asyncio.sleep(0)
+    return unstorable(kind)
 
 
 @task

@@ -220,10 +220,48 @@ def test_system_exit_non_json_returns_and_project_exceptions_fail_the_attempt_wi
     custom = t.raises_custom.enqueue()
     reports = {str(j.id): run(j) for j in claim_all()}
 
-    assert {r.outcome for r in reports.values()} == {Outcome.RETRYABLE}  # the worker's thread survives
+    assert reports[exits.id].outcome == reports[custom.id].outcome == Outcome.RETRYABLE  # the thread survives
+    assert reports[not_json.id].outcome == Outcome.PERMANENT  # the task ran: a retry would run it again
     assert t.raises_custom.get_result(custom.id).errors[0].exception_class is t.CustomError
     assert t.exits.get_result(exits.id).errors[0].exception_class_path == "builtins.SystemExit"
     assert t.not_json.get_result(not_json.id).errors[0].exception_class_path == "builtins.TypeError"
+
+
+@pytest.mark.parametrize(
+    ("kind", "exception", "detail"),
+    [
+        ("set", "builtins.TypeError", "Unsupported type: <class 'set'>"),
+        ("decimal", "builtins.TypeError", "Unsupported type: <class 'decimal.Decimal'>"),
+        ("datetime", "builtins.TypeError", "Unsupported type: <class 'datetime.datetime'>"),
+        ("object", "builtins.TypeError", "Unsupported type: <class 'object'>"),
+        ("deep", "builtins.RecursionError", "nested too deeply"),
+    ],
+)
+@pytest.mark.parametrize("returns", [t.returns_unstorable, t.async_returns_unstorable], ids=["sync", "async"])
+def test_a_return_value_that_is_not_json_fails_the_job_after_one_attempt(returns, kind, exception, detail) -> None:
+    finished: list[tuple[str, str]] = []
+
+    def on_finished(sender, task_result, **kwargs) -> None:
+        finished.append((task_result.status, task_result.errors[-1].exception_class_path))
+
+    result = returns.enqueue(kind)  # Stint's default budget: 3 retries
+    task_finished.connect(on_finished)
+    try:
+        report = run_next()
+    finally:
+        task_finished.disconnect(on_finished)
+
+    # The task ran (its side effects happened): a retry would run it again, for the same value.
+    assert report.outcome == Outcome.PERMANENT
+    assert f"{exception}: the task's return value is not JSON" in report.error and detail in report.error
+    assert claim_all() == []
+    job = Job.objects.get(id=result.id)
+    assert (job.status, job.attempts) == (JobStatus.FAILED, 1)
+    failed = returns.get_result(result.id)
+    assert (failed.status, failed.attempts) == (TaskResultStatus.FAILED, 1)
+    assert [e.exception_class_path for e in failed.errors] == [exception]  # as Django's own backends name it
+    assert detail in failed.errors[0].traceback
+    assert finished == [(TaskResultStatus.FAILED, exception)]
 
 
 def test_the_context_carries_stints_attempt_number() -> None:

@@ -43,9 +43,10 @@ def test_sync_async_context_and_failing_tasks_run_on_a_worker(workers: Workers, 
     with_context = t.attempt_of.enqueue(fail_until=1)
     failing = t.fails.enqueue()
     Job.objects.filter(id=failing.id).update(max_retries=1)
+    not_json = t.returns_unstorable.enqueue("set")  # 3 retries left, none to be used
 
     promote = DuePromoter().run_once  # retries wait for the scheduler's promoter
-    for result in (added, awaited, with_context, failing):
+    for result in (added, awaited, with_context, failing, not_json):
         wait_until(finished(result), what=f"{result.task.name} finished", each=promote)
 
     assert (added.status, added.return_value, added.attempts) == (TaskResultStatus.SUCCESSFUL, 5, 1)
@@ -55,6 +56,9 @@ def test_sync_async_context_and_failing_tasks_run_on_a_worker(workers: Workers, 
     assert failing.status == TaskResultStatus.FAILED and failing.attempts == 2
     assert [e.exception_class for e in failing.errors] == [ValueError, ValueError]
     assert Job.objects.get(id=failing.id).status == JobStatus.DEAD
+    assert (not_json.status, not_json.attempts) == (TaskResultStatus.FAILED, 1)
+    assert [e.exception_class_path for e in not_json.errors] == ["builtins.TypeError"]
+    assert Job.objects.get(id=not_json.id).status == JobStatus.FAILED
     assert added.worker_ids == [Job.objects.get(id=added.id).attempts_made.get().worker] and added.worker_ids[0]
 
 
