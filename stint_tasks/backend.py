@@ -7,9 +7,11 @@ from typing import Any
 
 from django.core import checks
 
+from core.parsers import has_lone_surrogate
 from scheduler import enqueuing
+from scheduler.models import Job
 from stint_tasks import registry
-from stint_tasks.compat import BaseTaskBackend, TaskResult, TaskResultStatus, normalize_json, task_enqueued
+from stint_tasks.compat import BaseTaskBackend, InvalidTask, TaskResult, TaskResultStatus, normalize_json, task_enqueued
 from stint_tasks.results import task_result
 
 
@@ -30,11 +32,18 @@ class StintBackend(BaseTaskBackend):
     supports_priority = True
 
     def validate_task(self, task: Any) -> None:
-        """Django's checks (module-level function, priority, queues, aware ``run_after``), then register the task.
+        """Django's checks (module-level function, priority, queues, aware ``run_after``), Stint's, then register it.
 
-        Raises ``InvalidTask``. Registration is what lets a worker run the task: see ``registry``.
+        Stint's check is on the task's import path (``module_path``), which every job of the task
+        stores as its ``type``: ``task_path_problem``. Django calls this when the task is defined
+        (``@task``), copied (``using()``) and enqueued, so a path a job cannot hold fails at
+        definition instead of in every ``enqueue`` as a database error. Raises ``InvalidTask``.
+        Registration is what lets a worker run the task: see ``registry``.
         """
         super().validate_task(task)
+        problem = task_path_problem(task.module_path)
+        if problem is not None:
+            raise InvalidTask(problem)
         registry.register(task)
 
     def enqueue(self, task: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
@@ -85,3 +94,23 @@ class StintBackend(BaseTaskBackend):
         from stint_tasks.checks import backend_messages
 
         return backend_messages(self)
+
+
+def task_path_problem(path: str) -> str | None:
+    """Return why a job's ``type`` cannot hold the task path ``path``, or None when it can.
+
+    The limit is ``Job.type``'s ``max_length`` (100 characters); PostgreSQL's text types refuse
+    U+0000 and no UTF-8 encodes a lone UTF-16 surrogate (U+D800-U+DFFF), either of which a
+    function's ``__module__`` or ``__qualname__`` can be given.
+    """
+    limit = Job._meta.get_field("type").max_length
+    if len(path) > limit:
+        return (
+            f"Task path {path!r} is {len(path)} characters; a Stint job stores it as its type, which holds at"
+            f" most {limit}. Shorten the module path or the function name."
+        )
+    if "\x00" in path:
+        return f"Task path {path!r} contains U+0000, which a Stint job's type cannot store."
+    if has_lone_surrogate(path):
+        return f"Task path {path!r} contains a lone UTF-16 surrogate, which a Stint job's type cannot store."
+    return None

@@ -49,6 +49,8 @@ def backend_messages(backend: Any) -> list[checks.CheckMessage]:
             found = False
         if not found:
             error(f"OPTIONS['modules'] names {module!r}, which cannot be imported.", "E004")
+        elif (failure := registry.import_failure(module)) is not None:  # e.g. a task the backend refuses
+            error(f"OPTIONS['modules'] names {module!r}, whose import failed: {failure}", "E004")
     periodic = backend.options.get("periodic") or {}
     if isinstance(periodic, dict):
         for name, entry in periodic.items():

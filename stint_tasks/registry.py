@@ -27,6 +27,7 @@ BACKEND_PATH = "stint_tasks.backend.StintBackend"
 
 _TASKS: dict[str, Any] = {}  # task path -> the first Task object registered under it
 _DISCOVERED: set[str] = set()  # paths registered by the time discovery finished
+_IMPORT_FAILURES: dict[str, str] = {}  # OPTIONS['modules'] entry -> why its import failed at discovery
 _LOCK = threading.Lock()
 
 
@@ -79,7 +80,9 @@ def backend_options(alias: str) -> dict[str, Any]:
 def discover() -> None:
     """Import every installed app's ``tasks`` module and each Stint backend's ``OPTIONS['modules']``.
 
-    A module that fails to import is logged and skipped (the system check reports it); the set of
+    An ``OPTIONS['modules']`` entry that fails to import (missing, broken, or defining a task its
+    backend refuses) is logged, remembered for the system check (``import_failure``) and skipped;
+    an app's ``tasks`` module that fails raises, as Django's own autodiscovery does. The set of
     paths known afterwards is what ``undiscovered_paths`` compares against.
     """
     autodiscover_modules("tasks")
@@ -87,10 +90,27 @@ def discover() -> None:
         for module in task_modules(backend_options(alias)):
             try:
                 importlib.import_module(module)
-            except Exception:
+            except Exception as exc:
                 logger.exception("could not import task module %s (TASKS[%r]['OPTIONS']['modules'])", module, alias)
+                with _LOCK:
+                    _IMPORT_FAILURES[module] = _describe(exc)
+            else:
+                with _LOCK:
+                    _IMPORT_FAILURES.pop(module, None)
     with _LOCK:
         _DISCOVERED.update(_TASKS)
+
+
+def import_failure(module: str) -> str | None:
+    """Return ``"Type: message"`` of the error that the last ``discover`` got importing ``module``, or None."""
+    return _IMPORT_FAILURES.get(module)
+
+
+def _describe(exc: Exception) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose __str__ raises
+        return type(exc).__name__
 
 
 def resolve_task(name: str) -> HandlerSpec | None:

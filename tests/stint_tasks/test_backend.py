@@ -10,6 +10,7 @@ import datetime as dt
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 
 import pytest
 from django.core.checks import Error, Warning  # noqa: A004 - Django's names
@@ -25,6 +26,7 @@ from scheduler.models import CronSchedule, Job
 from scheduler.registry import resolve
 from scheduler.states import JobStatus, Priority
 from scheduler.workers.execute import run_handler
+from stint_tasks import registry
 from stint_tasks.backend import StintBackend
 from stint_tasks.compat import (
     InvalidTask,
@@ -37,6 +39,11 @@ from stint_tasks.compat import (
 from stint_tasks.exceptions import TaskTimedOut
 from stint_tasks.periodic import task_schedule
 from tests.stint_tasks import tasks as t
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
 
 pytestmark = pytest.mark.django_db
 WORKER = "test-worker"
@@ -126,6 +133,36 @@ def test_djangos_validation_still_applies() -> None:
         t.add.using(queue_name="not-in-QUEUES")
     with pytest.raises(InvalidTask):
         t.add.using(run_after=dt.datetime(2030, 1, 1))  # naive
+
+
+def _function(qualname: str, module: str = "tests.stint_tasks.tasks") -> Callable[[], None]:
+    """A function whose import path is ``module.qualname`` (Django checks its name, not where it was made)."""
+
+    def func() -> None:
+        return None
+
+    func.__module__, func.__qualname__ = module, qualname
+    return func
+
+
+def test_a_task_path_that_a_job_type_cannot_hold_is_an_invalid_task() -> None:
+    limit = Job._meta.get_field("type").max_length  # the path becomes the job's type
+    module = "tests.stint_tasks.tasks"
+    longest = task(_function("f" * (limit - len(module) - 1)))
+    assert len(longest.module_path) == limit
+    assert Job.objects.get(id=longest.enqueue().id).type == longest.module_path
+
+    refused = [
+        (module, "g" * (limit - len(module)), f"is {limit + 1} characters.*at most {limit}"),
+        (module, "has_nul\x00", "U\\+0000"),
+        (module, "has_surrogate\ud800", "surrogate"),
+        ("tests.stint_tasks.\udc00", "in_a_module_with_a_surrogate", "surrogate"),
+    ]
+    for module_name, qualname, message in refused:
+        with pytest.raises(InvalidTask, match=message):  # at definition, as Django refuses any invalid task
+            task(_function(qualname, module_name))
+        assert registry.get_task(f"{module_name}.{qualname}") is None
+    assert Job.objects.count() == 1
 
 
 def test_higher_priority_is_claimed_first_across_tasks_and_rest_jobs() -> None:
@@ -395,6 +432,19 @@ def test_the_system_check_reports_bad_queues_options_and_periodic_entries(settin
         assert fragment in text
     warnings = [m for m in messages if isinstance(m, Warning)]
     assert warnings and all(m.id == "stint_tasks.W001" for m in warnings)  # this module is not discovered
+
+
+def test_the_check_reports_a_task_module_that_failed_to_import_for_a_task_path_too_long(settings, monkeypatch) -> None:
+    module = "tests.stint_tasks.long_path_tasks"
+    settings.TASKS = {"default": {**settings.TASKS["default"], "OPTIONS": {"modules": [module]}}}
+    monkeypatch.setattr(registry, "_DISCOVERED", set(registry._DISCOVERED))  # discover() adds to it
+    registry.discover()  # what every process does at start-up: the failure is logged, and the process starts
+
+    errors = [m for m in task_backends["default"].check() if isinstance(m, Error)]
+
+    assert [m.id for m in errors] == ["stint_tasks.E004"]
+    assert module in errors[0].msg and "is 102 characters" in errors[0].msg and "at most 100" in errors[0].msg
+    assert not [path for path in registry.registered_paths() if path.startswith(module)]
 
 
 def test_the_default_configuration_passes_the_check(settings) -> None:
