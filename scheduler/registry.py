@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 from scheduler.exceptions import JobCancelled, UnknownJobType
 
+MAX_TYPE_LENGTH = 100  # characters: stint_job.type's max_length (scheduler.models.Job.type)
+
 HandlerFunc = Callable[[Any, "JobContext"], Any]
 
 
@@ -122,8 +124,11 @@ def handler(
     every worker (``scheduler.flow.limits``): ``concurrency`` RUNNING at once; with
     ``concurrency_key`` (a payload field), at most ``concurrency_per_key`` (default 1) RUNNING
     per distinct value; ``rate_limit`` claims per ``rate_period_seconds``. Raises ValueError if
-    ``name`` is already registered to another function, or a limit is invalid.
+    ``name`` is already registered to another function, is not 1 to ``MAX_TYPE_LENGTH``
+    characters of text a PostgreSQL ``varchar`` can hold (no NUL, no lone surrogate), or a limit
+    is invalid.
     """
+    _check_type_name(name)
     limits = {
         k: v
         for k, v in {
@@ -163,6 +168,18 @@ def handler(
         return func
 
     return decorate
+
+
+def _check_type_name(name: Any) -> None:
+    """Raise ValueError unless ``name`` is a job type a ``stint_job.type`` column can hold."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_TYPE_LENGTH:
+        raise ValueError(f"a job type is 1 to {MAX_TYPE_LENGTH} characters of text, not {name!r:.120}")
+    if "\x00" in name:
+        raise ValueError(f"a job type cannot hold a NUL character: {name!r:.120}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"a job type must be valid Unicode (a lone surrogate): {name!r:.120}") from None
 
 
 def get_handler(name: str) -> HandlerSpec:
