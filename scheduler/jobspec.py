@@ -79,7 +79,7 @@ def job_spec_validate(
     if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime) or timezone.is_naive(scheduled_at)):
         errors["scheduled_at"] = ["Must be a datetime with a time zone offset."]
     elif scheduled_at is not None and not _in_utc_range(scheduled_at):
-        errors["scheduled_at"] = ["Must be at most 9999-12-31 23:59:59 in UTC."]
+        errors["scheduled_at"] = ["Must be from 0001-01-01 to 9999-12-31 23:59:59 in UTC."]
     if not isinstance(name, str) or len(name) > NAME_MAX or "\x00" in name or has_lone_surrogate(name):
         errors["name"] = ["At most 200 characters of valid Unicode, without U+0000."]
     if errors:

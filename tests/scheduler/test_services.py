@@ -290,9 +290,16 @@ def test_enqueue_refuses_a_time_past_year_9999_in_utc():
     late = dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.timezone(dt.timedelta(hours=-5)))  # 10000-01-01 in UTC
     with pytest.raises(InvalidJob) as raised:
         enqueuing.enqueue("DEMO_TASK", scheduled_at=late)
-    assert raised.value.details == {"scheduled_at": ["Must be at most 9999-12-31 23:59:59 in UTC."]}
+    assert raised.value.details == {"scheduled_at": ["Must be from 0001-01-01 to 9999-12-31 23:59:59 in UTC."]}
     latest = dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC)
     assert enqueuing.enqueue("DEMO_TASK", scheduled_at=latest).scheduled_at == latest
+
+
+def test_enqueue_refuses_a_time_before_year_1_in_utc_with_the_same_message():
+    early = dt.datetime(1, 1, 1, 0, 0, tzinfo=dt.timezone(dt.timedelta(hours=5)))  # year 0 in UTC
+    with pytest.raises(InvalidJob) as raised:
+        enqueuing.enqueue("DEMO_TASK", scheduled_at=early)
+    assert raised.value.details == {"scheduled_at": ["Must be from 0001-01-01 to 9999-12-31 23:59:59 in UTC."]}
 
 
 def test_enqueue_many_takes_a_generator():
