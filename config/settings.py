@@ -319,10 +319,21 @@ API_MAX_BODY_BYTES = 6 * SCHEDULER["MAX_PAYLOAD_BYTES"] + 4096
 for _key in (
     "MIN_SCHEDULE_INTERVAL_SECONDS",
     "CLAIM_INDEX_VACUUM_PAGES",
+    "AGING_SECONDS",
     *(k for k in SCHEDULER if k.startswith("RETENTION_")),
 ):
     if SCHEDULER[_key] < 0:
         raise ImproperlyConfigured(f"STINT_{_key} must be 0 or more")
+
+# A job's priority column holds -100..100 (scheduler.states.PRIORITY_MIN/MAX, the job_priority_range
+# constraint): aging may raise a job to at most the top of it, by at most its whole span per age.
+_PRIORITY_MIN, _PRIORITY_MAX = -100, 100
+for _key, _low, _high in (
+    ("AGING_MAX_PRIORITY", _PRIORITY_MIN, _PRIORITY_MAX),
+    ("AGING_STEP", 1, _PRIORITY_MAX - _PRIORITY_MIN),
+):
+    if not _low <= SCHEDULER[_key] <= _high:
+        raise ImproperlyConfigured(f"STINT_{_key} must be from {_low} to {_high} (got {SCHEDULER[_key]})")
 
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks backport on 5.2): every @task
 # runs on Stint. Options per task, extra task modules and periodic tasks: stint_tasks/options.py.

@@ -5,7 +5,10 @@ QUEUED for longer than ``SCHEDULER["AGING_SECONDS"]`` (and not raised within tha
 ``AGING_STEP`` more priority (default 50: one named level, LOW -> MEDIUM -> HIGH), up to
 ``AGING_MAX_PRIORITY`` (default 50, HIGH). Off by default (``AGING_SECONDS`` 0). The raise is
 a plain write of ``priority`` (not a status change), visible on the job; ``updated_at`` marks
-it, so the next raise comes one more age later.
+it, so the next raise comes one more age later. Settings outside the priority column's range
+(``PRIORITY_MIN``..``PRIORITY_MAX``, the ``job_priority_range`` constraint) are refused at
+start-up (``config.settings``); a run given one anyway (an override) clamps the cap to that range
+and the step to 1..its span, so no job can break the constraint and stop aging for every job.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 
 from django.db import connection
 
-from scheduler.states import priority_label
+from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, priority_label
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +40,16 @@ class Reprioritizer:
     leader_only = False
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Raise up to ``BATCH`` jobs; return how many. ``now`` (aware) defaults to the database clock."""
+        """Raise up to ``BATCH`` jobs; return how many. ``now`` (aware) defaults to the database clock.
+
+        A raise never passes ``AGING_MAX_PRIORITY`` nor the column's range; raises only database errors.
+        """
         age = _setting("AGING_SECONDS", 0)
         if age <= 0:
             return 0
-        step = _setting("AGING_STEP", 50)
-        cap = _setting("AGING_MAX_PRIORITY", 50)
+        # Clamped: one job raised past the column's range would fail the statement, so every run.
+        step = min(max(_setting("AGING_STEP", 50), 1), PRIORITY_MAX - PRIORITY_MIN)
+        cap = min(max(_setting("AGING_MAX_PRIORITY", 50), PRIORITY_MIN), PRIORITY_MAX)
         with connection.cursor() as cursor:
             # SKIP LOCKED: a job a worker is claiming right now is left alone (it is about to run anyway).
             cursor.execute(

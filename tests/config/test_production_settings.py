@@ -67,6 +67,12 @@ def test_check_deploy_is_clean():
         ({"STINT_CLAIM_INDEX_VACUUM_PAGES": "abc"}, "STINT_CLAIM_INDEX_VACUUM_PAGES: invalid literal for int()"),
         ({"STINT_LEASE_SECONDS": ""}, "STINT_LEASE_SECONDS: invalid literal for int()"),
         ({"STINT_HEARTBEAT_SECONDS": "ten"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float"),
+        # Aging within the priority column's range (the job_priority_range constraint, -100..100).
+        ({"STINT_AGING_MAX_PRIORITY": "101"}, "STINT_AGING_MAX_PRIORITY must be from -100 to 100 (got 101)"),
+        ({"STINT_AGING_MAX_PRIORITY": "-101"}, "STINT_AGING_MAX_PRIORITY must be from -100 to 100 (got -101)"),
+        ({"STINT_AGING_STEP": "0"}, "STINT_AGING_STEP must be from 1 to 200 (got 0)"),
+        ({"STINT_AGING_STEP": "201"}, "STINT_AGING_STEP must be from 1 to 200 (got 201)"),
+        ({"STINT_AGING_SECONDS": "-1"}, "STINT_AGING_SECONDS must be 0 or more"),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
@@ -74,6 +80,22 @@ def test_start_up_refuses_unsafe_settings(overrides, message):
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert message in result.stderr
+
+
+def test_manage_check_refuses_aging_past_the_priority_range():
+    """The reported settings: ``manage.py check`` passed, then every reprioritizer run failed on job_priority_range."""
+    result = _production(
+        "manage.py", "check", STINT_AGING_SECONDS="1", STINT_AGING_STEP="100", STINT_AGING_MAX_PRIORITY="500"
+    )
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: STINT_AGING_MAX_PRIORITY must be from -100 to 100 (got 500)" in result.stderr
+
+
+def test_the_aging_bounds_are_the_priority_columns():
+    from config import settings as project_settings
+    from scheduler.states import PRIORITY_MAX, PRIORITY_MIN
+
+    assert (project_settings._PRIORITY_MIN, project_settings._PRIORITY_MAX) == (PRIORITY_MIN, PRIORITY_MAX)
 
 
 def test_a_short_reconcile_grace_is_accepted_with_a_short_enough_lock_hold():

@@ -11,7 +11,7 @@ from scheduler import leasing
 from scheduler.enqueuing import enqueue
 from scheduler.flow.aging import OldestWaitingCollector, Reprioritizer, oldest_waiting
 from scheduler.models import Job
-from scheduler.states import Priority
+from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, Priority
 
 pytestmark = pytest.mark.django_db
 
@@ -59,3 +59,32 @@ def test_oldest_waiting_per_priority_and_its_metric():
     (family,) = OldestWaitingCollector(close_connection=False).collect()
     assert {s.labels["priority"] for s in family.samples} == {"HIGH", "7", "LOW"}
     assert all(s.value >= 0 for s in family.samples)
+
+
+def test_a_step_and_cap_past_the_priority_range_raise_to_the_range_and_never_fail(settings):
+    """STEP 100 and MAX_PRIORITY 500 (refused at start-up since) used to raise IntegrityError job_priority_range.
+
+    One job going past 100 failed the whole statement on every run, so aging stopped for every
+    job; the reprioritizer now clamps to the column's range, -100..100.
+    """
+    settings.SCHEDULER = {**settings.SCHEDULER, "AGING_SECONDS": 1, "AGING_STEP": 100, "AGING_MAX_PRIORITY": 500}
+    high = enqueue("DEMO_TASK", priority="HIGH")
+    low = enqueue("DEMO_TASK", priority="LOW")
+    assert Reprioritizer().run_once(now=_db_now() + dt.timedelta(seconds=10)) == 2
+    assert Job.objects.get(id=high.id).priority == PRIORITY_MAX  # 50 + 100, clamped
+    assert Job.objects.get(id=low.id).priority == 50
+    assert Reprioritizer().run_once(now=_db_now() + dt.timedelta(seconds=100)) == 1  # only LOW's raise is left
+    assert Job.objects.get(id=low.id).priority == PRIORITY_MAX
+
+
+@pytest.mark.parametrize(
+    ("step", "cap"),
+    [(30_000, 100), (1, -500), (0, 100), (-50, 100)],
+)
+def test_out_of_range_settings_change_nothing_they_cannot(settings, step, cap):
+    """A step past smallint, a cap below the range, a step that raises nothing: no error, no job out of range."""
+    settings.SCHEDULER = {**settings.SCHEDULER, "AGING_SECONDS": 1, "AGING_STEP": step, "AGING_MAX_PRIORITY": cap}
+    job = enqueue("DEMO_TASK", priority="LOW")
+    Reprioritizer().run_once(now=_db_now() + dt.timedelta(seconds=10))
+    assert PRIORITY_MIN <= Job.objects.get(id=job.id).priority <= PRIORITY_MAX
+    assert Job.objects.get(id=job.id).priority >= Priority.LOW
