@@ -292,6 +292,9 @@ SCHEDULER = {
     "RETENTION_CANCELLED_DAYS": env.int("STINT_RETENTION_CANCELLED_DAYS", default=7),
     "RETENTION_FAILED_DAYS": env.int("STINT_RETENTION_FAILED_DAYS", default=30),
     "RETENTION_DEAD_DAYS": env.int("STINT_RETENTION_DEAD_DAYS", default=30),
+    # Days a queue row with no jobs and nothing else referring to it (pause, limit, schedule, live
+    # worker) is kept after it was last written or seen in use (0: kept forever; scheduler.maintenance.queue_pruner).
+    "QUEUE_RETENTION_DAYS": env.int("STINT_QUEUE_RETENTION_DAYS", default=7),
     # Let owners retry their own dead-lettered jobs (the recover transition); off: only ADMINs recover.
     "OWNERS_MAY_RETRY_DEAD": env.bool("STINT_OWNERS_MAY_RETRY_DEAD", default=False),
     # Flow control (scheduler.flow): limits in code (the API and console add database ones), e.g.
@@ -320,6 +323,7 @@ for _key in (
     "MIN_SCHEDULE_INTERVAL_SECONDS",
     "CLAIM_INDEX_VACUUM_PAGES",
     "AGING_SECONDS",
+    "QUEUE_RETENTION_DAYS",
     *(k for k in SCHEDULER if k.startswith("RETENTION_")),
 ):
     if SCHEDULER[_key] < 0:

@@ -28,6 +28,8 @@ class SchedulerConf:
     retention_cancelled_days: int = 0
     retention_failed_days: int = 0
     retention_dead_days: int = 0
+    # Days an unused queue row is kept after it was last written or seen in use; 0 keeps it forever.
+    queue_retention_days: int = 0
     # Owners may retry their own DEAD jobs (DEAD -> QUEUED, the recover transition); off: ADMINs only.
     owners_may_retry_dead: bool = False
     # The job path's statements as named prepared statements (scheduler.prepared); False behind a

@@ -500,11 +500,15 @@ class WorkerNode(models.Model):
 
 
 class Queue(models.Model):
-    """A named queue, created on first use; a paused queue is not leased from."""
+    """A named queue, created on first use; a paused queue is not leased from.
+
+    Deleted once unused for ``QUEUE_RETENTION_DAYS`` (``scheduler.maintenance.queue_pruner``).
+    """
 
     name = models.CharField(max_length=100, primary_key=True)
     paused = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Last created, paused or resumed, or found with jobs by the queue pruner (its retention's clock).
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from django.db import transaction
 from django.db.models.functions import Now
 
 from scheduler.exceptions import InvalidQueue
@@ -28,13 +29,27 @@ def _checked(name: str) -> str:
     return name
 
 
+def queue_ensure(*, name: str) -> None:
+    """Create queue ``name``'s row unless it exists (``INSERT ... ON CONFLICT DO NOTHING``); call it in a transaction.
+
+    The insert waits for a queue pruner that deleted the row and has not committed, then
+    inserts it anew; and a pruner waits for the transaction that made it before it commits a
+    delete (``scheduler.maintenance.queue_pruner``). So a row a transaction ensured before it
+    wrote what needs the queue (a schedule) outlives the transaction. ``name`` is not validated
+    here; raises only database errors.
+    """
+    Queue.objects.bulk_create([Queue(name=name)], ignore_conflicts=True)
+
+
 def _set_paused(*, name: str, paused: bool) -> Queue:
     name = _checked(name)
-    Queue.objects.get_or_create(name=name)
-    changed = Queue.objects.filter(name=name).exclude(paused=paused).update(paused=paused, updated_at=Now())
+    with transaction.atomic():
+        queue_ensure(name=name)
+        changed = Queue.objects.filter(name=name).exclude(paused=paused).update(paused=paused, updated_at=Now())
+        queue = Queue.objects.get(name=name)
     if changed:
         logger.info("queue %s %s", name, "paused" if paused else "resumed", extra={"queue": name})
-    return Queue.objects.get(name=name)
+    return queue
 
 
 def queue_pause(*, name: str) -> Queue:

@@ -34,8 +34,9 @@ from scheduler.exceptions import InvalidJob, InvalidSchedule, ScheduleNotFound, 
 from scheduler.ids import new_job_id
 from scheduler.jobspec import has_nul, job_spec_validate
 from scheduler.lifecycle import NewJob
-from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy, Queue
+from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy
 from scheduler.notify import notify_queued
+from scheduler.queues import queue_ensure
 from scheduler.states import JobStatus, Priority
 
 logger = logging.getLogger(__name__)
@@ -292,10 +293,6 @@ def _next_fire_at(schedule: CronSchedule, *, now: dt.datetime) -> dt.datetime | 
     return nxt if schedule.enabled else None
 
 
-def _ensure_queue(name: str) -> None:
-    Queue.objects.get_or_create(name=name)
-
-
 # -- writes -----------------------------------------------------------------------------------
 
 
@@ -333,8 +330,8 @@ def schedule_create(
         **_validated_job(job, trusted=trusted),
     )
     _validate(schedule)
-    _ensure_queue(schedule.job_queue)
     with transaction.atomic():
+        queue_ensure(name=schedule.job_queue)  # in the schedule's transaction: see queue_ensure
         _check_quota(schedule.owner_id)
         now = db_now()
         _check_min_interval(schedule, now=now)
@@ -399,7 +396,7 @@ def schedule_update(
             for field, value in _validated_job({**_job_template(schedule), **job}, trusted=trusted).items():
                 setattr(schedule, field, value)
         _validate(schedule)
-        _ensure_queue(schedule.job_queue)
+        queue_ensure(name=schedule.job_queue)
         if any(getattr(schedule, field) != before[field] for field in TIMING_FIELDS):
             now = db_now()
             # Checked only when the timing changes: an older schedule can still be renamed or disabled.

@@ -78,11 +78,12 @@ def default_services() -> list[Service]:
     from scheduler.maintenance.outbox_pruner import OutboxPruner
     from scheduler.maintenance.promoter import DuePromoter
     from scheduler.maintenance.pruner import Pruner
+    from scheduler.maintenance.queue_pruner import QueuePruner
     from scheduler.maintenance.reconciler import AuditReconciler
     from scheduler.maintenance.relay import OutboxRelay
     from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper
 
-    services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner()]
+    services: list[Service] = [DuePromoter(), LeaseRescuer(), WorkerReaper(), Pruner(), QueuePruner()]
     # The cron firer needs leadership: see leader_services().
     services += [OutboxRelay(), OutboxPruner(), AuditReconciler(), ClaimIndexUpkeep()]
     from scheduler.flow.aging import Reprioritizer  # flow control (issue 17): off unless AGING_SECONDS

@@ -73,6 +73,7 @@ def test_check_deploy_is_clean():
         ({"STINT_AGING_STEP": "0"}, "STINT_AGING_STEP must be from 1 to 200 (got 0)"),
         ({"STINT_AGING_STEP": "201"}, "STINT_AGING_STEP must be from 1 to 200 (got 201)"),
         ({"STINT_AGING_SECONDS": "-1"}, "STINT_AGING_SECONDS must be 0 or more"),
+        ({"STINT_QUEUE_RETENTION_DAYS": "-1"}, "STINT_QUEUE_RETENTION_DAYS must be 0 or more"),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
