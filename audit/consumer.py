@@ -78,6 +78,12 @@ WATCH_TIMEOUT_SECONDS = 2.0  # each metadata, committed-offset and watermark req
 MAX_EVENT_TYPE = 32
 MAX_STATUS = 10
 MAX_INT = 2**31 - 1
+# The instants an ``occurred_at`` may name, in UTC. PostgreSQL stores far more (4713 BC to 294276 AD),
+# but a row Python cannot read back (after 9999-12-31 in UTC) answers 500 on every page that lists
+# it, and readers subtract margins from occurred_at (audit.timeline), which year 1 cannot take. No
+# Stint event precedes the Unix epoch: occurred_at is the database clock of the transition.
+OCCURRED_AT_MIN = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+OCCURRED_AT_MAX = dt.datetime.max.replace(tzinfo=dt.UTC)
 
 
 class TopicMissing(KafkaException):  # noqa: N818 - a condition, not a bug
@@ -128,9 +134,10 @@ def _text(doc: dict[str, Any], key: str, limit: int, *, nullable: bool = False) 
 def parse_event(value: bytes | None) -> AuditRow:
     """Decode one message value (a ``scheduler.events.LifecycleEvent``) into an ``AuditRow``.
 
-    Raises MalformedEvent when the value is not JSON (or nested too deep to read), a field is
-    missing or has the wrong type, a text field holds a control character or a lone surrogate,
-    or ``occurred_at`` has no time zone offset.
+    ``occurred_at`` is returned in UTC. Raises MalformedEvent when the value is not JSON (or
+    nested too deep to read), a field is missing or has the wrong type, a text field holds a
+    control character or a lone surrogate, or ``occurred_at`` has no time zone offset or is, in
+    UTC, outside ``OCCURRED_AT_MIN``..``OCCURRED_AT_MAX`` (1970 to the end of 9999).
     """
     try:
         doc = json.loads(value or b"")
@@ -144,8 +151,6 @@ def parse_event(value: bytes | None) -> AuditRow:
         occurred_at = dt.datetime.fromisoformat(str(doc["occurred_at"]).replace("Z", "+00:00"))
     except (KeyError, ValueError) as exc:
         raise MalformedEvent(f"bad event_id, job_id or occurred_at: {exc}") from exc
-    if occurred_at.tzinfo is None:
-        raise MalformedEvent("occurred_at needs a time zone offset")
     return AuditRow(
         event_id=event_id,
         job_id=job_id,
@@ -157,8 +162,23 @@ def parse_event(value: bytes | None) -> AuditRow:
         to_status=_text(doc, "to_status", MAX_STATUS),
         schema_version=_int(doc, "schema_version"),
         payload=doc.get("payload") if doc.get("payload") is not None else {},
-        occurred_at=occurred_at,
+        occurred_at=_in_utc(occurred_at),
     )
+
+
+def _in_utc(occurred_at: dt.datetime) -> dt.datetime:
+    if occurred_at.tzinfo is None:
+        raise MalformedEvent("occurred_at needs a time zone offset")
+    try:
+        in_utc = occurred_at.astimezone(dt.UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-14:00 is in year 10000 in UTC
+        in_utc = None
+    if in_utc is None or not OCCURRED_AT_MIN <= in_utc <= OCCURRED_AT_MAX:
+        raise MalformedEvent(
+            f"occurred_at {occurred_at.isoformat()} is not, in UTC, between {OCCURRED_AT_MIN.isoformat()}"
+            f" and {OCCURRED_AT_MAX.isoformat()}"
+        )
+    return in_utc
 
 
 # The staging table of ``audit_events_store``: a session's own (TEMP), filled by binary COPY and

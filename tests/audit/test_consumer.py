@@ -36,7 +36,7 @@ from audit.consumer import (
 from audit.models import AuditEvent, QuarantinedMessage, QuarantineReason
 from audit.quarantine import MAX_VALUE_BYTES, quarantine_store
 from core.pg_connect import pg_connect
-from scheduler.enqueuing import enqueue_many
+from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.kafka import ensure_topic
 from scheduler.maintenance.relay import OutboxRelay
 from scheduler.models import OutboxEvent
@@ -138,6 +138,36 @@ def test_parse_event_reads_the_relay_document():
 def test_parse_event_rejects_what_the_table_could_not_hold(value):
     with pytest.raises(MalformedEvent):
         parse_event(value)
+
+
+@pytest.mark.parametrize(
+    "occurred_at",
+    [
+        "9999-12-31T23:59:59-14:00",  # 10000-01-01 13:59:59 UTC: PostgreSQL stores it, Python cannot read it back
+        "0001-01-01T00:00:00+14:00",  # year 0 in UTC
+        "0001-01-01T00:00:00Z",  # readable, but no reader could subtract a margin from it (audit.timeline does)
+        "1969-12-31T23:59:59.999999Z",
+    ],
+)
+def test_parse_event_rejects_an_occurred_at_outside_what_every_reader_can_hold(occurred_at):
+    with pytest.raises(MalformedEvent, match="occurred_at"):
+        parse_event(encode(document(occurred_at=occurred_at)))
+
+
+@pytest.mark.parametrize(
+    ("occurred_at", "expected"),
+    [
+        ("1970-01-01T00:00:00Z", dt.datetime(1970, 1, 1, tzinfo=dt.UTC)),
+        ("1970-01-01T02:00:00+02:00", dt.datetime(1970, 1, 1, tzinfo=dt.UTC)),
+        ("9999-12-31T23:59:59.999999Z", dt.datetime.max.replace(tzinfo=dt.UTC)),
+        ("2026-01-02T05:04:05+02:00", dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)),
+    ],
+)
+def test_parse_event_reads_occurred_at_in_utc_up_to_its_bounds(occurred_at, expected):
+    parsed = parse_event(encode(document(occurred_at=occurred_at))).occurred_at
+
+    assert parsed == expected
+    assert parsed.tzinfo == dt.UTC
 
 
 def test_store_inserts_each_event_id_once(db):
@@ -283,6 +313,50 @@ def test_a_poison_message_is_quarantined_and_the_next_valid_message_stored_and_c
         kafka_topic, audit_pool.consumer.group_id, bootstrap_servers=audit_pool.bootstrap_servers
     )
     assert committed == {partition: offset + 1 for partition, offset in markers.values()}
+
+
+def produce(topic: str, key: uuid.UUID, values: list[bytes]) -> None:
+    """Send ``values`` to ``topic`` in order, keyed by ``key`` (so all to one partition), as another producer would."""
+    producer = Producer({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS})
+    for value in values:
+        producer.produce(topic, key=str(key).encode(), value=value)
+    assert producer.flush(10) == 0
+
+
+def test_an_event_with_an_extreme_occurred_at_is_quarantined_and_the_jobs_trail_still_reads(
+    db, kafka_topic, audit_pool, user, user_api, admin_user, client
+):
+    job = enqueue("DEMO_TASK", {}, owner=user)  # events 1 and 2 in the outbox, not relayed: the trail misses 2
+    about = {"job_id": str(job.id), "owner_id": user.pk}
+    extreme = [
+        document(**about, sequence=3, occurred_at="9999-12-31T23:59:59-14:00"),
+        document(**about, sequence=3, occurred_at="0001-01-01T00:00:00+14:00"),
+    ]
+    bounds = [
+        document(**about, sequence=1, event_type="JOB_CREATED", from_status=None, to_status="CREATED",
+                 occurred_at="1970-01-01T00:00:00Z"),
+        document(**about, sequence=4, occurred_at="9999-12-31T23:59:59.999999Z"),
+    ]  # fmt: skip
+    quarantined = audit_pool.consumer.quarantined
+    produce(kafka_topic, job.id, [encode(extreme[0]), encode(bounds[0]), encode(extreme[1]), encode(bounds[1])])
+
+    consume_all(audit_pool.consumer, kafka_topic)
+
+    kept = list(QuarantinedMessage.objects.filter(topic=kafka_topic).order_by("offset"))
+    assert [json.loads(bytes(m.value))["event_id"] for m in kept] == [e["event_id"] for e in extreme]
+    assert all(m.reason == QuarantineReason.MALFORMED and "occurred_at" in m.error for m in kept)
+    assert audit_pool.consumer.quarantined - quarantined == 2
+    trail = user_api.get(f"/api/jobs/{job.id}/events")
+    assert trail.status_code == 200
+    assert [(e["sequence"], e["occurred_at"]) for e in trail.json()["results"]] == [
+        (1, "1970-01-01T00:00:00Z"),
+        (4, "9999-12-31T23:59:59.999999Z"),
+    ]
+    client.force_login(user)
+    assert client.get(f"/jobs/{job.id}/").status_code == 200
+    client.force_login(admin_user)
+    assert client.get(f"/admin/scheduler/job/{job.id}/change/").status_code == 200
+    assert client.get("/admin/audit/auditevent/").status_code == 200
 
 
 def test_a_jump_in_a_partitions_offsets_is_logged_and_counted(db, kafka_topic, audit_pool, caplog):
