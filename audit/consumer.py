@@ -56,8 +56,10 @@ from audit.models import QuarantineReason
 from audit.quarantine import QuarantineEntry, quarantine_store
 from core.dberrors import db_error_is_transient, db_error_summary
 from scheduler import metrics
+from scheduler.events import SCHEMA_VERSION
 from scheduler.kafka import client_config, event_stream_conf, topic_exists
 from scheduler.retry import backoff
+from scheduler.states import EventType, JobStatus
 
 logger = logging.getLogger(__name__)
 KAFKA_LOGGER = "audit.consumer.kafka"  # librdkafka's own log lines
@@ -74,10 +76,13 @@ IDLE_CHECK_SECONDS = 5.0  # while no partition is held: how often the topic and 
 REJOIN_MAX_SECONDS = 60.0  # the longest wait between two client replacements while stranded
 WATCH_TIMEOUT_SECONDS = 2.0  # each metadata, committed-offset and watermark request of the idle check
 
-# Column limits of audit.AuditEvent: a message that would violate them is malformed, not a DB error.
-MAX_EVENT_TYPE = 32
-MAX_STATUS = 10
+# Column limit of audit.AuditEvent: a message that would violate it is malformed, not a DB error.
 MAX_INT = 2**31 - 1
+# What Stint's relay writes (scheduler.events, scheduler.states): any other version, event type or
+# status is not a Stint event, whatever its shape, and stays out of the jobs' trails.
+SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
+EVENT_TYPES = frozenset(EventType.values)
+STATUSES = frozenset(JobStatus.values)
 # The instants an ``occurred_at`` may name, in UTC. PostgreSQL stores far more (4713 BC to 294276 AD),
 # but a row Python cannot read back (after 9999-12-31 in UTC) answers 500 on every page that lists
 # it, and readers subtract margins from occurred_at (audit.timeline), which year 1 cannot take. No
@@ -120,14 +125,12 @@ def _int(doc: dict[str, Any], key: str, *, nullable: bool = False) -> int | None
     return value
 
 
-def _text(doc: dict[str, Any], key: str, limit: int, *, nullable: bool = False) -> str:
+def _choice(doc: dict[str, Any], key: str, allowed: frozenset[str], *, nullable: bool = False) -> str:
     value = doc.get(key)
     if value in (None, "") and nullable:
         return ""
-    if not isinstance(value, str) or not value or len(value) > limit:
-        raise MalformedEvent(f"{key} must be a string of 1-{limit} characters")
-    if not value.isprintable():  # NUL, control characters and lone surrogates: no event type or status has them
-        raise MalformedEvent(f"{key} must be printable text")
+    if not isinstance(value, str) or value not in allowed:
+        raise MalformedEvent(f"{key} must be one of {', '.join(sorted(allowed))}{' or null' if nullable else ''}")
     return value
 
 
@@ -135,9 +138,11 @@ def parse_event(value: bytes | None) -> AuditRow:
     """Decode one message value (a ``scheduler.events.LifecycleEvent``) into an ``AuditRow``.
 
     ``occurred_at`` is returned in UTC. Raises MalformedEvent when the value is not JSON (or
-    nested too deep to read), a field is missing or has the wrong type, a text field holds a
-    control character or a lone surrogate, or ``occurred_at`` has no time zone offset or is, in
-    UTC, outside ``OCCURRED_AT_MIN``..``OCCURRED_AT_MAX`` (1970 to the end of 9999).
+    nested too deep to read), a field is missing or has the wrong type, ``schema_version``,
+    ``event_type``, ``from_status`` (null allowed) or ``to_status`` is not one Stint writes
+    (``SCHEMA_VERSIONS``, ``EVENT_TYPES``, ``STATUSES``), ``payload`` is not a JSON object, or
+    ``occurred_at`` has no time zone offset or is, in UTC, outside
+    ``OCCURRED_AT_MIN``..``OCCURRED_AT_MAX`` (1970 to the end of 9999).
     """
     try:
         doc = json.loads(value or b"")
@@ -151,17 +156,23 @@ def parse_event(value: bytes | None) -> AuditRow:
         occurred_at = dt.datetime.fromisoformat(str(doc["occurred_at"]).replace("Z", "+00:00"))
     except (KeyError, ValueError) as exc:
         raise MalformedEvent(f"bad event_id, job_id or occurred_at: {exc}") from exc
+    schema_version = _int(doc, "schema_version")
+    if schema_version not in SCHEMA_VERSIONS:
+        raise MalformedEvent(f"schema_version must be one of {', '.join(map(str, sorted(SCHEMA_VERSIONS)))}")
+    payload = doc.get("payload")
+    if not isinstance(payload, dict):
+        raise MalformedEvent("payload must be a JSON object")
     return AuditRow(
         event_id=event_id,
         job_id=job_id,
-        event_type=_text(doc, "event_type", MAX_EVENT_TYPE),
+        event_type=_choice(doc, "event_type", EVENT_TYPES),
         owner_id=_int(doc, "owner_id", nullable=True),
         sequence=_int(doc, "sequence"),
         attempt=_int(doc, "attempt"),
-        from_status=_text(doc, "from_status", MAX_STATUS, nullable=True),
-        to_status=_text(doc, "to_status", MAX_STATUS),
-        schema_version=_int(doc, "schema_version"),
-        payload=doc.get("payload") if doc.get("payload") is not None else {},
+        from_status=_choice(doc, "from_status", STATUSES, nullable=True),
+        to_status=_choice(doc, "to_status", STATUSES),
+        schema_version=schema_version,
+        payload=payload,
         occurred_at=_in_utc(occurred_at),
     )
 

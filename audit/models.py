@@ -33,7 +33,7 @@ class AuditEvent(models.Model):
 class QuarantineReason(models.TextChoices):
     """Why the audit consumer set a message aside."""
 
-    MALFORMED = "MALFORMED", "not a lifecycle event"  # not JSON, a field missing or of the wrong type
+    MALFORMED = "MALFORMED", "not a lifecycle event"  # not JSON, a field missing, of the wrong type or not Stint's
     REFUSED = "REFUSED", "refused by the database"  # parsed, but PostgreSQL would not store it
 
 

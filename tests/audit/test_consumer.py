@@ -36,10 +36,18 @@ from audit.consumer import (
 from audit.models import AuditEvent, QuarantinedMessage, QuarantineReason
 from audit.quarantine import MAX_VALUE_BYTES, quarantine_store
 from core.pg_connect import pg_connect
+from scheduler import leasing
 from scheduler.enqueuing import enqueue, enqueue_many
+from scheduler.job_actions import job_cancel, job_recover, job_retry
 from scheduler.kafka import ensure_topic
+from scheduler.leasing import Outcome, Report
+from scheduler.lifecycle import Claimed
+from scheduler.maintenance.promoter import DuePromoter
 from scheduler.maintenance.relay import OutboxRelay
+from scheduler.maintenance.rescuer import LeaseRescuer
 from scheduler.models import OutboxEvent
+from scheduler.states import EventType, JobStatus
+from tests.support.jobs import LEASE, claim, later, maintenance_settings, running_job  # noqa: F401 - a fixture
 from tests.support.kafka import (
     ROOT,
     Broker,
@@ -138,6 +146,35 @@ def test_parse_event_reads_the_relay_document():
 def test_parse_event_rejects_what_the_table_could_not_hold(value):
     with pytest.raises(MalformedEvent):
         parse_event(value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"schema_version": 99},
+        {"schema_version": 0},
+        {"schema_version": 2},
+        {"event_type": "JOB_EXPLODED"},
+        {"event_type": "job_queued"},
+        {"to_status": "BOGUS"},
+        {"from_status": "BOGUS"},
+        {"payload": "a string"},
+        {"payload": [1, 2]},
+        {"payload": 5},
+        {"payload": None},
+    ],
+)
+def test_parse_event_rejects_a_version_type_status_or_payload_stint_never_writes(overrides):
+    with pytest.raises(MalformedEvent, match=next(iter(overrides))):
+        parse_event(encode(document(**overrides)))
+
+
+def test_parse_event_rejects_an_event_without_a_payload():
+    doc = document()
+    del doc["payload"]
+
+    with pytest.raises(MalformedEvent, match="payload"):
+        parse_event(encode(doc))
 
 
 @pytest.mark.parametrize(
@@ -357,6 +394,71 @@ def test_an_event_with_an_extreme_occurred_at_is_quarantined_and_the_jobs_trail_
     client.force_login(admin_user)
     assert client.get(f"/admin/scheduler/job/{job.id}/change/").status_code == 200
     assert client.get("/admin/audit/auditevent/").status_code == 200
+
+
+def test_wrong_schema_events_of_a_real_job_are_quarantined_and_stay_out_of_its_trail(
+    db, kafka_topic, audit_pool, user, user_api
+):
+    job = enqueue("DEMO_TASK", {}, owner=user)
+    about = {"job_id": str(job.id), "owner_id": user.pk}
+    good = document(**about, sequence=1, event_type="JOB_CREATED", from_status=None, to_status="CREATED")
+    wrong = [
+        document(**about, sequence=2, schema_version=99),
+        document(**about, sequence=2, event_type="JOB_EXPLODED"),
+        document(**about, sequence=2, to_status="BOGUS"),
+        document(**about, sequence=2, payload="a string"),
+        document(**about, sequence=2, payload=["a", "list"]),
+    ]
+    quarantined = audit_pool.consumer.quarantined
+    produce(kafka_topic, job.id, [encode(doc) for doc in [*wrong[:2], good, *wrong[2:]]])
+
+    consume_all(audit_pool.consumer, kafka_topic)
+
+    kept = list(QuarantinedMessage.objects.filter(topic=kafka_topic).order_by("offset"))
+    assert [json.loads(bytes(m.value))["event_id"] for m in kept] == [e["event_id"] for e in wrong]
+    assert {m.reason for m in kept} == {QuarantineReason.MALFORMED}
+    assert audit_pool.consumer.quarantined - quarantined == 5
+    trail = user_api.get(f"/api/jobs/{job.id}/events").json()["results"]
+    assert [e["event_id"] for e in trail] == [good["event_id"]]
+
+
+@pytest.mark.usefixtures("maintenance_settings")
+def test_every_event_type_and_status_the_relay_publishes_is_stored_and_none_quarantined(
+    db, kafka_topic, audit_pool, user
+):
+    def record(claimed: Claimed, outcome: Outcome) -> None:
+        assert leasing.record_outcomes([Report(job=claimed, outcome=outcome, result={"n": 1}, error="e")])
+
+    scheduled = enqueue("DEMO_TASK", {}, owner=user, scheduled_at=later(3600))  # CREATED, SCHEDULED
+    job_cancel(job_id=scheduled.id)  # SCHEDULED -> CANCELLED
+    _, claimed = running_job(owner=user)  # CREATED, QUEUED, STARTED
+    record(claimed, Outcome.SUCCEEDED)  # COMPLETED
+    job, claimed = running_job(owner=user, max_retries=1)
+    record(claimed, Outcome.RETRYABLE)  # RUNNING -> RETRYING
+    assert DuePromoter().run_once(now=later(5)) == 1  # RETRYING -> QUEUED
+    (claimed,) = claim()
+    record(claimed, Outcome.RETRYABLE)  # DEAD: no attempt left
+    job_recover(job_id=job.id)  # DEAD -> QUEUED
+    (claimed,) = claim()
+    record(claimed, Outcome.PERMANENT)  # FAILED
+    job_retry(job_id=job.id)  # FAILED -> RETRYING
+    job_cancel(job_id=job.id)  # RETRYING -> CANCELLED
+    running_job(owner=user)
+    assert LeaseRescuer().run_once(now=later(LEASE + 1)) == 1  # JOB_LEASE_EXPIRED
+    job, claimed = running_job(owner=user)
+    job_cancel(job_id=job.id)  # cancel requested: the handler stops
+    record(claimed, Outcome.CANCELLED)  # RUNNING -> CANCELLED
+    published = OutboxEvent.objects.all()
+    assert {e.event_type for e in published} == set(EventType.values)
+    assert {e.to_status for e in published} == set(JobStatus.values)
+    quarantined = audit_pool.consumer.quarantined
+
+    assert OutboxRelay().run_once() == len(published)
+    consume_all(audit_pool.consumer, kafka_topic)
+
+    assert_audit_equals_outbox()
+    assert audit_pool.consumer.quarantined == quarantined
+    assert not QuarantinedMessage.objects.filter(topic=kafka_topic).exists()
 
 
 def test_a_jump_in_a_partitions_offsets_is_logged_and_counted(db, kafka_topic, audit_pool, caplog):

@@ -134,7 +134,8 @@ def consume_until(consumer: AuditConsumer, predicate: Callable[[], bool], *, wha
 # Tansu reports a partition's high watermark as the base offset of its last record batch + 1,
 # not the last offset + 1, so "caught up" cannot be read from watermarks. Instead a test appends
 # one marker event to every partition: a consumer that has stored all markers has processed
-# everything before them (per-partition order).
+# everything before them (per-partition order). A marker is an event Stint could write (the
+# consumer quarantines any other), of a job that never exists, at sequence 0 (no job's event).
 MARKER_JOB_ID = uuid.UUID(int=0)
 MARKER_HEADER = ("stint-test-marker", b"1")
 
@@ -144,13 +145,13 @@ def _marker(event_id: uuid.UUID) -> bytes:
         {
             "schema_version": 1,
             "event_id": str(event_id),
-            "event_type": "TEST_END_MARKER",
+            "event_type": "JOB_CREATED",
             "job_id": str(MARKER_JOB_ID),
             "owner_id": None,
             "sequence": 0,
             "attempt": 0,
             "from_status": None,
-            "to_status": "MARKER",
+            "to_status": "CREATED",
             "occurred_at": "2000-01-01T00:00:00Z",
             "payload": {},
         }
