@@ -17,11 +17,25 @@ A job is kept, whatever its age, while something still needs it:
   check fall back on an older, possibly unfinished, fire;
 - an unexpired ``IdempotencyRecord`` names it: a replay of that key must return the job;
 - it has an unpublished outbox event: the event reaches Kafka and the audit trail first.
+
+Audit rows whose job is gone (DATA_CLEANUP deleted the job, which leaves its trail for its owner
+to read, or the events were never a Stint job's) have the same retention as their job would have
+had: a trail goes once its last event (highest sequence) was received longer ago than the
+retention of the status that event names, and a trail that does not end in a finished status
+(foreign events, a job deleted before it finished) is kept for the longest retention. A status
+kept forever (0) keeps such trails forever. They are found by a sweep over the audit table in
+primary-key order, ``AUDIT_SCAN_BATCH`` rows a statement, that goes on where the previous run
+stopped and starts over at the end, so every row is looked at again, whatever the table holds;
+a row another session holds locked is skipped (``SKIP LOCKED``) and looked at in the next sweep.
+Rows of a trail left without its last event (its last event arrived before the others, or was
+deleted while another row was locked) are judged by what is left: they go at the latest after
+the longest retention.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 
 from django.db import connection, transaction
@@ -74,6 +88,45 @@ _PRUNE_JOBS = f"""
 """  # noqa: S608 - constant SQL
 
 
+AUDIT_SCAN_BATCH = 5_000  # audit rows the orphan sweep reads per statement
+AUDIT_SCAN_MAX_BATCHES = 10  # statements per run: 50,000 rows a minute
+
+# One step of the orphan sweep (module docstring): read the ``limit`` audit rows after id
+# ``after`` (primary key), keep the job ids among them whose job does not exist, look up each such
+# trail's last event (index audit_job_sequence, backwards), and delete the rows read whose trail
+# expired: its last event received before ``now`` minus the days of its status (``days``, a JSON
+# object {status: days}; any other status ``other_days``; 0 keeps). Returns the last id read, how
+# many rows were read and how many were deleted.
+_PRUNE_ORPHANED_AUDIT = """
+    WITH seen AS MATERIALIZED (
+        SELECT a.id, a.job_id FROM stint_audit_event a
+        WHERE a.id > %(after)s ORDER BY a.id LIMIT %(limit)s
+    ),
+    orphaned AS (
+        SELECT DISTINCT s.job_id FROM seen s
+        WHERE NOT EXISTS (SELECT 1 FROM stint_job j WHERE j.id = s.job_id)
+    ),
+    expired AS (
+        SELECT o.job_id FROM orphaned o
+        CROSS JOIN LATERAL (
+            SELECT a.to_status, a.received_at FROM stint_audit_event a
+            WHERE a.job_id = o.job_id ORDER BY a.sequence DESC LIMIT 1
+        ) last
+        CROSS JOIN LATERAL (
+            SELECT coalesce((%(days)s::jsonb ->> last.to_status)::int, %(other_days)s) AS days
+        ) kept
+        WHERE kept.days > 0
+          AND last.received_at < coalesce(%(now)s, now()) - make_interval(days => kept.days)
+    ),
+    doomed AS (
+        SELECT a.id FROM stint_audit_event a
+        WHERE a.id IN (SELECT s.id FROM seen s JOIN expired x ON x.job_id = s.job_id)
+        FOR UPDATE SKIP LOCKED
+    ),
+    deleted AS (DELETE FROM stint_audit_event a USING doomed d WHERE a.id = d.id RETURNING 1)
+    SELECT (SELECT max(id) FROM seen), (SELECT count(*) FROM seen), (SELECT count(*) FROM deleted)
+"""
+
 AUTH_BATCH_SIZE = 10_000  # expired tokens, blacklist entries and sessions deleted per statement per run
 _PRUNE_BLACKLISTED = """
     DELETE FROM token_blacklist_blacklistedtoken WHERE id IN (
@@ -120,6 +173,28 @@ def jobs_prune(*, status: str, days: int, now: dt.datetime | None = None, limit:
         return cursor.rowcount
 
 
+def audit_orphans_prune(
+    *, after: int, now: dt.datetime | None = None, limit: int = AUDIT_SCAN_BATCH
+) -> tuple[int, int]:
+    """Delete the expired orphaned audit rows among the ``limit`` rows after id ``after``; return (deleted, next).
+
+    One step of the orphan sweep (module docstring: which trails expire), one statement in its own
+    short transaction. ``next`` is the last audit row id read, or 0 when fewer than ``limit`` rows
+    were left (the sweep reached the end and starts over). ``now`` defaults to the database clock.
+    Rows another session holds locked are skipped. Raises only database errors.
+    """
+    days = retention_days()
+    finished = {str(status): kept for status, kept in days.items()}
+    other_days = 0 if 0 in days.values() else max(days.values())  # could have ended in any finished status
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            _PRUNE_ORPHANED_AUDIT,
+            {"after": after, "limit": limit, "days": json.dumps(finished), "other_days": other_days, "now": now},
+        )
+        last, read, deleted = cursor.fetchone()
+    return deleted, (last if read >= limit else 0)
+
+
 class Pruner:
     """Delete rows that have outlived their purpose, in bounded batches."""
 
@@ -127,16 +202,28 @@ class Pruner:
     interval_seconds = 60.0  # seconds
     leader_only = False
 
-    def __init__(self, *, batch_size: int = JOB_BATCH_SIZE, max_batches: int = JOB_MAX_BATCHES) -> None:
-        """Prune at most ``max_batches`` statements of ``batch_size`` jobs per status per run."""
+    def __init__(
+        self,
+        *,
+        batch_size: int = JOB_BATCH_SIZE,
+        max_batches: int = JOB_MAX_BATCHES,
+        audit_batch_size: int = AUDIT_SCAN_BATCH,
+        audit_max_batches: int = AUDIT_SCAN_MAX_BATCHES,
+    ) -> None:
+        """Bound each run: jobs in ``max_batches`` statements of ``batch_size`` per status, audit rows in
+        ``audit_max_batches`` statements each reading ``audit_batch_size`` of them.
+        """
         self.batch_size = batch_size
         self.max_batches = max_batches
+        self.audit_batch_size = audit_batch_size
+        self.audit_max_batches = audit_max_batches
+        self._audit_after = 0  # the orphan sweep's position: the last audit row id it read
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Prune expired finished jobs, idempotency keys, refresh tokens, sessions, old workers; return rows deleted.
+        """Prune expired finished jobs, orphaned audit rows, idempotency keys, refresh tokens, sessions, old workers.
 
-        ``now`` defaults to the database clock. Jobs are counted once each (not their dependent
-        rows) and in ``jobs_pruned_total{status}``.
+        Returns how many rows were deleted; ``now`` defaults to the database clock. Jobs are
+        counted once each (not their dependent rows) and in ``jobs_pruned_total{status}``.
         """
         total = self._prune_jobs(now)
         total += idempotency_prune(now=now)
@@ -152,8 +239,24 @@ class Pruner:
             for sql in (_PRUNE_BLACKLISTED, _PRUNE_OUTSTANDING, _PRUNE_SESSIONS):
                 cursor.execute(sql, {"now": now, "limit": AUTH_BATCH_SIZE})
                 total += cursor.rowcount
+        total += self._prune_orphaned_audit(now)
         if total:
             logger.info("pruned %d rows", total)
+        return total
+
+    def _prune_orphaned_audit(self, now: dt.datetime | None) -> int:
+        if not any(retention_days().values()):
+            return 0  # every status is kept forever: so is every trail
+        total = 0
+        for _ in range(self.audit_max_batches):
+            deleted, self._audit_after = audit_orphans_prune(
+                after=self._audit_after, now=now, limit=self.audit_batch_size
+            )
+            total += deleted
+            if not self._audit_after:
+                break
+        if total:
+            logger.info("pruned %d audit events whose job is gone", total)
         return total
 
     def _prune_jobs(self, now: dt.datetime | None) -> int:

@@ -6,18 +6,25 @@ Driven through ``Pruner().run_once(now)`` with an explicit ``now``; the rows are
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 
 import pytest
+from django.db import connection
 
 from audit.models import AuditEvent
+from core.pg_connect import pg_connect
 from scheduler import metrics
+from scheduler.jobs import data_cleanup
 from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner, jobs_prune
 from scheduler.models import Attempt, CronSchedule, IdempotencyRecord, Job, JobAttempt, OutboxEvent, WorkerNode
+from scheduler.registry import JobContext
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory, outbox_row, worker_node
+from tests.support.jobs import db_now
 
 pytestmark = pytest.mark.django_db
+logger = logging.getLogger(__name__)
 
 NOW = dt.datetime(2030, 6, 1, 12, 0, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -202,3 +209,140 @@ def test_pruner_deletes_only_long_stopped_workers() -> None:
 
     assert set(WorkerNode.objects.values_list("id", flat=True)) == {recent.id, live.id}
     assert not WorkerNode.objects.filter(id=old.id).exists()
+
+
+# -- audit rows whose job is gone --------------------------------------------------------------------
+
+# The event that leaves a job in each status (scheduler.states.TRANSITIONS).
+EVENT_INTO = {
+    JobStatus.QUEUED: "JOB_QUEUED",
+    JobStatus.RUNNING: "JOB_STARTED",
+    JobStatus.SUCCESS: "JOB_COMPLETED",
+    JobStatus.FAILED: "JOB_FAILED",
+    JobStatus.DEAD: "JOB_DEAD",
+    JobStatus.CANCELLED: "JOB_CANCELLED",
+}
+
+
+def trail(
+    final: str, *, received: dt.datetime, job_id: uuid.UUID | None = None, owner_id: int | None = None
+) -> uuid.UUID:
+    """A job's audit trail as the consumer stores it: JOB_CREATED, then the event into ``final`` at ``received``.
+
+    ``job_id`` defaults to a job that never existed (a foreign event's). Returns the job id.
+    """
+    job_id = job_id or uuid.uuid4()
+    for sequence, (event, status, at) in enumerate(
+        [("JOB_CREATED", JobStatus.CREATED, received - dt.timedelta(hours=1)), (EVENT_INTO[final], final, received)],
+        start=1,
+    ):
+        row = AuditEvent.objects.create(
+            event_id=uuid.uuid4(),
+            job_id=job_id,
+            event_type=event,
+            owner_id=owner_id,
+            sequence=sequence,
+            to_status=status,
+            occurred_at=at,
+        )
+        AuditEvent.objects.filter(id=row.id).update(received_at=at)  # auto_now_add: set after the insert
+    return job_id
+
+
+def trails_left(*job_ids: uuid.UUID) -> set[uuid.UUID]:
+    return set(AuditEvent.objects.filter(job_id__in=job_ids).values_list("job_id", flat=True))
+
+
+def test_data_cleanup_leaves_a_jobs_trail_which_goes_when_the_job_would_have_gone(user) -> None:
+    now = db_now()
+    jobs = {status: JobFactory(owner=user, **{TRAIT[status]: True}) for status in (JobStatus.SUCCESS, JobStatus.FAILED)}
+    for status, job in jobs.items():
+        Job.objects.filter(id=job.id).update(finished_at=now - 3 * DAY)
+        trail(status, received=now - 3 * DAY, job_id=job.id, owner_id=user.pk)
+    ctx = JobContext(job_id=uuid.uuid4(), attempt=1, owner_id=user.pk, logger=logging.LoggerAdapter(logger, {}))
+    assert data_cleanup({"older_than_days": 2}, ctx) == {"deleted": 2}  # the built-in handler, called as a worker does
+    ids = [job.id for job in jobs.values()]
+    assert trails_left(*ids) == set(ids)  # the trail outlives the job: its owner can still read it
+
+    assert Pruner().run_once(now=now + 3 * DAY) == 0  # as old as a SUCCESS job still kept
+    assert Pruner().run_once(now=now + 5 * DAY) == 2  # the SUCCESS job would have gone
+    assert trails_left(*ids) == {jobs[JobStatus.FAILED].id}
+    assert Pruner().run_once(now=now + 26 * DAY) == 0
+    assert Pruner().run_once(now=now + 28 * DAY) == 2
+    assert trails_left(*ids) == set()
+
+
+def test_an_orphaned_trail_is_kept_for_the_retention_of_its_last_status_a_foreign_one_for_the_longest() -> None:
+    expired = [
+        trail(JobStatus.SUCCESS, received=NOW - 7 * DAY - dt.timedelta(minutes=1)),
+        trail(JobStatus.CANCELLED, received=NOW - 8 * DAY),
+        trail(JobStatus.FAILED, received=NOW - 31 * DAY),
+        trail(JobStatus.DEAD, received=NOW - 30 * DAY - dt.timedelta(minutes=1)),
+        trail(JobStatus.QUEUED, received=NOW - 31 * DAY),  # never finished, or never a Stint job: the longest
+    ]
+    kept = [
+        trail(JobStatus.SUCCESS, received=NOW - 7 * DAY + dt.timedelta(minutes=1)),
+        trail(JobStatus.FAILED, received=NOW - 29 * DAY),
+        trail(JobStatus.RUNNING, received=NOW - 29 * DAY),
+    ]
+    live = JobFactory(running=True)
+    Job.objects.filter(id=live.id).update(created_at=NOW - 400 * DAY)
+    trail(JobStatus.RUNNING, received=NOW - 400 * DAY, job_id=live.id)  # its job exists: kept however old
+    unreadable = uuid.uuid4()  # stored before parse_event bounded occurred_at: Python cannot read it
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """INSERT INTO stint_audit_event (event_id, job_id, event_type, sequence, attempt, from_status, to_status,
+                                              schema_version, payload, occurred_at, received_at)
+               VALUES (%s, %s, 'JOB_QUEUED', 2, 0, 'CREATED', 'QUEUED', 1, '{}',
+                       '10000-01-01 13:59:59+00', %s)""",
+            [uuid.uuid4(), unreadable, NOW - 31 * DAY],
+        )
+
+    assert Pruner().run_once(now=NOW) == 2 * len(expired) + 1
+
+    assert trails_left(*expired, unreadable) == set()
+    assert trails_left(*kept, live.id) == {*kept, live.id}
+    assert AuditEvent.objects.filter(job_id=live.id).count() == 2
+    assert Pruner().run_once(now=NOW) == 0
+
+
+def test_an_orphaned_trail_is_kept_forever_as_its_status_is(settings) -> None:
+    settings.SCHEDULER = {**settings.SCHEDULER, "RETENTION_SUCCESS_DAYS": 0}
+    success = trail(JobStatus.SUCCESS, received=NOW - 3650 * DAY)
+    unfinished = trail(JobStatus.QUEUED, received=NOW - 3650 * DAY)  # could have become a SUCCESS job
+    failed = trail(JobStatus.FAILED, received=NOW - 31 * DAY)
+
+    assert Pruner().run_once(now=NOW) == 2
+
+    assert trails_left(success, unfinished, failed) == {success, unfinished}
+
+
+def test_the_orphan_sweep_reads_bounded_batches_goes_on_at_the_next_run_and_starts_over_at_the_end() -> None:
+    live = JobFactory(running=True)
+    trail(JobStatus.RUNNING, received=NOW - 400 * DAY, job_id=live.id)  # rows 1-2
+    gone = [trail(JobStatus.SUCCESS, received=NOW - 10 * DAY) for _ in range(3)]  # rows 3-8
+    pruner = Pruner(audit_batch_size=3, audit_max_batches=1)
+
+    assert [pruner.run_once(now=NOW) for _ in range(3)] == [1, 3, 2]  # rows 1-3, 4-6, 7-8: the end
+    assert trails_left(*gone) == set()
+    Job.objects.filter(id=live.id).delete()  # behind the sweep: found when it starts over
+
+    assert pruner.run_once(now=NOW) == 2
+    assert not AuditEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_orphaned_row_another_session_holds_locked_is_skipped_and_the_rest_deleted() -> None:
+    gone = [trail(JobStatus.SUCCESS, received=NOW - 10 * DAY) for _ in range(2)]
+    held = AuditEvent.objects.filter(job_id=gone[0]).order_by("sequence").last()  # its last event
+    with pg_connect(autocommit=False) as session, connection.cursor() as cursor:
+        session.execute("SELECT 1 FROM stint_audit_event WHERE id = %s FOR UPDATE", [held.id])
+        cursor.execute("SET statement_timeout = '10s'")  # a pruner that waited on the lock would fail, not hang
+        try:
+            assert Pruner().run_once(now=NOW) == 3
+        finally:
+            cursor.execute("RESET statement_timeout")
+        session.rollback()
+
+    assert list(AuditEvent.objects.values_list("id", flat=True)) == [held.id]
+    assert Pruner().run_once(now=NOW) == 1
