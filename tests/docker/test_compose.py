@@ -414,9 +414,10 @@ def test_make_observe_writes_a_config_promtool_accepts(promtool: str, tmp_path: 
     procfile = (ROOT / "Procfile").read_text()
     assert targets == {
         "stint-web": ["127.0.0.1:8123"],
-        "stint-scheduler": ["127.0.0.1:9101"],
-        "stint-worker": ["127.0.0.1:9102"],
-        "stint-audit": ["127.0.0.1:9103"],
+        # make run's metrics ports for PORT=8123: PORT + 1101 to 1103 (it says so when it picks others)
+        "stint-scheduler": ["127.0.0.1:9224"],
+        "stint-worker": ["127.0.0.1:9225"],
+        "stint-audit": ["127.0.0.1:9226"],
     }
     for command, variable, port in (
         ("run_scheduler", "STINT_SCHEDULER_METRICS_PORT", 9101),
