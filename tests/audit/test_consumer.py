@@ -59,6 +59,8 @@ from tests.support.kafka import (
 )
 from tests.support.net import free_port
 
+SETTLE_SECONDS = 15.0  # how long a consumer whose partitions were revoked is given to be assigned nothing
+
 
 def document(**overrides) -> dict:
     """A valid event document (the relay's JSON), with ``overrides`` applied."""
@@ -756,11 +758,19 @@ def test_a_running_consumer_gets_its_topic_back_after_the_broker_lost_it_and_it_
 
         private_broker.stop()
         private_broker.start()  # memory storage: the topic and the group's offsets are gone
+        # Its partitions are revoked. The group on the restarted broker then usually assigns it an
+        # empty set for good (F8: seen within a few seconds here), but that is librdkafka's timing:
+        # a loaded CI run saw only the revocation in 60 s, and a consumer in that state gets its
+        # partitions back without a new client. Both paths must end with the events stored.
         wait_for(
-            lambda: f"{group}: assigned nothing" in caplog.text,
-            what="the consumer's group to assign it nothing (its topic is gone)",
+            lambda: f"{group}: revoked" in caplog.text and not consumer.assignment(),
+            what="the consumer to hold no partition (its topic is gone)",
             step=consumer.run_once,
         )
+        settle = time.monotonic() + SETTLE_SECONDS
+        while f"{group}: assigned nothing" not in caplog.text and time.monotonic() < settle:
+            consumer.run_once()
+        stuck = f"{group}: assigned nothing" in caplog.text
         ensure_topic(bootstrap_servers=private_broker.bootstrap, topic=topic, partitions=3, timeout=10)
         second = enqueue_many([{"type": "DEMO_TASK"}])[0]
         relay_all()
@@ -771,8 +781,9 @@ def test_a_running_consumer_gets_its_topic_back_after_the_broker_lost_it_and_it_
             step=consumer.run_once,
         )
         assert consumer.assignment()
-        assert metric("audit_consumer_rejoins_total") > rejoins
-        assert "replacing its Kafka client" in caplog.text
+        if stuck:  # F8's state: only a new Kafka client gets partitions again
+            assert metric("audit_consumer_rejoins_total") > rejoins
+            assert "replacing its Kafka client" in caplog.text
     finally:
         consumer.close()
         for relay in relays:
