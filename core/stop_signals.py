@@ -1,4 +1,4 @@
-"""Signals of the long-running commands: SIGTERM/SIGINT stop gently, a second one forces; SIGUSR1 dumps stacks."""
+"""Signals of the long-running commands: SIGTERM/SIGINT/SIGHUP stop gently, a second forces; SIGUSR1 dumps stacks."""
 
 from __future__ import annotations
 
@@ -16,8 +16,14 @@ logger = logging.getLogger(__name__)
 _wakeup: list[socket.socket] = []
 
 
+# Signals that ask a long-running command to stop. SIGHUP (the terminal or SSH session that
+# started it went away) would otherwise end the process at once, leaving its jobs RUNNING until
+# their leases expire and its leadership until its lock's TTL.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def install_stop_handlers(stop: Callable[..., None], *, name: str) -> None:
-    """On SIGTERM/SIGINT call ``stop()``; on a second signal call ``stop(force=True)`` if accepted.
+    """On SIGTERM/SIGINT/SIGHUP call ``stop()``; on a second signal call ``stop(force=True)`` if accepted.
 
     ``stop`` runs on a watcher thread, never inside a signal handler: a Python signal handler runs
     on the main thread between two bytecodes, possibly while that thread holds a non-reentrant
@@ -30,7 +36,7 @@ def install_stop_handlers(stop: Callable[..., None], *, name: str) -> None:
     writer.setblocking(False)
     _wakeup[:] = [reader, writer]
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    wanted = {int(signal.SIGTERM), int(signal.SIGINT)}
+    wanted = {int(s) for s in STOP_SIGNALS}
 
     def watch() -> None:
         count = 0
@@ -54,8 +60,8 @@ def install_stop_handlers(stop: Callable[..., None], *, name: str) -> None:
                     stop()
 
     threading.Thread(target=watch, name=f"{name}-signals", daemon=True).start()
-    signal.signal(signal.SIGTERM, _acted_on_by_watcher)
-    signal.signal(signal.SIGINT, _acted_on_by_watcher)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _acted_on_by_watcher)
     install_stack_dump()
 
 

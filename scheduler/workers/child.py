@@ -48,13 +48,13 @@ def worker_process_main(
     Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
     could not be unpickled before Django is set up.
 
-    SIGINT and SIGTERM are ignored: process managers signal the whole process group, and the
+    SIGINT, SIGTERM and SIGHUP are ignored: process managers and terminals signal the whole process group, and the
     supervisor decides (STOP, then FORCE on ``control``). When ``control`` closes, the
     supervisor is gone (even SIGKILLed): the worker then drains and exits like on STOP, so no
     worker process outlives its supervisor by more than the grace period.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
+        signal.signal(signum, signal.SIG_IGN)
     install_stack_dump()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django

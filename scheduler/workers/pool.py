@@ -238,8 +238,8 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
     # The parent decides when children stop (a message, or SIGKILL). Process managers signal the
     # whole process group (honcho, systemd's KillMode=control-group, Ctrl-C in a terminal): a
     # child that died of that SIGTERM would fail its job before the parent's graceful drain.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
+        signal.signal(signum, signal.SIG_IGN)
     install_stack_dump()  # a SIGUSR1 meant for this process dumps its stacks rather than killing it
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="stint-parent-watch", daemon=True).start()
     # A pool child reports no metrics: keep it out of the supervisor's multiprocess metrics

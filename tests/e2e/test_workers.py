@@ -165,8 +165,14 @@ def test_cancelling_a_running_job_stops_it(procs: Processes, pool: str) -> None:
 # -- graceful shutdown -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pool", ["threads", "processes"])
-def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, pool: str) -> None:
+@pytest.mark.parametrize(
+    "pool,signum",
+    [("threads", signal.SIGTERM), ("processes", signal.SIGTERM), ("processes", signal.SIGHUP)],
+    ids=["threads", "processes", "processes-sighup"],
+)
+def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, pool: str, signum: int) -> None:
+    # SIGHUP (the terminal that started it hung up) is a stop like SIGTERM: it ended every process
+    # at once, leaving the job RUNNING until its lease expired and spending an attempt.
     worker = procs.worker(concurrency=1, pool=pool, grace=20)
     job = enqueue("DEMO_TASK", {"sleep_seconds": 1.5, "result": "finished"})
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
@@ -174,7 +180,7 @@ def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, p
 
     # To the whole process group, as honcho and systemd (KillMode=control-group) do: worker
     # processes and pool children get it too and must leave the drain to the supervisor.
-    os.killpg(worker.pid, signal.SIGTERM)
+    os.killpg(worker.pid, signum)
 
     assert worker.wait() == 0
     assert status(job) == JobStatus.SUCCESS
