@@ -95,21 +95,47 @@ def fence_check(*, role: str, token: int, holder: str = "") -> bool:
     Runs ``UPDATE stint_leader_fence SET token = %s WHERE role = %s AND token <= %s`` (inserting
     the row if missing) inside the caller's transaction: the row lock it takes serializes leader
     writes, and 0 rows means a newer leader exists, so the caller must abort its write.
-    ``updated_at`` is left alone: it stays the database time at which the current term was claimed.
+    ``updated_at`` is left alone: it stays the database time at which the current term was claimed;
+    ``alive_at`` becomes now (the holder led at this write).
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE stint_leader_fence SET token = %s, holder = %s WHERE role = %s AND token <= %s",
+            "UPDATE stint_leader_fence SET token = %s, holder = %s, alive_at = now() WHERE role = %s AND token <= %s",
             [token, holder, role, token],
         )
         if cursor.rowcount:
             return True
         cursor.execute(
-            "INSERT INTO stint_leader_fence (role, token, holder, updated_at) VALUES (%s, %s, %s, now())"
-            " ON CONFLICT (role) DO NOTHING",
+            "INSERT INTO stint_leader_fence (role, token, holder, updated_at, alive_at, led_since)"
+            " VALUES (%s, %s, %s, now(), now(), now()) ON CONFLICT (role) DO NOTHING",
             [role, token, holder],
         )
         return cursor.rowcount == 1
+
+
+def mark_alive(*, role: str, token: int) -> None:
+    """Record that ``token``'s term of ``role`` led until now (its end, seen by its holder).
+
+    Writes ``alive_at`` only while ``token`` is still the fence's: a fenced-out holder writes
+    nothing. Its successor, claiming within a lock TTL, continues the same leadership
+    (``led_since``), so the fires due meanwhile are late, not missed. Raises DatabaseError.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE stint_leader_fence SET alive_at = now() WHERE role = %s AND token = %s", [role, token])
+
+
+# A claim does not wait on the fence row's lock: a former leader frozen inside a leader write
+# (SIGSTOP, a stalled host) holds it until its session ends; the claim fails, the lock it took is
+# released, and the next tick tries again.
+CLAIM_LOCK_TIMEOUT = "1s"
+
+# The ``led_since`` a claim records: its predecessor's when that one showed it led within
+# ``%(handover)s`` seconds (a handover: its release, a lost lock, its last write), else now().
+_LED_SINCE = """
+    CASE WHEN stint_leader_fence.alive_at >= now() - make_interval(secs => %(handover)s)
+         THEN coalesce(stint_leader_fence.led_since, stint_leader_fence.updated_at)
+         ELSE now() END
+"""
 
 
 def fence_token(*, role: str) -> int:
@@ -120,36 +146,46 @@ def fence_token(*, role: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _claim(*, role: str, token: int, holder: str) -> dt.datetime | None:
-    """Claim ``token`` if it is strictly newer than the fence; return the database's now() or None."""
+def _claim(*, role: str, token: int, holder: str, handover_seconds: float) -> dt.datetime | None:
+    """Claim ``token`` if it is strictly newer than the fence; return its ``led_since`` or None.
+
+    ``led_since``: the database time the leadership this term continues began (``_LED_SINCE``).
+    Raises DatabaseError, among them a lock timeout (``CLAIM_LOCK_TIMEOUT``) while another
+    session holds the fence row.
+    """
     with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [CLAIM_LOCK_TIMEOUT])
         cursor.execute(
-            """
-            INSERT INTO stint_leader_fence (role, token, holder, updated_at) VALUES (%s, %s, %s, now())
-            ON CONFLICT (role) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
+            f"""
+            INSERT INTO stint_leader_fence (role, token, holder, updated_at, alive_at, led_since)
+            VALUES (%(role)s, %(token)s, %(holder)s, now(), now(), now())
+            ON CONFLICT (role) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now(),
+                alive_at = now(), led_since = {_LED_SINCE}
                 WHERE stint_leader_fence.token < EXCLUDED.token
-            RETURNING now()
-            """,
-            [role, token, holder],
+            RETURNING led_since
+            """,  # noqa: S608 - constant SQL
+            {"role": role, "token": token, "holder": holder, "handover": handover_seconds},
         )
         row = cursor.fetchone()
     return row[0] if row else None
 
 
-def _claim_next(*, role: str, holder: str) -> tuple[int, dt.datetime]:
-    """Take the fence's next token (fallback mode); return it with the database's now()."""
+def _claim_next(*, role: str, holder: str, handover_seconds: float) -> tuple[int, dt.datetime]:
+    """Take the fence's next token (fallback mode); return it with its ``led_since`` (as ``_claim``)."""
     with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [CLAIM_LOCK_TIMEOUT])
         cursor.execute(
-            """
-            INSERT INTO stint_leader_fence (role, token, holder, updated_at) VALUES (%s, 1, %s, now())
+            f"""
+            INSERT INTO stint_leader_fence (role, token, holder, updated_at, alive_at, led_since)
+            VALUES (%(role)s, 1, %(holder)s, now(), now(), now())
             ON CONFLICT (role) DO UPDATE SET token = stint_leader_fence.token + 1, holder = EXCLUDED.holder,
-                updated_at = now()
-            RETURNING token, now()
-            """,
-            [role, holder],
+                updated_at = now(), alive_at = now(), led_since = {_LED_SINCE}
+            RETURNING token, led_since
+            """,  # noqa: S608 - constant SQL
+            {"role": role, "holder": holder, "handover": handover_seconds},
         )
-        token, now = cursor.fetchone()
-    return int(token), now
+        token, led_since = cursor.fetchone()
+    return int(token), led_since
 
 
 def _redis():
@@ -163,8 +199,11 @@ class Leadership:
 
     ``token`` (int or None) is the fencing token of the current term, ``is_leader`` whether the
     lock is held and not locally past its TTL, ``mode`` ``"redis"``, ``"postgres"`` or None, and
-    ``leading_since`` the database time the current term began (kept across a switch between
-    Redis and PostgreSQL that loses no tick). Not thread-safe: one loop owns it.
+    ``leading_since`` the database time the unbroken leadership this term continues began: the
+    term's own claim, or its predecessor's ``leading_since`` when that one ended no more than a
+    lock TTL before (a handover: a release, a lost lock; ``stint_leader_fence.led_since``), and
+    kept across a switch between Redis and PostgreSQL that loses no tick. The cron firer counts
+    fires due before it as missed. Not thread-safe: one loop owns it.
     """
 
     def __init__(
@@ -227,7 +266,11 @@ class Leadership:
         return self.is_leader
 
     def release(self) -> None:
-        """End the current term (its lock is freed now, not at TTL) and close the fallback connection."""
+        """End the current term (its lock is freed now, not at TTL) and close the fallback connection.
+
+        The term's end is recorded first (``mark_alive``), so a successor continues its leadership.
+        """
+        self._mark_alive()
         if self.mode == "redis" and self._lock_value is not None:
             try:
                 self._script("release")(keys=[lock_key(self.role)], args=[self._lock_value])
@@ -250,6 +293,19 @@ class Leadership:
         self.token, self.mode = token, mode
         self._valid_until = started + self.ttl_seconds * LOCAL_TTL_FRACTION
         logger.info("leadership %s: leading with token %s (%s)", self.role, token, mode)
+
+    def _mark_alive(self) -> None:
+        """Best effort ``mark_alive`` for the current term: a database error only logs."""
+        if self.token is None:
+            return
+        try:
+            mark_alive(role=self.role, token=self.token)
+        except DatabaseError as exc:
+            logger.warning(
+                "leadership %s: could not record the end of term %s: %s", self.role, self.token, db_error_summary(exc)
+            )
+            if not connection.in_atomic_block:
+                connection.close()
 
     def _end_term(self) -> None:
         if self.token is not None:
@@ -281,7 +337,7 @@ class Leadership:
         token = int(token)
         value = f"{self.holder}:{token}"
         try:
-            now = _claim(role=self.role, token=token, holder=self.holder)
+            now = _claim(role=self.role, token=token, holder=self.holder, handover_seconds=self.ttl_seconds)
         except DatabaseError:
             self._script("release")(keys=[lock_key(self.role)], args=[value])
             raise
@@ -311,6 +367,7 @@ class Leadership:
             self._valid_until = started + self.ttl_seconds * LOCAL_TTL_FRACTION
         else:
             logger.warning("leadership %s: Redis lock lost (token %s)", self.role, self.token)
+            self._mark_alive()
             self._end_term()
 
     def _redis_lock_value(self) -> str | None:
@@ -350,7 +407,7 @@ class Leadership:
                 got = cursor.fetchone()[0]
             if not got:
                 return
-            token, now = _claim_next(role=self.role, holder=self.holder)
+            token, now = _claim_next(role=self.role, holder=self.holder, handover_seconds=self.ttl_seconds)
         except (psycopg.Error, DatabaseError):
             logger.warning("leadership %s: PostgreSQL advisory lock unavailable", self.role, exc_info=True)
             self._close_pg()

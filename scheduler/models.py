@@ -350,6 +350,12 @@ class LeaderFence(models.Model):
     token = models.BigIntegerField(default=0)
     holder = models.CharField(max_length=200, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
+    # The database time ``token``'s holder last showed it led: its claim, each leader write
+    # (``fence_check``) and the end of its term when it saw the end (a release, a lost lock).
+    alive_at = models.DateTimeField(null=True, blank=True)
+    # When the unbroken leadership this term continues began: a term claimed within a lock TTL of
+    # its predecessor's ``alive_at`` (a handover) inherits it; otherwise its own claim time.
+    led_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "stint_leader_fence"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -21,6 +23,7 @@ from scheduler.leadership import (
 )
 from scheduler.models import LeaderFence
 from tests.support.redis_server import RedisServer
+from tests.support.subprocess_env import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -112,9 +115,75 @@ def test_the_token_counter_never_falls_below_the_database_fence(make, role):
 def test_a_claim_must_be_strictly_newer_than_the_fence(role):
     # Tokens from Redis and from the fallback never tie: of two equal claims the second fails.
     LeaderFence.objects.create(role=role, token=7)
-    assert _claim(role=role, token=7, holder="x") is None
-    assert _claim(role=role, token=8, holder="x") is not None
-    assert _claim_next(role=role, holder="y")[0] == 9
+    assert _claim(role=role, token=7, holder="x", handover_seconds=10) is None
+    assert _claim(role=role, token=8, holder="x", handover_seconds=10) is not None
+    assert _claim_next(role=role, holder="y", handover_seconds=10)[0] == 9
+
+
+def _age_the_fence(role: str, seconds: float) -> None:
+    """Move the fence row's times ``seconds`` into the past (the test's transaction stops the clock)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE stint_leader_fence SET updated_at = updated_at - make_interval(secs => %s),"
+            " alive_at = alive_at - make_interval(secs => %s), led_since = led_since - make_interval(secs => %s)"
+            " WHERE role = %s",
+            [seconds, seconds, seconds, role],
+        )
+
+
+def test_a_successor_within_a_ttl_of_a_release_continues_the_leadership(make, role):
+    a, b = make(ttl_seconds=10), make(ttl_seconds=10)
+    a.acquire_or_renew()
+    _age_the_fence(role, 600)  # A has led for ten minutes
+    since = LeaderFence.objects.get(role=role).led_since
+    _age_the_fence(role, 0)
+    a.release()  # a rolling restart: A's end is recorded now
+    assert b.acquire_or_renew() is True
+    # Fires due in the few milliseconds between the two terms are late, not missed.
+    assert b.leading_since == since
+    assert LeaderFence.objects.get(role=role).led_since == since
+
+
+def test_a_lost_lock_is_recorded_so_the_next_term_continues_the_leadership(make, role):
+    a, b = make(ttl_seconds=10), make(ttl_seconds=10)
+    a.acquire_or_renew()
+    _age_the_fence(role, 600)
+    since = LeaderFence.objects.get(role=role).led_since
+    first = a.token
+    get_redis_connection("default").delete(lock_key(role))  # FLUSHALL, or the key evicted
+    # A sees its lock gone, records its term's end and, the lock being free, takes a new term at
+    # once (B could as well): the leadership goes on, and so does its start.
+    assert a.acquire_or_renew() is True
+    assert a.token > first
+    assert a.leading_since == since
+    assert b.acquire_or_renew() is False
+
+
+def test_a_successor_long_after_its_predecessor_was_last_seen_starts_a_new_leadership(make, role):
+    a, b = make(ttl_seconds=10), make(ttl_seconds=10)
+    a.acquire_or_renew()
+    # A vanished (SIGKILL) 11 s ago, more than a TTL, with nothing recorded since.
+    _age_the_fence(role, 11)
+    get_redis_connection("default").delete(lock_key(role))
+    assert b.acquire_or_renew() is True
+    assert b.leading_since == LeaderFence.objects.get(role=role).updated_at  # its own claim
+    assert b.leading_since > a.leading_since - dt.timedelta(seconds=11)  # not A's, moved 11 s back
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_does_not_wait_on_a_fence_row_a_frozen_leader_holds(make, role):
+    LeaderFence.objects.create(role=role, token=5)
+    b = make()
+    # A former leader frozen (SIGSTOP) inside a fire transaction: the fence row stays locked until
+    # PostgreSQL ends its session (idle in transaction), up to a minute.
+    with psycopg.connect(database_url()) as frozen:
+        frozen.execute("SELECT 1 FROM stint_leader_fence WHERE role = %s FOR UPDATE", [role])
+        started = time.monotonic()
+        assert b.acquire_or_renew() is False  # the claim gave up after CLAIM_LOCK_TIMEOUT
+        assert time.monotonic() - started < 10
+        assert get_redis_connection("default").get(lock_key(role)) is None  # its Redis lock given back
+    assert b.acquire_or_renew() is True  # the next tick, once the row is free
+    assert b.token > 5
 
 
 def test_an_invalid_ttl_is_refused():
