@@ -129,10 +129,12 @@ def mark_alive(*, role: str, token: int) -> None:
 # released, and the next tick tries again.
 CLAIM_LOCK_TIMEOUT = "1s"
 
-# The ``led_since`` a claim records: its predecessor's when that one showed it led within
-# ``%(handover)s`` seconds (a handover: its release, a lost lock, its last write), else now().
+# The ``led_since`` a claim records: its predecessor's on a handover, else now(). A handover:
+# the predecessor showed it led (its release, a lost lock, its last write) within ``%(handover)s``
+# seconds (a lock TTL) and after this candidate began trying (``%(waited)s`` seconds ago), so a
+# scheduler ran all along. Schedulers that all stopped and started again leave a gap.
 _LED_SINCE = """
-    CASE WHEN stint_leader_fence.alive_at >= now() - make_interval(secs => %(handover)s)
+    CASE WHEN stint_leader_fence.alive_at >= now() - make_interval(secs => least(%(handover)s, %(waited)s))
          THEN coalesce(stint_leader_fence.led_since, stint_leader_fence.updated_at)
          ELSE now() END
 """
@@ -146,10 +148,11 @@ def fence_token(*, role: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _claim(*, role: str, token: int, holder: str, handover_seconds: float) -> dt.datetime | None:
+def _claim(*, role: str, token: int, holder: str, handover_seconds: float, waited_seconds: float) -> dt.datetime | None:
     """Claim ``token`` if it is strictly newer than the fence; return its ``led_since`` or None.
 
-    ``led_since``: the database time the leadership this term continues began (``_LED_SINCE``).
+    ``led_since``: the database time the leadership this term continues began (``_LED_SINCE``:
+    ``handover_seconds`` is the lock TTL, ``waited_seconds`` how long this process has been trying).
     Raises DatabaseError, among them a lock timeout (``CLAIM_LOCK_TIMEOUT``) while another
     session holds the fence row.
     """
@@ -164,13 +167,13 @@ def _claim(*, role: str, token: int, holder: str, handover_seconds: float) -> dt
                 WHERE stint_leader_fence.token < EXCLUDED.token
             RETURNING led_since
             """,  # noqa: S608 - constant SQL
-            {"role": role, "token": token, "holder": holder, "handover": handover_seconds},
+            {"role": role, "token": token, "holder": holder, "handover": handover_seconds, "waited": waited_seconds},
         )
         row = cursor.fetchone()
     return row[0] if row else None
 
 
-def _claim_next(*, role: str, holder: str, handover_seconds: float) -> tuple[int, dt.datetime]:
+def _claim_next(*, role: str, holder: str, handover_seconds: float, waited_seconds: float) -> tuple[int, dt.datetime]:
     """Take the fence's next token (fallback mode); return it with its ``led_since`` (as ``_claim``)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [CLAIM_LOCK_TIMEOUT])
@@ -182,7 +185,7 @@ def _claim_next(*, role: str, holder: str, handover_seconds: float) -> tuple[int
                 updated_at = now(), alive_at = now(), led_since = {_LED_SINCE}
             RETURNING token, led_since
             """,  # noqa: S608 - constant SQL
-            {"role": role, "holder": holder, "handover": handover_seconds},
+            {"role": role, "holder": holder, "handover": handover_seconds, "waited": waited_seconds},
         )
         token, led_since = cursor.fetchone()
     return int(token), led_since
@@ -223,6 +226,7 @@ class Leadership:
         self.token: int | None = None
         self.mode: str | None = None
         self.leading_since: dt.datetime | None = None
+        self._candidate_since: float | None = None  # monotonic: since when this process tries to lead
         self._lock_value: str | None = None
         self._valid_until = 0.0
         self._next_redis_look = 0.0
@@ -253,6 +257,8 @@ class Leadership:
         elif self.mode == "postgres":
             self._renew_postgres(started)
         if self.token is None:
+            if self._candidate_since is None:
+                self._candidate_since = started
             try:
                 if not self._acquire_redis(started, continuing=False):
                     return False
@@ -291,8 +297,15 @@ class Leadership:
         if not continuing or self.leading_since is None:
             self.leading_since = now
         self.token, self.mode = token, mode
+        self._candidate_since = None
         self._valid_until = started + self.ttl_seconds * LOCAL_TTL_FRACTION
         logger.info("leadership %s: leading with token %s (%s)", self.role, token, mode)
+
+    def _waited(self, started: float) -> float:
+        """Seconds this process has been trying to lead, up to ``started`` (monotonic)."""
+        if self._candidate_since is None:
+            self._candidate_since = started
+        return max(0.0, started - self._candidate_since)
 
     def _mark_alive(self) -> None:
         """Best effort ``mark_alive`` for the current term: a database error only logs."""
@@ -312,6 +325,8 @@ class Leadership:
             logger.info("leadership %s: term %s ended", self.role, self.token)
         self.token = self.mode = self._lock_value = None
         self.leading_since = None
+        if self._candidate_since is None:
+            self._candidate_since = time.monotonic()  # a candidate again from the end of its term
         self._valid_until = 0.0
 
     # -- Redis --------------------------------------------------------------------------------
@@ -337,7 +352,13 @@ class Leadership:
         token = int(token)
         value = f"{self.holder}:{token}"
         try:
-            now = _claim(role=self.role, token=token, holder=self.holder, handover_seconds=self.ttl_seconds)
+            now = _claim(
+                role=self.role,
+                token=token,
+                holder=self.holder,
+                handover_seconds=self.ttl_seconds,
+                waited_seconds=self._waited(started),
+            )
         except DatabaseError:
             self._script("release")(keys=[lock_key(self.role)], args=[value])
             raise
@@ -367,6 +388,7 @@ class Leadership:
             self._valid_until = started + self.ttl_seconds * LOCAL_TTL_FRACTION
         else:
             logger.warning("leadership %s: Redis lock lost (token %s)", self.role, self.token)
+            self._candidate_since = time.monotonic()  # trying again from before its end is recorded
             self._mark_alive()
             self._end_term()
 
@@ -407,7 +429,12 @@ class Leadership:
                 got = cursor.fetchone()[0]
             if not got:
                 return
-            token, now = _claim_next(role=self.role, holder=self.holder, handover_seconds=self.ttl_seconds)
+            token, now = _claim_next(
+                role=self.role,
+                holder=self.holder,
+                handover_seconds=self.ttl_seconds,
+                waited_seconds=self._waited(started),
+            )
         except (psycopg.Error, DatabaseError):
             logger.warning("leadership %s: PostgreSQL advisory lock unavailable", self.role, exc_info=True)
             self._close_pg()

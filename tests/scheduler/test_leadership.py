@@ -115,9 +115,9 @@ def test_the_token_counter_never_falls_below_the_database_fence(make, role):
 def test_a_claim_must_be_strictly_newer_than_the_fence(role):
     # Tokens from Redis and from the fallback never tie: of two equal claims the second fails.
     LeaderFence.objects.create(role=role, token=7)
-    assert _claim(role=role, token=7, holder="x", handover_seconds=10) is None
-    assert _claim(role=role, token=8, holder="x", handover_seconds=10) is not None
-    assert _claim_next(role=role, holder="y", handover_seconds=10)[0] == 9
+    assert _claim(role=role, token=7, holder="x", handover_seconds=10, waited_seconds=0) is None
+    assert _claim(role=role, token=8, holder="x", handover_seconds=10, waited_seconds=0) is not None
+    assert _claim_next(role=role, holder="y", handover_seconds=10, waited_seconds=0)[0] == 9
 
 
 def _age_the_fence(role: str, seconds: float) -> None:
@@ -134,10 +134,13 @@ def _age_the_fence(role: str, seconds: float) -> None:
 def test_a_successor_within_a_ttl_of_a_release_continues_the_leadership(make, role):
     a, b = make(ttl_seconds=10), make(ttl_seconds=10)
     a.acquire_or_renew()
+    assert b.acquire_or_renew() is False  # B runs, waiting for the lock
     _age_the_fence(role, 600)  # A has led for ten minutes
     since = LeaderFence.objects.get(role=role).led_since
-    _age_the_fence(role, 0)
-    a.release()  # a rolling restart: A's end is recorded now
+    time.sleep(0.3)
+    a.release()  # a rolling restart: A's end is recorded now ...
+    with connection.cursor() as cursor:  # ... 0.2 s before B claims (this test's clock stands still)
+        cursor.execute("UPDATE stint_leader_fence SET alive_at = alive_at - interval '0.2 s' WHERE role = %s", [role])
     assert b.acquire_or_renew() is True
     # Fires due in the few milliseconds between the two terms are late, not missed.
     assert b.leading_since == since
@@ -157,6 +160,16 @@ def test_a_lost_lock_is_recorded_so_the_next_term_continues_the_leadership(make,
     assert a.token > first
     assert a.leading_since == since
     assert b.acquire_or_renew() is False
+
+
+def test_schedulers_all_stopped_then_started_again_leave_a_gap_however_short(make, role):
+    a = make(ttl_seconds=10)
+    a.acquire_or_renew()
+    a.release()  # every scheduler stopped gracefully ...
+    _age_the_fence(role, 2)  # ... 2 s before a new one, started since, claims
+    b = make(ttl_seconds=10)
+    assert b.acquire_or_renew() is True
+    assert b.leading_since == LeaderFence.objects.get(role=role).updated_at  # its own claim: fires between are missed
 
 
 def test_a_successor_long_after_its_predecessor_was_last_seen_starts_a_new_leadership(make, role):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 from django.db import connections
@@ -380,16 +381,17 @@ def test_fires_continue_under_the_advisory_lock_and_nothing_doubles_when_redis_r
 def test_a_fire_due_during_a_handover_is_late_not_missed(user, leaders, role):
     # A rolling restart at a minute's turn: the old leader stops (SIGTERM) just after the fire
     # was due and before it fired; the successor's term begins a few milliseconds later.
-    old = leaders()
+    old, new = leaders(), leaders()
     assert old.acquire_or_renew()
+    assert not new.acquire_or_renew()  # running, waiting for the lock
     with connections["default"].cursor() as cursor:  # the old leader has led for ten minutes
         cursor.execute(
             "UPDATE stint_leader_fence SET led_since = led_since - interval '10 minutes' WHERE role = %s", [role]
         )
     now = db_now()
     s = due_at(schedule(user, misfire_policy="none"), now - dt.timedelta(seconds=1))
+    time.sleep(0.1)
     old.release()
-    new = leaders()
     assert new.acquire_or_renew()
 
     CronFirer(leadership=new).run_once(now=now + dt.timedelta(milliseconds=40))
