@@ -37,7 +37,7 @@ from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
 from scheduler import queues, schedules
-from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, job_bulk_apply_filtered
+from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, BulkOutcome, job_bulk_apply_filtered
 from scheduler.exceptions import StintError
 from scheduler.ids import short_job_id
 from scheduler.models import Attempt, CronSchedule, Job, OutboxEvent, Queue, WorkerNode
@@ -395,9 +395,14 @@ class JobAdmin(OperatorAdmin):
     # -- actions on selected rows --------------------------------------------------------------
 
     def _apply(self, request: HttpRequest, queryset: QuerySet[Job], action: BulkAction) -> None:
-        outcome = job_bulk_apply_filtered(action=action, queryset=queryset, actor=request.user)
-        level = messages.SUCCESS if outcome.changed or outcome.requested else messages.WARNING
-        self.message_user(request, outcome.message(), level)
+        self._report(request, job_bulk_apply_filtered(action=action, queryset=queryset, actor=request.user))
+
+    def _report(self, request: HttpRequest, outcome: BulkOutcome) -> None:
+        """Show the outcome's message: a warning when nothing changed or a job failed."""
+        done = outcome.changed or outcome.requested
+        self.message_user(
+            request, outcome.message(), messages.SUCCESS if done and not outcome.failed else messages.WARNING
+        )
 
     @admin.action(description="Cancel selected jobs", permissions=["operate"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -468,9 +473,7 @@ class JobAdmin(OperatorAdmin):
             return HttpResponseRedirect(changelist_url)
         matching = cl.queryset
         if request.method == "POST":
-            outcome = job_bulk_apply_filtered(action=bulk_action, queryset=matching, actor=request.user)
-            level = messages.SUCCESS if outcome.changed or outcome.requested else messages.WARNING
-            self.message_user(request, outcome.message(), level)
+            self._report(request, job_bulk_apply_filtered(action=bulk_action, queryset=matching, actor=request.user))
             return HttpResponseRedirect(changelist_url)
         by_status = jobs_count_by_status(matching)
         eligible = sum(n for status, n in by_status.items() if status in ELIGIBLE[bulk_action])

@@ -2,12 +2,14 @@
 
 Each job goes through its own service call (``scheduler.job_actions``), in its own short
 transaction, so a bulk action obeys exactly the rules of the API and of a single click: a job
-whose state does not allow the action is skipped and counted, never forced. Used by the admin's
-actions and its "all matching jobs" view.
+whose state does not allow the action is skipped and counted, never forced; one the service refuses
+for another reason (a unique job's live duplicate, a permission) is counted as failed with that
+reason, and the batch goes on. Used by the admin's actions and its "all matching jobs" view.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import uuid
@@ -15,8 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
+
 from scheduler import job_actions
-from scheduler.exceptions import IllegalTransition, JobNotFound
+from scheduler.exceptions import IllegalTransition, JobNotFound, StintError
+from scheduler.ids import short_job_id
 from scheduler.models import Job
 from scheduler.states import CANCELLABLE, JobStatus
 
@@ -45,44 +50,78 @@ _SERVICES: dict[BulkAction, Callable[..., Job]] = {
 }
 
 PAST_TENSE = {BulkAction.CANCEL: "Cancelled", BulkAction.RETRY: "Retried", BulkAction.RECOVER: "Recovered"}
+FAILED_IDS_SHOWN = 5  # job ids named per failure reason in the message; the rest are counted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkFailure:
+    """Jobs a service refused for one reason other than their state: its error code, message and the jobs."""
+
+    code: str
+    reason: str
+    job_ids: tuple[uuid.UUID, ...]
+
+    def sentence(self) -> str:
+        """Return e.g. "Failed for 2 jobs (89abcdef, 0123cdef): A live job ... ends."."""
+        shown = ", ".join(short_job_id(job_id) for job_id in self.job_ids[:FAILED_IDS_SHOWN])
+        more = len(self.job_ids) - FAILED_IDS_SHOWN
+        if more > 0:
+            shown = f"{shown} and {more} more"
+        count = len(self.job_ids)
+        return f"Failed for {count} job{'s' if count != 1 else ''} ({shown}): {self.reason.rstrip('.')}."
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BulkOutcome:
-    """Counts of one bulk request: ``requested`` are RUNNING jobs whose cancellation awaits their worker."""
+    """Counts of one bulk request: ``requested`` are RUNNING jobs whose cancellation awaits their worker;
+    ``failed`` are jobs a service refused for another reason than their state, grouped in ``failures``."""
 
     action: BulkAction
     changed: int = 0
     requested: int = 0
     skipped: int = 0
     missing: int = 0
+    failures: tuple[BulkFailure, ...] = ()
+
+    @property
+    def failed(self) -> int:
+        """Jobs a service refused for another reason than their state (``failures``)."""
+        return sum(len(failure.job_ids) for failure in self.failures)
 
     @property
     def total(self) -> int:
         """Jobs the request named."""
-        return self.changed + self.requested + self.skipped + self.missing
+        return self.changed + self.requested + self.skipped + self.missing + self.failed
 
     def message(self) -> str:
-        """Return one sentence for people, e.g. "Recovered 3 jobs; skipped 1 whose state did not allow it."."""
+        """Return sentences for people, e.g. "Recovered 3 jobs; skipped 1 whose state did not allow it.".
+
+        Each failure reason follows in a sentence of its own (``BulkFailure.sentence``).
+        """
         parts = [f"{PAST_TENSE[self.action]} {self.changed} job{'s' if self.changed != 1 else ''}"]
         if self.requested:
             parts.append(f"requested cancellation of {self.requested} running")
         parts.append(f"skipped {self.skipped} whose state did not allow it")
         if self.missing:
             parts.append(f"{self.missing} no longer existed")
-        return "; ".join(parts) + "."
+        return " ".join(["; ".join(parts) + ".", *(failure.sentence() for failure in self.failures)])
 
 
 def job_bulk_apply(*, action: BulkAction | str, job_ids: Iterable[uuid.UUID], actor: Any = None) -> BulkOutcome:
     """Apply ``action`` to each of ``job_ids`` through its service and return the counts.
 
     ``actor`` is passed on to each service (None: a trusted caller). A job in a state that does
-    not allow the action (``IllegalTransition``) is skipped; one deleted meanwhile is missing.
-    Other errors propagate: the jobs already handled keep their new state.
+    not allow the action (``IllegalTransition``) is skipped; one deleted meanwhile is missing;
+    one refused for another reason, any other ``StintError`` (``UniqueConflict``: a unique job's
+    live duplicate) or ``PermissionDenied``, is failed with the error's code and message, as the
+    API answers it for that job. Each call is its own transaction, so a refusal never aborts
+    the batch. Unexpected errors (a bug, a database that is down) propagate: the jobs already
+    handled keep their new state.
     """
     action = BulkAction(action)
     service = _SERVICES[action]
     changed = requested = skipped = missing = 0
+    failed: dict[tuple[str, str], list[uuid.UUID]] = {}
     for job_id in job_ids:
         try:
             job = service(job_id=job_id, actor=actor)
@@ -92,19 +131,32 @@ def job_bulk_apply(*, action: BulkAction | str, job_ids: Iterable[uuid.UUID], ac
         except JobNotFound:
             missing += 1
             continue
+        except StintError as exc:
+            failed.setdefault((exc.code, str(exc)), []).append(job_id)
+            continue
+        except PermissionDenied as exc:
+            failed.setdefault(("permission_denied", str(exc) or "Permission denied."), []).append(job_id)
+            continue
         if action == BulkAction.CANCEL and job.status == JobStatus.RUNNING:
             requested += 1
         else:
             changed += 1
-    outcome = BulkOutcome(action=action, changed=changed, requested=requested, skipped=skipped, missing=missing)
+    failures = tuple(
+        BulkFailure(code=code, reason=reason, job_ids=tuple(ids)) for (code, reason), ids in failed.items()
+    )
+    outcome = BulkOutcome(
+        action=action, changed=changed, requested=requested, skipped=skipped, missing=missing, failures=failures
+    )
     if outcome.total:
         logger.info(
-            "bulk %s: %d changed, %d requested, %d skipped, %d missing",
+            "bulk %s: %d changed, %d requested, %d skipped, %d missing, %d failed (%s)",
             action,
             changed,
             requested,
             skipped,
             missing,
+            outcome.failed,
+            ", ".join(f"{f.code}: {len(f.job_ids)}" for f in failures) or "-",
         )
     return outcome
 
@@ -120,10 +172,4 @@ def job_bulk_apply_filtered(*, action: BulkAction | str, queryset: Any, actor: A
     rows = list(queryset.order_by().values_list("id", "status"))
     ids = [job_id for job_id, status in rows if status in ELIGIBLE[action]]
     outcome = job_bulk_apply(action=action, job_ids=ids, actor=actor)
-    return BulkOutcome(
-        action=action,
-        changed=outcome.changed,
-        requested=outcome.requested,
-        skipped=outcome.skipped + len(rows) - len(ids),
-        missing=outcome.missing,
-    )
+    return dataclasses.replace(outcome, skipped=outcome.skipped + len(rows) - len(ids))

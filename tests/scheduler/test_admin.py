@@ -20,6 +20,7 @@ from scheduler.ids import short_job_id
 from scheduler.models import CronSchedule, Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory
+from tests.support.jobs import finished_unique_and_plain
 
 pytestmark = pytest.mark.django_db
 
@@ -235,6 +236,24 @@ class TestJobActions:
             == "JOB_CANCELLED"
         )
 
+    @pytest.mark.parametrize(
+        ("action", "finished", "verb"),
+        [("recover_jobs", JobStatus.DEAD, "Recovered"), ("retry_jobs", JobStatus.FAILED, "Retried")],
+    )
+    def test_a_unique_conflict_fails_that_job_with_its_reason_and_the_others_are_applied(
+        self, operator, user, action, finished, verb
+    ):
+        a, b, c = finished_unique_and_plain(user, finished)
+
+        response = _act(operator, action, [a, b])
+
+        assert response.status_code == 200
+        (message,) = _messages(response)
+        assert message.startswith(f"{verb} 1 job; skipped 0 whose state did not allow it.")
+        assert f"({short_job_id(a.id)}): A live job with the same unique content exists" in message
+        assert (_status(a), _status(c)) == (finished, JobStatus.QUEUED)
+        assert _status(b) != finished
+
 
 class TestBulkOnTheFilteredSet:
     def test_the_changelist_links_to_bulk_actions_with_its_filters(self, operator, user):
@@ -288,6 +307,18 @@ class TestBulkOnTheFilteredSet:
         assert "Cancelled 1 job; skipped 0 whose state did not allow it." in _messages(response)
         assert _status(named) == JobStatus.CANCELLED
         assert Job.objects.filter(status=JobStatus.QUEUED).count() == 1
+
+    def test_a_unique_conflict_in_the_set_is_reported_and_the_rest_recovered(self, operator, user):
+        a, b, c = finished_unique_and_plain(user, JobStatus.DEAD)
+        url = "/admin/scheduler/job/bulk/recover/?status__exact=DEAD"
+
+        response = operator.post(url, follow=True)
+
+        assert response.status_code == 200
+        (message,) = _messages(response)
+        assert message.startswith("Recovered 1 job; skipped 0 whose state did not allow it.")
+        assert f"Failed for 1 job ({short_job_id(a.id)}): A live job with the same unique content exists" in message
+        assert (_status(a), _status(b), _status(c)) == (JobStatus.DEAD, JobStatus.QUEUED, JobStatus.QUEUED)
 
     def test_unknown_action_is_404_and_bad_filters_go_back(self, operator):
         assert operator.get("/admin/scheduler/job/bulk/delete/").status_code == 404

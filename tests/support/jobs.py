@@ -17,7 +17,9 @@ from django.db import connection
 import scheduler
 from scheduler import leasing, selectors
 from scheduler.lifecycle import Claimed
+from scheduler.maintenance.promoter import DuePromoter
 from scheduler.models import Attempt, Job, OutboxEvent
+from scheduler.states import JobStatus
 
 WORKER = "test-host:1:abc"  # the worker id the tests claim as
 LEASE = 30  # seconds: LEASE_SECONDS under ``maintenance_settings``
@@ -59,6 +61,34 @@ def running_job(**options: Any) -> tuple[Job, Claimed]:
     (claimed,) = claim()
     assert claimed.id == job.id
     return job, claimed
+
+
+def _run_both(outcome: leasing.Outcome) -> None:
+    """Claim the two jobs of queue "w" and record ``outcome`` for both."""
+    claimed = leasing.claim_jobs(worker_id="test-worker", limit=2, queues=["w"])
+    assert len(claimed) == 2
+    leasing.record_outcomes([leasing.Report(job=c, outcome=outcome, error="FAILING always fails") for c in claimed])
+
+
+def finished_unique_and_plain(owner: Any, status: str) -> tuple[Job, Job, Job]:
+    """Run a unique FAILING job A and a plain one B until they are DEAD or FAILED; enqueue A's live duplicate C.
+
+    C goes to a queue nobody claims from, so it stays QUEUED and blocks A's retry or recovery
+    (``UniqueConflict``). Returns (A, B, C).
+    """
+    unique = {"keys": ["k"]}
+    a = scheduler.enqueue("FAILING", {"k": 1}, queue="w", max_retries=1, unique=unique, owner=owner)
+    b = scheduler.enqueue("FAILING", {"k": 1}, queue="w", max_retries=1, owner=owner)
+    if status == JobStatus.DEAD:  # both attempts of the budget fail
+        _run_both(leasing.Outcome.RETRYABLE)
+        DuePromoter().run_once(now=db_now() + dt.timedelta(days=1))
+        _run_both(leasing.Outcome.RETRYABLE)
+    else:
+        _run_both(leasing.Outcome.PERMANENT)
+    assert Job.objects.get(id=a.id).status == Job.objects.get(id=b.id).status == status
+    c = scheduler.enqueue("FAILING", {"k": 1}, queue="unserved", max_retries=1, unique=unique, owner=owner)
+    assert c.id != a.id and c.status == JobStatus.QUEUED
+    return a, b, c
 
 
 def status(job: Job | Claimed) -> str:
