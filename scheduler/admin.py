@@ -19,6 +19,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
+from django.db import DataError, transaction
 from django.db.models import (
     CharField,
     DateTimeField,
@@ -36,6 +37,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
+from core.parsers import has_lone_surrogate
 from scheduler import queues, schedules
 from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, BulkOutcome, job_bulk_apply_filtered
 from scheduler.exceptions import StintError
@@ -88,6 +90,11 @@ def utc_datetime_filters(model: Any, query: QueryDict) -> QueryDict:
     return fixed
 
 
+def storable_text(text: str) -> bool:
+    """True if PostgreSQL's text types can hold ``text``: no NUL (U+0000) and no lone UTF-16 surrogate."""
+    return "\x00" not in text and not has_lone_surrogate(text)
+
+
 class OperatorAdmin(admin.ModelAdmin):
     """Read-only admin whose view and ``operate`` (action) permission is the site's ADMIN rule."""
 
@@ -96,12 +103,16 @@ class OperatorAdmin(admin.ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """Django's list, but an action POSTed with a selected id that is not one (a 500 in Django) is refused.
 
-        The operator sees an error message on the list again, and nothing is changed.
+        So is one PostgreSQL's text cannot hold (a NUL or a lone surrogate in a multipart form,
+        which ``core.failsafe`` does not read). The operator sees an error message on the list
+        again, and nothing is changed.
         """
         if request.method == "POST" and "action" in request.POST:
             pk = self.model._meta.pk
             try:
                 for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                    if not storable_text(value):
+                        raise ValidationError("not storable")
                     pk.to_python(value)
             except ValidationError:
                 self.message_user(request, "The selection holds an id that is not one: nothing done.", messages.ERROR)
@@ -109,9 +120,31 @@ class OperatorAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
-        """Django's, on the query string with its times in UTC (``utc_datetime_filters``)."""
+        """Django's, on the query string with its times in UTC (``utc_datetime_filters``).
+
+        A lookup value that passes Django's checks but fails when the list counts its rows is
+        ``IncorrectLookupParameters`` here, the admin's answer to a bad filter (the list again with
+        ``?e=1``), never a 500: a year outside 1..9999 (``?created_at__year=-1``, ``__iso_year``,
+        ``__date__year``, ``__year__gt``), of which Django builds a ``datetime`` (``ValueError``,
+        ``OverflowError``), or a value PostgreSQL refuses (``DataError``: ``?name__regex=(``). The
+        count runs in a savepoint, so a refused one leaves an enclosing transaction usable.
+        """
         request.GET = utc_datetime_filters(self.model, request.GET)
-        return super().get_changelist_instance(request)
+        try:
+            with transaction.atomic():
+                return super().get_changelist_instance(request)
+        except (ValueError, OverflowError, DataError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        """Django's, but an id PostgreSQL's text cannot hold (a NUL, a lone surrogate) is no object.
+
+        Such an id in a URL (``/admin/scheduler/queue/%00/change/``) would reach the database as a
+        text primary key and fail there (a 500); it gets the admin's answer to an unknown id instead.
+        """
+        if isinstance(object_id, str) and not storable_text(object_id):
+            return None
+        return super().get_object(request, object_id, from_field)
 
     def _is_operator(self, request: HttpRequest) -> bool:
         return self.admin_site.has_permission(request)

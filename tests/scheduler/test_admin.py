@@ -8,8 +8,10 @@ import re
 import uuid
 
 import pytest
+from django.contrib.admin import site
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.messages import get_messages
+from django.db.models import CharField, TextField
 from django.urls import reverse
 from django.utils import timezone
 
@@ -600,3 +602,80 @@ def test_a_console_time_filter_with_an_offset_postgresql_refuses_is_read_in_utc_
     response = operator.post(url.replace("/job/?", "/job/bulk/cancel/?"), {"confirm": "yes"})
     assert response.status_code in (200, 302)
     assert _status(job) == JobStatus.QUEUED  # its times are all before 2030
+
+
+TEXT_KEYED = ("/admin/scheduler/queue/", "/admin/scheduler/workernode/")
+
+
+@pytest.mark.parametrize("page", ["change", "history", "delete"])
+@pytest.mark.parametrize("key", ["%00", "a%00b"])
+@pytest.mark.parametrize("base", TEXT_KEYED)
+def test_a_nul_in_a_text_primary_key_is_an_unknown_object_not_a_500(operator, base, key, page):
+    queues.queue_pause(name="a")  # a row whose key is close to the one asked for
+
+    response = operator.get(f"{base}{key}/{page}/")
+
+    unknown = operator.get(f"{base}no-such-key/{page}/")
+    assert unknown.status_code in (302, 403)  # the admin's "doesn't exist" redirect; no delete permission
+    assert response.status_code == unknown.status_code
+    assert response.get("Location") == unknown.get("Location")
+
+
+def test_a_lone_surrogate_or_nul_in_a_text_primary_key_is_no_object(rf, admin_user):
+    text_keyed = [a for m, a in site._registry.items() if isinstance(m._meta.pk, CharField | TextField)]
+    assert {a.model for a in text_keyed} >= {Queue, WorkerNode}
+    request = rf.get("/")
+    request.user = admin_user
+
+    for model_admin in text_keyed:
+        for key in ("\ud800", "a\udfffb", "\x00"):
+            assert model_admin.get_object(request, key) is None, (model_admin, key)
+
+
+def test_an_action_on_a_selected_text_key_with_a_nul_is_refused_with_a_message(operator):
+    queues.queue_pause(name="a")
+    # A multipart form (the test client's default), which the query-string guard does not read.
+    response = operator.post(
+        "/admin/scheduler/queue/", {"action": "resume_queues", ACTION_CHECKBOX_NAME: ["a", "a\x00"], "index": 0}
+    )
+    assert response.status_code == 302
+    assert "is not one" in " ".join(_messages(response))
+    assert Queue.objects.get(name="a").paused
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/scheduler/job/?created_at__year=-1",
+        "/admin/scheduler/job/?created_at__year=20260101",
+        "/admin/scheduler/job/?finished_at__iso_year=0",
+        "/admin/scheduler/job/?scheduled_at__date__year=-1",
+        "/admin/scheduler/job/?created_at__year__gt=99999999999999999999",
+        "/admin/scheduler/cronschedule/?next_fire_at__year=-1",
+        "/admin/scheduler/outboxevent/?occurred_at__year=20260101",
+        "/admin/audit/auditevent/?occurred_at__year=-1",
+        "/admin/scheduler/queue/?created_at__year__lte=10000",
+        "/admin/scheduler/workernode/?started_at__year=0",
+        "/admin/scheduler/job/?name__regex=(",  # PostgreSQL refuses the pattern (DataError)
+        "/admin/scheduler/queue/?name__iregex=[",
+    ],
+)
+def test_a_filter_value_that_cannot_be_queried_is_the_admins_bad_filter_page_not_a_500(operator, url):
+    JobFactory()
+
+    response = operator.get(url)
+
+    assert response.status_code == 302
+    assert response["Location"] == f"{url.split('?')[0]}?e=1"  # Django's answer to an invalid lookup
+    assert operator.get(response["Location"]).status_code == 200
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_an_out_of_range_year_on_the_bulk_page_goes_back_and_changes_nothing(operator, method):
+    job = JobFactory()
+
+    response = getattr(operator, method)("/admin/scheduler/job/bulk/cancel/?created_at__year=-1", follow=True)
+
+    assert response.status_code == 200
+    assert "Those filters are not valid." in _messages(response)
+    assert _status(job) == JobStatus.QUEUED
