@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -409,7 +410,9 @@ class ClusterStateCollector(Collector):
                 connection.close()
 
 
-_registered: dict[int, ClusterStateCollector] = {}
+# By registry object, held weakly: keyed by ``id()``, a registry created after another was
+# garbage-collected could get its id and be told it already had a collector (it had none).
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, ClusterStateCollector] = weakref.WeakKeyDictionary()
 _register_lock = threading.Lock()
 
 
@@ -419,14 +422,14 @@ def register_cluster_state(registry: CollectorRegistry = REGISTRY) -> ClusterSta
     The oldest-waiting gauge (``scheduler.flow.aging.OldestWaitingCollector``) comes with it.
     """
     with _register_lock:
-        collector = _registered.get(id(registry))
+        collector = _registered.get(registry)
         if collector is None:
             collector = ClusterStateCollector()
             registry.register(collector)
             from scheduler.flow.aging import OldestWaitingCollector  # flow control (issue 17)
 
             registry.register(OldestWaitingCollector())
-            _registered[id(registry)] = collector
+            _registered[registry] = collector
         return collector
 
 

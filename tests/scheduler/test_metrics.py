@@ -81,6 +81,19 @@ def test_registering_the_cluster_collector_twice_registers_it_once() -> None:
     assert [f.name for f in registry.collect() if f.name == "outbox_backlog"] == ["outbox_backlog"]
 
 
+def test_a_new_registry_at_a_collected_ones_address_gets_its_own_collector() -> None:
+    # CPython reuses a freed object's address: a registry keyed by id() was told it had a
+    # collector when only its garbage-collected predecessor at that address had one (a CI flake).
+    for _ in range(20):
+        gone = CollectorRegistry()
+        register_cluster_state(gone)
+        del gone
+        registry = CollectorRegistry()  # usually at the address just freed
+        register_cluster_state(registry)
+        assert [f.name for f in registry.collect() if f.name == "outbox_backlog"] == ["outbox_backlog"]
+        del registry
+
+
 def test_a_supervisor_sums_its_own_counts_with_its_processes_into_one_family_each() -> None:
     processes, supervisor = CollectorRegistry(), CollectorRegistry()
     # Stand-ins for a worker process's counters and the supervisor's own, of the same names.
