@@ -377,7 +377,10 @@ class Leadership:
             )
         except RedisError:
             logger.warning("leadership %s: Redis unreachable while renewing token %s", self.role, self.token)
-            # Hand the term to the fallback at once if we can: no tick is lost, so leading_since stays.
+            # Hand the term to the fallback at once if we can: no tick is lost, so leading_since stays
+            # (and the fallback's claim finds this term's end recorded, to carry led_since on).
+            self._candidate_since = time.monotonic()
+            self._mark_alive()
             self.token = self.mode = self._lock_value = None
             self._valid_until = 0.0
             self._acquire_postgres(started, continuing=True)

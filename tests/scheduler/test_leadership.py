@@ -234,6 +234,8 @@ def test_redis_down_hands_the_term_to_the_advisory_lock_and_back(private_redis, 
     assert a.acquire_or_renew() is True
     redis_token = a.token
     since = a.leading_since
+    _age_the_fence(role, 5)  # A has led 5 s, and last wrote then
+    led_since = LeaderFence.objects.get(role=role).led_since
 
     private_redis.stop()
     # A cannot renew in Redis: it moves to the advisory lock at once, with a newer token, and
@@ -243,6 +245,7 @@ def test_redis_down_hands_the_term_to_the_advisory_lock_and_back(private_redis, 
     assert a.token > redis_token
     assert a.leading_since == since
     assert fence_token(role=role) == a.token
+    assert LeaderFence.objects.get(role=role).led_since == led_since  # the same leadership, for a successor
     assert _advisory_lock_held(role)
     assert b.acquire_or_renew() is False
     assert a.acquire_or_renew() is True  # renewing in fallback mode keeps the token
