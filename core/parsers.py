@@ -74,6 +74,15 @@ def has_lone_surrogate(value: Any) -> bool:
     return any(_has_surrogate(text) for text in json_strings(value))
 
 
+def is_storable_text(text: str) -> bool:
+    """True if PostgreSQL's text types can hold ``text``: no NUL (U+0000), no lone UTF-16 surrogate.
+
+    A NUL is refused by PostgreSQL itself; a lone surrogate (U+D800-U+DFFF, from a byte that is
+    not UTF-8) has no UTF-8 encoding, so it cannot even be sent.
+    """
+    return "\x00" not in text and not _has_surrogate(text)
+
+
 def json_problem(value: Any) -> str | None:
     """Return why parsed JSON ``value`` is refused (too deep, a lone surrogate), or None when it is fine."""
     if json_depth(value) > MAX_JSON_DEPTH:

@@ -37,7 +37,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from core.parsers import has_lone_surrogate
+from core.parsers import is_storable_text
 from scheduler import queues, schedules
 from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, BulkOutcome, job_bulk_apply_filtered
 from scheduler.exceptions import StintError
@@ -90,11 +90,6 @@ def utc_datetime_filters(model: Any, query: QueryDict) -> QueryDict:
     return fixed
 
 
-def storable_text(text: str) -> bool:
-    """True if PostgreSQL's text types can hold ``text``: no NUL (U+0000) and no lone UTF-16 surrogate."""
-    return "\x00" not in text and not has_lone_surrogate(text)
-
-
 class OperatorAdmin(admin.ModelAdmin):
     """Read-only admin whose view and ``operate`` (action) permission is the site's ADMIN rule."""
 
@@ -111,7 +106,7 @@ class OperatorAdmin(admin.ModelAdmin):
             pk = self.model._meta.pk
             try:
                 for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
-                    if not storable_text(value):
+                    if not is_storable_text(value):
                         raise ValidationError("not storable")
                     pk.to_python(value)
             except ValidationError:
@@ -142,7 +137,7 @@ class OperatorAdmin(admin.ModelAdmin):
         Such an id in a URL (``/admin/scheduler/queue/%00/change/``) would reach the database as a
         text primary key and fail there (a 500); it gets the admin's answer to an unknown id instead.
         """
-        if isinstance(object_id, str) and not storable_text(object_id):
+        if isinstance(object_id, str) and not is_storable_text(object_id):
             return None
         return super().get_object(request, object_id, from_field)
 

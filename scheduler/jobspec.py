@@ -10,7 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.parsers import SURROGATE_MESSAGE, has_lone_surrogate, json_depth, json_strings
+from core.parsers import SURROGATE_MESSAGE, is_storable_text, json_depth, json_strings
 from scheduler.conf import conf
 from scheduler.exceptions import InvalidJob, PayloadTooLarge
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS
@@ -80,7 +80,7 @@ def job_spec_validate(
         errors["scheduled_at"] = ["Must be a datetime with a time zone offset."]
     elif scheduled_at is not None and not _in_utc_range(scheduled_at):
         errors["scheduled_at"] = ["Must be from 0001-01-01 to 9999-12-31 23:59:59 in UTC."]
-    if not isinstance(name, str) or len(name) > NAME_MAX or "\x00" in name or has_lone_surrogate(name):
+    if not isinstance(name, str) or len(name) > NAME_MAX or not is_storable_text(name):
         errors["name"] = ["At most 200 characters of valid Unicode, without U+0000."]
     if errors:
         raise InvalidJob(next(iter(errors.values()))[0], details=errors)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core.parsers import is_storable_text
 from scheduler.exceptions import JobCancelled, UnknownJobType
 
 MAX_TYPE_LENGTH = 100  # characters: stint_job.type's max_length (scheduler.models.Job.type)
@@ -174,12 +175,8 @@ def _check_type_name(name: Any) -> None:
     """Raise ValueError unless ``name`` is a job type a ``stint_job.type`` column can hold."""
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_TYPE_LENGTH:
         raise ValueError(f"a job type is 1 to {MAX_TYPE_LENGTH} characters of text, not {name!r:.120}")
-    if "\x00" in name:
-        raise ValueError(f"a job type cannot hold a NUL character: {name!r:.120}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"a job type must be valid Unicode (a lone surrogate): {name!r:.120}") from None
+    if not is_storable_text(name):
+        raise ValueError(f"a job type cannot hold a NUL character or a lone surrogate: {name!r:.120}")
 
 
 def get_handler(name: str) -> HandlerSpec:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
-from core.parsers import has_lone_surrogate
+from core.parsers import is_storable_text
 from scheduler import lifecycle, tracing
 from scheduler.conf import conf
 from scheduler.cron import (
@@ -232,13 +232,7 @@ def _job_template(schedule: CronSchedule) -> dict[str, Any]:
 def _validate(schedule: CronSchedule) -> None:
     """Check every field of ``schedule`` (normalizing ``cron``); raise InvalidSchedule."""
     name = schedule.name
-    if (
-        not isinstance(name, str)
-        or not name.strip()
-        or len(name) > NAME_MAX
-        or "\x00" in name
-        or has_lone_surrogate(name)
-    ):
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX or not is_storable_text(name):
         raise _invalid("name", "1-200 characters of valid Unicode, without U+0000.")
     if (schedule.cron is None) == (schedule.interval_seconds is None):
         raise InvalidSchedule(

@@ -7,9 +7,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from core.parsers import has_lone_surrogate
+from core.parsers import is_storable_text
 from scheduler.exceptions import StintError
-from scheduler.jobspec import has_nul
 from stint_tasks.periodic import sync_periodic
 
 
@@ -26,8 +25,7 @@ class Command(BaseCommand):
         """Sync, then print one line per schedule."""
         owner = options["owner"]
         # A name PostgreSQL cannot be sent (a NUL, a lone surrogate from a byte that is not UTF-8) names nobody.
-        storable = not has_nul(owner) and not has_lone_surrogate(owner)
-        user = get_user_model().objects.filter(username=owner).first() if storable else None
+        user = get_user_model().objects.filter(username=owner).first() if is_storable_text(owner) else None
         if user is None:
             raise CommandError(f"no user named {options['owner']!r}")
         try:
