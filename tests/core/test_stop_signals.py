@@ -1,4 +1,4 @@
-"""Stop signals and SIGUSR1 stack dumps (core.stop_signals), in a process of their own."""
+"""SIGUSR1 stack dumps (core.stop_signals.install_stack_dump), in a process of their own."""
 
 from __future__ import annotations
 
@@ -36,29 +36,3 @@ def test_without_a_stderr_file_the_dump_is_off_and_the_process_starts_all_the_sa
 
         assert done.returncode == 0, done.stderr
         assert done.stdout == "still running False\n"
-
-
-STOP_ONESELF = """
-import logging, os, signal, threading
-logging.basicConfig(level=logging.INFO, format="%(message)s")
-from core.stop_signals import install_stop_handlers
-stopped = threading.Event()
-calls = []
-def stop(*, force=False):
-    calls.append(force)
-    stopped.set()
-install_stop_handlers(stop, name="probe")
-for signum in (signal.SIGHUP, signal.SIGHUP):
-    os.kill(os.getpid(), signum)
-    stopped.wait(10)
-    stopped.clear()
-print("calls", calls)
-"""
-
-
-def test_sighup_stops_gently_like_sigterm_and_a_second_one_forces() -> None:
-    done = subprocess.run([sys.executable, "-c", STOP_ONESELF], cwd=ROOT, capture_output=True, text=True, timeout=30)
-
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "calls [False, True]\n"
-    assert "SIGHUP received, shutting down gracefully" in done.stderr

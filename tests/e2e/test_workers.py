@@ -251,8 +251,10 @@ def test_a_second_sigterm_hands_back_at_once(procs: Processes) -> None:
 # Holds the lock that stop() needs (an Event's, as Event.wait/clear do between two bytecodes of
 # every run loop) while a SIGTERM arrives, twice; prints which stop() calls were made.
 SIGNAL_PROBE = """
-import os, signal, threading
+import logging, os, signal, threading
 from core.stop_signals import install_stop_handlers
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")
 
 stopped = threading.Event()
 calls = []
@@ -264,7 +266,7 @@ def stop(*, force=False):
 install_stop_handlers(stop, name="probe")
 for _ in range(2):
     with stopped._cond:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.{signal})
         for _ in range(10000):
             pass
     stopped.wait(10)
@@ -273,9 +275,14 @@ print("calls", calls, flush=True)
 """
 
 
-def test_stop_signals_never_deadlock_the_main_thread() -> None:
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])  # SIGHUP: the terminal that started it closed
+def test_stop_signals_never_deadlock_the_main_thread(signame: str) -> None:
     probe = subprocess.Popen(
-        [sys.executable, "-c", SIGNAL_PROBE], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-c", SIGNAL_PROBE.replace("{signal}", signame)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         output, _ = probe.communicate(timeout=WAIT)
@@ -284,7 +291,8 @@ def test_stop_signals_never_deadlock_the_main_thread() -> None:
         output, _ = probe.communicate()
         raise AssertionError(f"stop() ran inside the signal handler and deadlocked:\n{output}") from None
     assert probe.returncode == 0, output
-    assert "calls [False, True]" in output
+    assert "calls [False, True]" in output  # the first stops gently, the second forces
+    assert f"probe: {signame} received, shutting down gracefully" in output
 
 
 # -- priorities and permanent errors ---------------------------------------------------------
