@@ -9,7 +9,9 @@ from django.core import checks
 
 from core.parsers import has_lone_surrogate
 from scheduler import enqueuing
+from scheduler.jobspec import QUEUE_NAME
 from scheduler.models import Job
+from scheduler.states import PRIORITY_MAX, PRIORITY_MIN
 from stint_tasks import registry
 from stint_tasks.compat import BaseTaskBackend, InvalidTask, TaskResult, TaskResultStatus, normalize_json, task_enqueued
 from stint_tasks.results import task_result
@@ -34,14 +36,15 @@ class StintBackend(BaseTaskBackend):
     def validate_task(self, task: Any) -> None:
         """Django's checks (module-level function, priority, queues, aware ``run_after``), Stint's, then register it.
 
-        Stint's check is on the task's import path (``module_path``), which every job of the task
-        stores as its ``type``: ``task_path_problem``. Django calls this when the task is defined
+        Stint's checks are on the task's import path (``module_path``), which every job of the task
+        stores as its ``type`` (``task_path_problem``), and on the priority and queue name a job
+        takes from it (``task_options_problem``). Django calls this when the task is defined
         (``@task``), copied (``using()``) and enqueued, so a path a job cannot hold fails at
         definition instead of in every ``enqueue`` as a database error. Raises ``InvalidTask``.
         Registration is what lets a worker run the task: see ``registry``.
         """
         super().validate_task(task)
-        problem = task_path_problem(task.module_path)
+        problem = task_path_problem(task.module_path) or task_options_problem(task)
         if problem is not None:
             raise InvalidTask(problem)
         registry.register(task)
@@ -113,4 +116,23 @@ def task_path_problem(path: str) -> str | None:
         return f"Task path {path!r} contains U+0000, which a Stint job's type cannot store."
     if has_lone_surrogate(path):
         return f"Task path {path!r} contains a lone UTF-16 surrogate, which a Stint job's type cannot store."
+    return None
+
+
+def task_options_problem(task: Any) -> str | None:
+    """Return why a job cannot take ``task``'s priority or queue name, or None when it can.
+
+    Django checks only that the priority lies from -100 to 100 (a float or a bool does) and that
+    the queue is in ``QUEUES`` when that lists any; a job's priority is a whole number
+    (``states.priority_value``) and its queue 1-100 of letters, digits and ``_.:-``
+    (``jobspec.QUEUE_NAME``), which every ``enqueue`` would otherwise refuse as ``InvalidJob``.
+    """
+    priority = task.priority
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        return f"priority must be a whole number between {PRIORITY_MIN} and {PRIORITY_MAX}; got {priority!r}."
+    queue = task.queue_name
+    if not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue):
+        return (
+            f"queue name {queue!r} is not a Stint queue name: 1-100 characters, letters, digits, '_', '.', ':' or '-'."
+        )
     return None

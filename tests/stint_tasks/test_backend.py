@@ -135,6 +135,25 @@ def test_djangos_validation_still_applies() -> None:
         t.add.using(run_after=dt.datetime(2030, 1, 1))  # naive
 
 
+@pytest.mark.parametrize(("option", "value"), [("priority", 1.5), ("priority", True), ("priority", 50.0)])
+def test_a_priority_a_job_cannot_take_is_an_invalid_task(option: str, value: object) -> None:
+    # Django's own check is a range (-100 <= p <= 100): 1.5 and True pass it, and each enqueue() then
+    # failed as an InvalidJob instead of the task at its definition.
+    with pytest.raises(InvalidTask, match="priority must be a whole number between -100 and 100"):
+        t.add.using(**{option: value})
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("queue", ["has space", "", "q" * 101, "nul\x00", "caf\u00e9"])
+def test_a_queue_name_a_job_cannot_take_is_an_invalid_task_even_with_no_queues_configured(settings, queue) -> None:
+    # With QUEUES empty Django lets any queue name through (the check of QUEUES names nothing).
+    settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": []}}
+    assert t.add.using(queue_name="any.name:1-x").queue_name == "any.name:1-x"
+    with pytest.raises(InvalidTask, match="is not a Stint queue name"):
+        t.add.using(queue_name=queue)
+    assert Job.objects.count() == 0
+
+
 def _function(qualname: str, module: str = "tests.stint_tasks.tasks") -> Callable[[], None]:
     """A function whose import path is ``module.qualname`` (Django checks its name, not where it was made)."""
 
