@@ -69,6 +69,11 @@ def json_strings(value: Any) -> Iterator[str]:
             stack.extend(item)
 
 
+def has_nul(value: Any) -> bool:
+    """True when any string (key or value) inside JSON ``value`` contains U+0000 (PostgreSQL refuses it)."""
+    return any("\x00" in text for text in json_strings(value))
+
+
 def has_lone_surrogate(value: Any) -> bool:
     """True when any string (key or value) inside ``value`` holds a lone UTF-16 surrogate (U+D800-U+DFFF)."""
     return any(_has_surrogate(text) for text in json_strings(value))

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.parsers import SURROGATE_MESSAGE, is_storable_text, json_depth, json_strings
+from core.parsers import SURROGATE_MESSAGE, has_nul, is_storable_text, json_depth
 from scheduler.conf import conf
 from scheduler.exceptions import InvalidJob, PayloadTooLarge
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS
@@ -140,8 +140,3 @@ def payload_json(payload: Any) -> tuple[str, int]:
         return text, len(text.encode())
     except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800"): no UTF-8 can hold it
         raise InvalidJob(SURROGATE_MESSAGE, details={"payload": [SURROGATE_MESSAGE]}) from exc
-
-
-def has_nul(value: Any) -> bool:
-    """True when any string (key or value) inside ``value`` contains U+0000."""
-    return any("\x00" in text for text in json_strings(value))

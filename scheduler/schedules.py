@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
-from core.parsers import is_storable_text
+from core.parsers import has_nul, is_storable_text
 from scheduler import lifecycle, tracing
 from scheduler.conf import conf
 from scheduler.cron import (
@@ -32,7 +32,7 @@ from scheduler.cron import (
 )
 from scheduler.exceptions import InvalidJob, InvalidSchedule, ScheduleNotFound, UnknownJobType
 from scheduler.ids import new_job_id
-from scheduler.jobspec import has_nul, job_spec_validate
+from scheduler.jobspec import job_spec_validate
 from scheduler.lifecycle import NewJob
 from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy
 from scheduler.notify import notify_queued

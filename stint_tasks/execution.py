@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from scheduler.exceptions import JobCancelled, PermanentError
 from scheduler.registry import CancelFlag, JobContext
+from scheduler.workers.execute import result_problem
 from stint_tasks.compat import (
     TaskContext,
     TaskError,
@@ -91,8 +92,9 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
     value as ``normalize_json`` makes it. Raises what the task raised (a ``BaseException`` that is
     not an ``Exception`` becomes ``TaskExited``, so the worker's thread survives ``SystemExit``),
     ``JobCancelled``, ``TaskResultNotJSON`` (a ``PermanentError``: no retry) for a return value
-    ``normalize_json`` refuses, or ``PermanentError`` for a payload that is not ``{"args": [...],
-    "kwargs": {...}}``.
+    ``normalize_json`` refuses or a job cannot keep (``execute.result_problem``: NaN, U+0000, a
+    lone surrogate, over 1 MB; its class path is ``builtins.ValueError``), or ``PermanentError``
+    for a payload that is not ``{"args": [...], "kwargs": {...}}``.
     """
     is_async = inspect.iscoroutinefunction(task.func)
 
@@ -120,6 +122,13 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
         except Exception as exc:  # TypeError, ValueError (bytes), RecursionError (deep nesting)...
             _send(task_finished, task, _failed(shown, exc))
             raise _not_json(exc) from exc
+        # normalize_json passes what a job cannot keep (NaN, U+0000, a lone surrogate, any size): the
+        # worker would fail the job for it after this signal had said SUCCESSFUL.
+        problem = result_problem(value)
+        if problem is not None:
+            refused = ValueError(problem)
+            _send(task_finished, task, _failed(shown, refused))
+            raise TaskResultNotJSON(f"{class_path(ValueError)}: the task's return value cannot be stored: {problem}")
         _send(task_finished, task, _finished(shown, TaskResultStatus.SUCCESSFUL, value=value))
         return value
 

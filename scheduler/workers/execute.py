@@ -6,12 +6,14 @@ import json
 import logging
 import os
 import traceback
+from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections
 from psycopg.pq import TransactionStatus
 
 from core.db_threads import opened_a_connection
 from core.log_context import log_context
+from core.parsers import has_lone_surrogate, has_nul
 from scheduler import tracing
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
 from scheduler.flow.progress import writer as progress_writer
@@ -56,6 +58,32 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
                 logger.exception("job %s: its last progress was not written", job.id)
 
 
+def result_problem(result: Any) -> str | None:
+    """Return why a job cannot keep a handler's ``result``, or None when it can (None always can).
+
+    Refused: what JSON cannot encode (NaN and infinities, non-JSON types, nesting past Python's
+    recursion limit), JSON over ``MAX_RESULT_BYTES`` (ASCII-escaped), and any string (key or
+    value) holding U+0000 or a lone UTF-16 surrogate, which PostgreSQL's ``jsonb`` refuses (the
+    escape ``\\u0000`` is the only way the encoded text can hold one; a surrogate pair, e.g. an
+    emoji, is fine). Checked before the outcome is written, so a refusal costs this job alone,
+    not a retry of the worker's whole outcome batch (``leasing.record_batch`` still isolates
+    what PostgreSQL refuses for other reasons, e.g. nesting past its stack depth).
+    """
+    if result is None:
+        return None
+    try:
+        text = _encode_result(result)  # ensure_ascii: one character, one byte
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"result is not JSON: {exc}"
+    if len(text) > MAX_RESULT_BYTES:
+        return f"result is {len(text):,} bytes of JSON, over the {MAX_RESULT_BYTES:,} a job keeps"
+    if "\\u0000" in text and has_nul(result):
+        return "result holds U+0000, which PostgreSQL cannot store"
+    if "\\ud" in text and has_lone_surrogate(result):
+        return "result holds a lone UTF-16 surrogate, which PostgreSQL cannot store"
+    return None
+
+
 def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     """Call the handler for ``job.type`` (``registry.resolve``) with (payload, context); never raises.
 
@@ -79,14 +107,9 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         # Every line the handler logs, through any logger, carries the job id and attempt.
         with log_context(job_id=job_id, attempt=job.attempt):
             result = spec.func(job.payload, ctx)
-        if result is not None:
-            try:
-                size = len(_encode_result(result))  # ensure_ascii: one character, one byte
-            except (TypeError, ValueError, RecursionError) as exc:
-                return Report(job=job, outcome=Outcome.PERMANENT, error=f"result is not JSON: {exc}")
-            if size > MAX_RESULT_BYTES:
-                error = f"result is {size:,} bytes of JSON, over the {MAX_RESULT_BYTES:,} a job keeps"
-                return Report(job=job, outcome=Outcome.PERMANENT, error=error)
+        problem = result_problem(result)
+        if problem is not None:
+            return Report(job=job, outcome=Outcome.PERMANENT, error=problem)
         return Report(job=job, outcome=Outcome.SUCCEEDED, result=result)
     except JobCancelled:
         return Report(job=job, outcome=Outcome.CANCELLED, error="cancelled")

@@ -70,9 +70,20 @@ def unstorable(kind: str) -> object:
     return {"set": {1, 2}, "decimal": Decimal("1.5"), "datetime": dt.datetime(2030, 1, 1), "object": object()}[kind]
 
 
+def refused_by_the_worker(kind: str) -> object:
+    """A value Django's ``normalize_json`` passes and a Stint job cannot keep: nan, nul, surrogate, big (over 1 MB)."""
+    big = "x" * 1024 * 1024
+    return {"nan": {"x": float("nan")}, "nul": ["a\x00b"], "surrogate": {"k\ud800": 1}, "big": big}[kind]
+
+
 @task
 def returns_unstorable(kind: str) -> object:
     return unstorable(kind)
+
+
+@task
+def returns_refused(kind: str) -> object:
+    return refused_by_the_worker(kind)
 
 
 @task

@@ -320,6 +320,39 @@ def test_a_return_value_that_is_not_json_fails_the_job_after_one_attempt(returns
     assert finished == [(TaskResultStatus.FAILED, exception)]
 
 
+@pytest.mark.parametrize(
+    ("kind", "detail"),
+    [
+        ("nan", "result is not JSON: Out of range float values are not JSON compliant"),
+        ("nul", "result holds U+0000, which PostgreSQL cannot store"),
+        ("surrogate", "result holds a lone UTF-16 surrogate, which PostgreSQL cannot store"),
+        ("big", "result is 1,048,578 bytes of JSON, over the 1,048,576 a job keeps"),
+    ],
+)
+def test_a_return_value_normalize_json_passes_but_a_job_cannot_keep_is_signalled_failed(kind, detail) -> None:
+    # Django's normalize_json passes NaN, U+0000, lone surrogates and any size: task_finished said
+    # SUCCESSFUL for a value the worker then refused, so the job ended FAILED behind the signal's back.
+    finished: list[tuple[str, str]] = []
+
+    def on_finished(sender, task_result, **kwargs) -> None:
+        errors = task_result.errors
+        finished.append((task_result.status, errors[-1].exception_class_path if errors else None))
+
+    result = t.returns_refused.enqueue(kind)
+    task_finished.connect(on_finished)
+    try:
+        report = run_next()
+    finally:
+        task_finished.disconnect(on_finished)
+
+    assert report.outcome == Outcome.PERMANENT
+    assert report.error == f"TaskResultNotJSON: builtins.ValueError: the task's return value cannot be stored: {detail}"
+    assert finished == [(TaskResultStatus.FAILED, "builtins.ValueError")]
+    failed = t.returns_refused.get_result(result.id)
+    assert (failed.status, failed.attempts) == (TaskResultStatus.FAILED, 1)
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.ValueError"]
+
+
 def test_the_context_carries_stints_attempt_number() -> None:
     result = t.attempt_of.enqueue(fail_until=1)
     first = run_next()

@@ -157,6 +157,22 @@ def test_a_result_over_the_size_limit_fails_the_run_for_good() -> None:
     assert returning("fits", "x" * (execute.MAX_RESULT_BYTES - 2)).outcome == Outcome.SUCCEEDED
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("nul", {"text": "a\x00b"}, "result holds U+0000, which PostgreSQL cannot store"),
+        ("nul_key", {"a\x00": 1}, "result holds U+0000, which PostgreSQL cannot store"),
+        ("surrogate", ["\udc00"], "result holds a lone UTF-16 surrogate, which PostgreSQL cannot store"),
+    ],
+)
+def test_a_result_postgresql_cannot_store_fails_the_run_for_good_before_it_is_written(key, value, error) -> None:
+    # Found before the outcome batch: jsonb's refusal used to fail the worker's whole batch first.
+    report = returning(key, value)
+
+    assert (report.outcome, report.error, report.result) == (Outcome.PERMANENT, error, None)
+    assert returning("pair", {"emoji": "\U0001f600", "escaped": "\\u0000"}).outcome == Outcome.SUCCEEDED
+
+
 class _UnprintableError(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no text")
