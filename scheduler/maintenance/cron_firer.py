@@ -84,10 +84,28 @@ class DueSchedule:
     next_fire_at: dt.datetime
 
 
+def _end_if_idle(*, seconds: float) -> None:
+    """Have the server end this session if it sits idle for ``seconds`` inside the current transaction.
+
+    ``SET LOCAL idle_in_transaction_session_timeout`` (PostgreSQL docs, "Client Connection
+    Defaults"), for this transaction only. A fire transaction waits on nothing but the database,
+    so it is idle for milliseconds between statements; a leader stopped between two of them
+    (SIGSTOP, a stalled host) holds the fence row and its schedules' rows, and its successor,
+    leading one lock TTL later, would wait for the session-wide bound instead
+    (``STINT_DB_IDLE_IN_TRANSACTION_SECONDS``, 60 s by default). With ``seconds`` the lock TTL,
+    the server rolls the frozen term's transaction back as its lock expires.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, true)", [str(max(1, round(seconds * 1000)))]
+        )
+
+
 class CronFirer:
     """Fire due schedules while ``leadership`` is held (a ``leader_only`` service of ``run_scheduler``).
 
-    Each batch is one transaction: lock up to ``batch_size`` due enabled schedules with ``FOR NO
+    Each batch is one transaction, which the server ends if it is left idle for a lock TTL
+    (``_end_if_idle``): lock up to ``batch_size`` due enabled schedules with ``FOR NO
     KEY UPDATE SKIP LOCKED`` (one scan of the partial index on ``next_fire_at``), check the
     fencing token (``fence_check``: a stale token writes nothing), plan each one's fires
     (``cron.plan_fires`` with the misfire policy; overlap ``skip`` fires nothing while the latest
@@ -135,6 +153,7 @@ class CronFirer:
         fenced = False
         while not fenced and lead.is_leader:  # a term past its local TTL stops between batches
             with transaction.atomic():
+                _end_if_idle(seconds=lead.ttl_seconds)
                 rows = self._lock_due(now)
                 if not rows:
                     break

@@ -397,3 +397,68 @@ def test_a_fire_due_during_a_handover_is_late_not_missed(user, leaders, role):
     CronFirer(leadership=new).run_once(now=now + dt.timedelta(milliseconds=40))
 
     assert fire_times_of(s) == [now - dt.timedelta(seconds=1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_leader_frozen_inside_its_fire_transaction_loses_its_session_after_a_lock_ttl(user, role):
+    # A leader SIGSTOPped (or its host stalled) between two statements of a fire holds the fence row
+    # and its schedules' rows: its successor waited for the server's idle-in-transaction bound
+    # (STINT_DB_IDLE_IN_TRANSACTION_SECONDS, 60 s by default) instead of the lock TTL.
+    t0 = an_hour_ago_on_the_minute()
+    s = due_at(schedule(user, misfire_policy="catch_up"), t0)
+    old = Leadership(role=role, ttl_seconds=1, redis_retry_seconds=0)
+    assert old.acquire_or_renew()
+    leading_since(old, t0 - MINUTE)
+    frozen, thaw = threading.Event(), threading.Event()
+    outcome: list[BaseException | int] = []
+
+    class FrozenFirer(CronFirer):
+        def _fire(self, rows, **kwargs) -> int:
+            frozen.set()
+            thaw.wait(60)  # idle inside the transaction, holding its row locks, as a stopped process
+            return super()._fire(rows, **kwargs)
+
+    def run_old() -> None:
+        try:
+            outcome.append(FrozenFirer(leadership=old).run_once(now=t0 + dt.timedelta(seconds=1)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run_old)
+    thread.start()
+    try:
+        assert frozen.wait(30)
+        with connections["default"].cursor() as cursor:  # the server ends the frozen session by itself
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+            )
+            assert cursor.fetchone()[0] == 1
+            deadline = time.monotonic() + 30  # far beyond the 1 s bound; 60 s without it
+            while time.monotonic() < deadline:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+                )
+                if cursor.fetchone()[0] == 0:
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail("the frozen leader's session still holds its transaction")
+        get_redis_connection("default").delete(lock_key(role))
+        new = Leadership(role=role, ttl_seconds=10, redis_retry_seconds=0)
+        assert new.acquire_or_renew()
+        leading_since(new, t0 - MINUTE)
+        assert CronFirer(leadership=new).run_once(now=t0 + dt.timedelta(seconds=2)) == 1
+    finally:
+        thaw.set()
+        thread.join()
+        for lead in (old, locals().get("new")):
+            if lead is not None:
+                lead.release()
+
+    assert fire_times_of(s) == [t0]
+    (ended,) = outcome  # the old leader, thawed, finds its session gone and writes nothing
+    assert isinstance(ended, Exception), ended
