@@ -39,7 +39,14 @@ from django.utils.timezone import localtime
 
 from core.parsers import is_storable_text
 from scheduler import queues, schedules
-from scheduler.bulk import ELIGIBLE, PAST_TENSE, BulkAction, BulkOutcome, job_bulk_apply_filtered
+from scheduler.bulk import (
+    CONSOLE_BUDGET_SECONDS,
+    ELIGIBLE,
+    PAST_TENSE,
+    BulkAction,
+    BulkOutcome,
+    job_bulk_apply_filtered,
+)
 from scheduler.exceptions import StintError
 from scheduler.ids import short_job_id
 from scheduler.models import Attempt, CronSchedule, Job, OutboxEvent, Queue, WorkerNode
@@ -423,14 +430,20 @@ class JobAdmin(OperatorAdmin):
     # -- actions on selected rows --------------------------------------------------------------
 
     def _apply(self, request: HttpRequest, queryset: QuerySet[Job], action: BulkAction) -> None:
-        self._report(request, job_bulk_apply_filtered(action=action, queryset=queryset, actor=request.user))
+        self._report(request, self._bulk(action, queryset, request))
+
+    @staticmethod
+    def _bulk(action: BulkAction, queryset: QuerySet[Job], request: HttpRequest) -> BulkOutcome:
+        """Apply ``action`` to ``queryset`` as ``request``'s user, within one request's time budget."""
+        return job_bulk_apply_filtered(
+            action=action, queryset=queryset, actor=request.user, budget_seconds=CONSOLE_BUDGET_SECONDS
+        )
 
     def _report(self, request: HttpRequest, outcome: BulkOutcome) -> None:
-        """Show the outcome's message: a warning when nothing changed or a job failed."""
+        """Show the outcome's message: a warning when nothing changed, a job failed or jobs were left."""
         done = outcome.changed or outcome.requested
-        self.message_user(
-            request, outcome.message(), messages.SUCCESS if done and not outcome.failed else messages.WARNING
-        )
+        ok = done and not outcome.failed and not outcome.left
+        self.message_user(request, outcome.message(), messages.SUCCESS if ok else messages.WARNING)
 
     @admin.action(description="Cancel selected jobs", permissions=["operate"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -501,7 +514,7 @@ class JobAdmin(OperatorAdmin):
             return HttpResponseRedirect(changelist_url)
         matching = cl.queryset
         if request.method == "POST":
-            self._report(request, job_bulk_apply_filtered(action=bulk_action, queryset=matching, actor=request.user))
+            self._report(request, self._bulk(bulk_action, matching, request))
             return HttpResponseRedirect(changelist_url)
         by_status = jobs_count_by_status(matching)
         eligible = sum(n for status, n in by_status.items() if status in ELIGIBLE[bulk_action])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -51,6 +52,11 @@ _SERVICES: dict[BulkAction, Callable[..., Job]] = {
 
 PAST_TENSE = {BulkAction.CANCEL: "Cancelled", BulkAction.RETRY: "Retried", BulkAction.RECOVER: "Recovered"}
 FAILED_IDS_SHOWN = 5  # job ids named per failure reason in the message; the rest are counted
+# Seconds of service calls one console request may spend (about 5 ms a job, so some 4,000 jobs):
+# well inside the web server's timeout (gunicorn's 60 s), after which the operator would get an
+# error page instead of the counts. The jobs left over are counted; applying the action again
+# goes on with them (a filtered set re-reads only the jobs still eligible).
+CONSOLE_BUDGET_SECONDS = 20.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +80,8 @@ class BulkFailure:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BulkOutcome:
     """Counts of one bulk request: ``requested`` are RUNNING jobs whose cancellation awaits their worker;
-    ``failed`` are jobs a service refused for another reason than their state, grouped in ``failures``."""
+    ``failed`` are jobs a service refused for another reason than their state, grouped in ``failures``;
+    ``left`` are jobs not handled because the request's time budget ran out (``budget_seconds``)."""
 
     action: BulkAction
     changed: int = 0
@@ -82,6 +89,8 @@ class BulkOutcome:
     skipped: int = 0
     missing: int = 0
     failures: tuple[BulkFailure, ...] = ()
+    left: int = 0
+    budget_seconds: float | None = None
 
     @property
     def failed(self) -> int:
@@ -91,12 +100,13 @@ class BulkOutcome:
     @property
     def total(self) -> int:
         """Jobs the request named."""
-        return self.changed + self.requested + self.skipped + self.missing + self.failed
+        return self.changed + self.requested + self.skipped + self.missing + self.failed + self.left
 
     def message(self) -> str:
         """Return sentences for people, e.g. "Recovered 3 jobs; skipped 1 whose state did not allow it.".
 
-        Each failure reason follows in a sentence of its own (``BulkFailure.sentence``).
+        Each failure reason follows in a sentence of its own (``BulkFailure.sentence``), then the
+        jobs left when the time budget ran out, if any.
         """
         parts = [f"{PAST_TENSE[self.action]} {self.changed} job{'s' if self.changed != 1 else ''}"]
         if self.requested:
@@ -104,10 +114,18 @@ class BulkOutcome:
         parts.append(f"skipped {self.skipped} whose state did not allow it")
         if self.missing:
             parts.append(f"{self.missing} no longer existed")
-        return " ".join(["; ".join(parts) + ".", *(failure.sentence() for failure in self.failures)])
+        sentences = ["; ".join(parts) + ".", *(failure.sentence() for failure in self.failures)]
+        if self.left:
+            sentences.append(
+                f"{self.left} job{'s were' if self.left != 1 else ' was'} not handled: the request stopped at its"
+                f" {self.budget_seconds:g} s budget; apply the action again for {'them' if self.left != 1 else 'it'}."
+            )
+        return " ".join(sentences)
 
 
-def job_bulk_apply(*, action: BulkAction | str, job_ids: Iterable[uuid.UUID], actor: Any = None) -> BulkOutcome:
+def job_bulk_apply(
+    *, action: BulkAction | str, job_ids: Iterable[uuid.UUID], actor: Any = None, budget_seconds: float | None = None
+) -> BulkOutcome:
     """Apply ``action`` to each of ``job_ids`` through its service and return the counts.
 
     ``actor`` is passed on to each service (None: a trusted caller). A job in a state that does
@@ -116,13 +134,19 @@ def job_bulk_apply(*, action: BulkAction | str, job_ids: Iterable[uuid.UUID], ac
     live duplicate) or ``PermissionDenied``, is failed with the error's code and message, as the
     API answers it for that job. Each call is its own transaction, so a refusal never aborts
     the batch. Unexpected errors (a bug, a database that is down) propagate: the jobs already
-    handled keep their new state.
+    handled keep their new state. With ``budget_seconds`` (seconds, >= 0; None: no bound), no
+    job is started once that much time has passed, except the first: the rest are counted as
+    ``left``, so a request stays inside a web server's timeout (``CONSOLE_BUDGET_SECONDS``).
     """
     action = BulkAction(action)
     service = _SERVICES[action]
-    changed = requested = skipped = missing = 0
+    changed = requested = skipped = missing = left = 0
     failed: dict[tuple[str, str], list[uuid.UUID]] = {}
-    for job_id in job_ids:
+    deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
+    for n, job_id in enumerate(job_ids):
+        if left or (deadline is not None and n and time.monotonic() >= deadline):  # the first job always runs
+            left += 1
+            continue
         try:
             job = service(job_id=job_id, actor=actor)
         except IllegalTransition:
@@ -145,11 +169,18 @@ def job_bulk_apply(*, action: BulkAction | str, job_ids: Iterable[uuid.UUID], ac
         BulkFailure(code=code, reason=reason, job_ids=tuple(ids)) for (code, reason), ids in failed.items()
     )
     outcome = BulkOutcome(
-        action=action, changed=changed, requested=requested, skipped=skipped, missing=missing, failures=failures
+        action=action,
+        changed=changed,
+        requested=requested,
+        skipped=skipped,
+        missing=missing,
+        failures=failures,
+        left=left,
+        budget_seconds=budget_seconds,
     )
     if outcome.total:
         logger.info(
-            "bulk %s: %d changed, %d requested, %d skipped, %d missing, %d failed (%s)",
+            "bulk %s: %d changed, %d requested, %d skipped, %d missing, %d failed (%s), %d left",
             action,
             changed,
             requested,
@@ -157,19 +188,23 @@ def job_bulk_apply(*, action: BulkAction | str, job_ids: Iterable[uuid.UUID], ac
             missing,
             outcome.failed,
             ", ".join(f"{f.code}: {len(f.job_ids)}" for f in failures) or "-",
+            left,
         )
     return outcome
 
 
-def job_bulk_apply_filtered(*, action: BulkAction | str, queryset: Any, actor: Any = None) -> BulkOutcome:
+def job_bulk_apply_filtered(
+    *, action: BulkAction | str, queryset: Any, actor: Any = None, budget_seconds: float | None = None
+) -> BulkOutcome:
     """Apply ``action`` to every job of ``queryset`` (a ``Job`` queryset) and return the counts.
 
     Jobs whose status is not in ``ELIGIBLE[action]`` when the set is read are counted as skipped
     without a service call (a filtered set may hold many finished jobs); the rest go through
-    ``job_bulk_apply``, whose services re-check the state under a row lock.
+    ``job_bulk_apply`` (with ``budget_seconds``), whose services re-check the state under a row
+    lock.
     """
     action = BulkAction(action)
     rows = list(queryset.order_by().values_list("id", "status"))
     ids = [job_id for job_id, status in rows if status in ELIGIBLE[action]]
-    outcome = job_bulk_apply(action=action, job_ids=ids, actor=actor)
+    outcome = job_bulk_apply(action=action, job_ids=ids, actor=actor, budget_seconds=budget_seconds)
     return dataclasses.replace(outcome, skipped=outcome.skipped + len(rows) - len(ids))
