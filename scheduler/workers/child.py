@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
@@ -77,7 +78,9 @@ def worker_process_main(
         board=BoardView(*board) if board is not None else None,
     )
     threading.Thread(target=_obey, args=(control, worker), name="stint-supervisor-watch", daemon=True).start()
-    worker.run()
+    code = worker.run()
+    if code:
+        sys.exit(code)  # the process's exit status: WEDGED_EXIT_CODE asks the supervisor for a fresh one
 
 
 def _obey(control: Connection, worker: Any) -> None:

@@ -65,6 +65,9 @@ OUTCOME_LOCK_TIMEOUT_MS = 1000
 # Seconds between two looks at the claim board while a sibling's claim that saw our NOTIFY runs.
 SIBLING_RECHECK = 0.0005
 DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
+# Exit status of a worker process that stopped because every slot of its thread pool was held by
+# a handler past its timeout (EX_TEMPFAIL, sysexits.h): its supervisor starts a fresh one at once.
+WEDGED_EXIT_CODE = 75
 # Default slots per worker process. A claim takes at most the free slots, so the slots bound the
 # batch that one claim and one outcome transaction carry: with short jobs, throughput grows with
 # them (a no-op drain, one process: about 750 jobs/s at 5 slots, 2,000 at 20, 4,500-5,600 at 50,
@@ -136,6 +139,7 @@ class Worker:
         self._waitset: WaitSet | None = None
         self._board = board
         self._recheck = False  # a sibling's running claim may serve our NOTIFY: look again soon
+        self.exit_code = 0  # what run() returns (WEDGED_EXIT_CODE: hung handlers held every slot)
         self._stopping = threading.Event()
         self._force = threading.Event()
         self._done = threading.Event()
@@ -163,7 +167,10 @@ class Worker:
         self._wake.set()
 
     def run(self) -> int:
-        """Run until stopped; hand back what did not finish within the grace period; return 0."""
+        """Run until stopped; hand back what did not finish within the grace period; return the exit code.
+
+        0, or ``WEDGED_EXIT_CODE`` when it stopped because hung handlers held every slot (``_wedged``).
+        """
         self.pool = self._pool_cls(self.options.concurrency, self._on_done)
         self.inflight = InFlight(self.pool, self._reports.put, clock=self._clock, worker_id=self.id)
         metrics.worker_slots_total.set(self.options.concurrency)
@@ -204,7 +211,7 @@ class Worker:
             self._unregister()
             close_old_connections()
         logger.info("worker %s stopped", self.id)
-        return 0
+        return self.exit_code
 
     # -- main loop -------------------------------------------------------------------------
 
@@ -228,6 +235,8 @@ class Worker:
                     self._poll_control()
                     next_poll = now + self.options.poll_seconds
                 self.inflight.enforce_deadlines()
+                if self._wedged():
+                    break
                 free = self.inflight.free()
                 if free > 0 and (poll_due or backlog or self._notified):
                     self._notified = False  # before the claim: a NOTIFY read after it claims again
@@ -247,6 +256,27 @@ class Worker:
                 self.stop()
                 break
             self._waitset.wait(self._next_timeout(next_poll))
+
+    def _wedged(self) -> bool:
+        """True, after saying so and starting the stop, when every thread slot runs a handler past its timeout.
+
+        A thread cannot be killed, so such a handler keeps its slot until it returns (DESIGN.md);
+        once all of them do, this process would never run a job again. It stops instead (no
+        job is pending: each has its TIMED_OUT outcome) and exits ``WEDGED_EXIT_CODE``, and its
+        supervisor starts a fresh process, whose exit ends the hung threads too.
+        """
+        slots = self.options.concurrency
+        if self.pool.kind != "threads" or self.inflight.stuck < slots:
+            return False
+        logger.error(
+            "worker %s: every one of its %d slots is held by a handler past its timeout; stopping so that"
+            " a fresh process takes its place",
+            self.id,
+            slots,
+        )
+        self.exit_code = WEDGED_EXIT_CODE
+        self.stop()
+        return True
 
     def _idle_too_long(self, claimed: int) -> bool:
         """True when ``idle_exit_seconds`` is set and this worker ran nothing for that long."""

@@ -46,7 +46,7 @@ from scheduler.models import WorkerNode
 from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, worker_process_main
 from scheduler.workers.claim_board import ClaimBoard
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
-from scheduler.workers.runner import WorkerOptions
+from scheduler.workers.runner import WEDGED_EXIT_CODE, WorkerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -330,7 +330,18 @@ class Supervisor:
 
             multiprocess.mark_process_dead(pid, self._metrics_dir)
         stopped_cleanly = code == 0 and (child.told or child.slot == ISOLATION)
-        if child.killed:
+        wedged = code == WEDGED_EXIT_CODE and not child.killed
+        if wedged:  # it stopped itself: hung handlers held all its thread slots (it handed back the rest)
+            error, isolate = "worker process replaced: hung handlers held all its slots", False
+            logger.warning(
+                "supervisor %s: worker process %s (%s) stopped with every slot held by a hung handler;"
+                " starting a fresh one",
+                self.pid,
+                pid,
+                child.worker_id,
+                extra={"worker": child.worker_id},
+            )
+        elif child.killed:
             error, isolate = "worker process killed by its supervisor: it outlived the shutdown grace period", False
         elif child.frozen:
             error, isolate = "worker process stopped (SIGSTOP) for a whole lease; killed by its supervisor", True
@@ -338,7 +349,7 @@ class Supervisor:
             error, isolate = "worker process exited (exit code 0) while running this job", True
         else:  # exit code 0 included: a handler's os._exit(0) kills its neighbours as surely as a crash
             error, isolate = died_while_running(code), True
-        if not stopped_cleanly:
+        if not stopped_cleanly and not wedged:
             metrics.worker_processes_died_total.inc()
             logger.error(
                 "supervisor %s: worker process %s (%s) %s (%s)",

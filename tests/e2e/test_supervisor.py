@@ -83,6 +83,27 @@ def test_system_exit_and_keyboard_interrupt_are_outcomes_and_the_slot_keeps_serv
     assert WorkerNode.objects.filter(supervisor_pid=worker.pid).count() == 1
 
 
+def test_a_thread_worker_whose_every_slot_is_held_by_a_hung_handler_is_replaced(hostile: Processes) -> None:
+    # A thread cannot be killed: each handler hung past its timeout keeps its thread's slot
+    # (DESIGN.md). Once every slot was held so, the worker process claimed nothing, for ever.
+    worker = hostile.worker(concurrency=2)
+    process, node = worker_pid(worker), worker_of(worker)
+    hung = [enqueue("HOSTILE_HANG", timeout_seconds=1, max_retries=1) for _ in range(2)]
+
+    wait_until(lambda: gone(process), what=f"the wedged worker process {process} exited")
+    after = enqueue("DEMO_TASK", {"result": "served"})
+    wait_until(status_is(after, JobStatus.SUCCESS), what="a new worker process ran the next job")
+
+    assert Attempt.objects.get(job_id=after.id).worker != node
+    for job in hung:  # timed out once each, and left for their retry (no promoter runs here)
+        assert status(job) == JobStatus.RETRYING
+        assert list(Attempt.objects.filter(job_id=job.id).values_list("status", "error")) == [
+            (AttemptStatus.TIMED_OUT, "timed out after 1 s")
+        ]
+    assert WorkerNode.objects.get(id=node).stopped_at is not None
+    assert "every one of its 2 slots is held by a handler past its timeout" in worker.output()
+
+
 def test_a_worker_process_stopped_for_a_whole_lease_is_killed_and_replaced_and_its_job_isolated(
     hostile: Processes,
 ) -> None:

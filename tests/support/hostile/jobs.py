@@ -14,6 +14,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -111,3 +112,9 @@ def _running_besides(job_id: Any) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM stint_job WHERE status = 'RUNNING' AND id <> %s", [job_id])
         return cursor.fetchone()[0]
+
+
+@handler("HOSTILE_HANG")
+def hang(payload: Any, ctx: JobContext) -> None:
+    """Wait for ever, deaf to ``ctx.cancelled``: a call stuck without a timeout of its own."""
+    threading.Event().wait()
