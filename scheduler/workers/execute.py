@@ -114,16 +114,16 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     except JobCancelled:
         return Report(job=job, outcome=Outcome.CANCELLED, error="cancelled")
     except (PermanentError, UnknownJobType) as exc:
-        return Report(job=job, outcome=Outcome.PERMANENT, error=_describe(exc), traceback=traceback.format_exc())
+        return Report(job=job, outcome=Outcome.PERMANENT, error=_describe(exc), traceback=_format_traceback())
     except Exception as exc:  # any handler error is retryable unless it says otherwise
-        return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=traceback.format_exc())
+        return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=_format_traceback())
     except BaseException as exc:
         # Deliberately BaseException, unlike everywhere else (STYLE.md): a handler's sys.exit(),
         # KeyboardInterrupt or GeneratorExit would otherwise end the pool thread (or pool child)
         # and lose its slot in silence. Nothing the worker itself needs is swallowed here: signals
         # are delivered to the main thread only, and pool children ignore SIGINT and SIGTERM, so
         # these exceptions can only come from the handler's own code.
-        return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=traceback.format_exc())
+        return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=_format_traceback())
     finally:
         # A connection the handler opened is closed if it broke or is older than CONN_MAX_AGE, as
         # Django does after a request, or if the handler left a transaction open in it; a thread
@@ -188,6 +188,19 @@ def _reset_sessions() -> None:
             conn.init_connection_state()  # DISCARD ALL also reset the time zone (and role) Django set
         except DatabaseError:  # e.g. inside a transaction block (a handler turned autocommit off)
             conn.close()
+
+
+def _format_traceback() -> str:
+    """The traceback of the exception being handled; a line saying why when it cannot be formatted (hostile).
+
+    ``traceback.format_exc`` reads the exception's attributes (``__notes__``, its chain), which a
+    handler's exception class may turn into properties that raise: that error would escape
+    ``run_handler`` and end the pool thread or pool child instead of being the run's outcome.
+    """
+    try:
+        return traceback.format_exc()
+    except BaseException as failure:  # noqa: BLE001 - a handler's property may raise anything, even SystemExit
+        return f"its traceback could not be formatted: {type(failure).__name__}"
 
 
 def _describe(exc: BaseException) -> str:

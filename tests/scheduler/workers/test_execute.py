@@ -191,6 +191,27 @@ def test_an_exception_whose_text_cannot_be_read_is_still_the_runs_error() -> Non
     assert report.error == "_UnprintableError (its message could not be read: RuntimeError)"
 
 
+class _NotesRaiseError(Exception):
+    @property
+    def __notes__(self) -> list[str]:  # read by traceback.format_exc()
+        raise RuntimeError("no notes")
+
+
+@handler("TEST_EXECUTE_NOTES_RAISE")
+def _notes_raise(payload: Any, ctx: JobContext) -> None:
+    raise _NotesRaiseError("the message")
+
+
+def test_an_exception_whose_traceback_cannot_be_formatted_is_still_the_runs_error() -> None:
+    # traceback.format_exc() raised out of run_handler: the pool thread died (its job reported only
+    # as "its pool thread died"), and a pool child exited, its job reported as a crash (adversarial check).
+    report = run_handler(claimed_job("TEST_EXECUTE_NOTES_RAISE"), threading.Event())
+
+    assert report.outcome == Outcome.RETRYABLE
+    assert report.error == "_NotesRaiseError: the message"
+    assert report.traceback == "its traceback could not be formatted: RuntimeError"
+
+
 @pytest.mark.parametrize("value", [None, "text", 0, False, {"a": [1, 2.5, None, "\u00e9"]}, _nested(30)])
 def test_a_json_result_succeeds_and_is_kept_as_returned(value: Any) -> None:
     report = returning("ok", value)
