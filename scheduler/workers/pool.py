@@ -9,7 +9,8 @@ Whatever a handler raises is its outcome (``run_handler``), so a slot keeps serv
 thread that is lost anyway (an exception raised into it from outside, a bug of ours) is found
 by ``reap_lost()``, which the worker calls every poll: it starts a replacement and returns the
 job the thread held, for the worker to report. A pool child that dies is replaced at once and
-its job reported CRASHED, with how the process died.
+its job reported CRASHED, with how the process died; so is one whose pipe to the worker closed
+while it still runs (a handler closed it), after it is killed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 CHILD_START_TIMEOUT = 60.0  # seconds to wait for a child process to say it is ready
 CHILD_REAP_SECONDS = 2.0  # seconds to wait for a child whose pipe closed to be reaped (its exit code)
+CHILD_EXITING_SECONDS = 0.1  # seconds from a child's pipe closing to its exit code, at most, when it exits
+CHILD_EXIT_SECONDS = 5.0  # seconds an idle child asked to exit (pool closing) gets before it is killed
 PROMETHEUS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's multiprocess mode
 PARENT_CHECK_SECONDS = 0.5  # seconds between a child's checks that its worker process still lives
 
@@ -118,6 +121,25 @@ def describe_exit(exitcode: int | None) -> str:
 def died_while_running(exitcode: int | None) -> str:
     """The error of an attempt lost because its process died, e.g. "worker process died (exit code 1) ..."."""
     return f"worker process died ({describe_exit(exitcode)}) while running this job"
+
+
+def killed_while_running(why: str) -> str:
+    """The error of an attempt whose pool child was killed because it ``why`` ("closed its pipe to the worker")."""
+    return f"its pool child {why} while running this job; the child was killed"
+
+
+def reap(process: Any, seconds: float) -> int | None:
+    """Wait at most ``seconds`` for ``process`` (a ``multiprocessing`` process) to exit; return its exit code or None.
+
+    Never blocks past ``seconds``: ``Process.join`` waits on the process's sentinel and then in a
+    blocking ``waitpid``, so a child whose handler closed its end of the sentinel (closing every
+    descriptor it does not own) would hold the caller until that child exits by itself. This
+    polls the non-blocking ``exitcode`` instead.
+    """
+    deadline = time.monotonic() + seconds
+    while (code := process.exitcode) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return code
 
 
 class ThreadPool:
@@ -381,7 +403,7 @@ class ProcessPool:
             old.process.kill()
             old.conn.close()
             self._children[entry.slot] = self._spawn()
-        old.process.join(timeout=5)
+        reap(old.process, CHILD_REAP_SECONDS)
         return True
 
     def reap_lost(self) -> list[Running]:
@@ -409,10 +431,11 @@ class ProcessPool:
                     child.process.kill()
             except (OSError, ValueError):
                 pass
+        deadline = time.monotonic() + CHILD_EXIT_SECONDS  # one for all: they exit side by side
         for child in children:
-            child.process.join(timeout=5)
-            if child.process.is_alive():
+            if reap(child.process, max(0.0, deadline - time.monotonic())) is None:
                 child.process.kill()
+                reap(child.process, CHILD_REAP_SECONDS)
 
     def _read_loop(self) -> None:
         while not self._closing:
@@ -434,8 +457,7 @@ class ProcessPool:
                     continue
                 except (ValueError, TypeError, RecursionError):  # not _child_main's: a handler wrote to the pipe
                     logger.error("pool child %s sent an unreadable message; killing it", child.process.pid)
-                    child.process.kill()
-                    self._child_died(child)
+                    self._child_died(child, why="sent an unreadable message")
                     continue
                 if message == "ready":
                     with self._lock:
@@ -451,8 +473,7 @@ class ProcessPool:
                     logger.error(
                         "pool child %s sent a report for a job it is not running; killing it", child.process.pid
                     )
-                    child.process.kill()
-                    self._child_died(child)
+                    self._child_died(child, why="sent a report for a job it is not running")
                     continue
                 try:
                     self._on_done(
@@ -461,7 +482,8 @@ class ProcessPool:
                 except Exception:  # keep reading; the job's deadline reports it if this did not
                     logger.exception("reporting job %s failed", entry.job.id, extra={"job_id": str(entry.job.id)})
 
-    def _child_died(self, child: _Child) -> None:
+    def _child_died(self, child: _Child, *, why: str = "") -> None:
+        """Replace ``child``, which exited, closed its pipe or (``why``) must be killed; report its job CRASHED."""
         with self._lock:
             if child not in self._children or self._closing:
                 return  # killed on purpose by abort() or close()
@@ -469,14 +491,23 @@ class ProcessPool:
             entry = child.entry
             child.conn.close()
             self._children[index] = self._spawn()
-        child.process.join(timeout=CHILD_REAP_SECONDS)  # its pipe closed first: wait for its exit code
-        exitcode = child.process.exitcode
+        # Still running with its pipe closed, it closed the pipe itself (a handler closing descriptors
+        # it does not own): it can never report, and must not run on beside its job's retry. One
+        # that is exiting closes its pipe a moment before its exit code is there (and keeps that
+        # code whatever signal comes).
+        alive = reap(child.process, CHILD_EXITING_SECONDS) is None
+        if alive:
+            child.process.kill()
+        exitcode = reap(child.process, CHILD_REAP_SECONDS)
+        if not why and alive and exitcode == -signal.SIGKILL:
+            why = "closed its pipe to the worker"
         logger.error(
-            "pool child %s died (%s)%s",
+            "pool child %s %s%s",
             child.process.pid,
-            describe_exit(exitcode),
+            f"{why}; killed" if why else f"died ({describe_exit(exitcode)})",
             f" while running job {entry.job.id}" if entry is not None else "",
             extra={"job_id": str(entry.job.id)} if entry is not None else {},
         )
         if entry is not None:
-            self._on_done(entry, Report(job=entry.job, outcome=Outcome.CRASHED, error=died_while_running(exitcode)))
+            error = killed_while_running(why) if why else died_while_running(exitcode)
+            self._on_done(entry, Report(job=entry.job, outcome=Outcome.CRASHED, error=error))

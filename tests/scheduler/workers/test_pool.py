@@ -21,17 +21,20 @@ from scheduler.leasing import Outcome, Report
 from scheduler.registry import JobContext, handler
 from scheduler.workers.pool import (
     READY_MESSAGE,
+    ProcessPool,
     Running,
     ThreadPool,
     decode_message,
     describe_exit,
     died_while_running,
     encode_report,
+    killed_while_running,
 )
 from scheduler.workers.runner import WorkerOptions
 from scheduler.workers.supervisor import ISOLATION, Supervisor, SupervisorOptions, process_state
 from tests.support.factories import claimed_job
 from tests.support.hostile.jobs import ExitOnUnpickle
+from tests.support.processes import gone, wait_until
 
 WAIT = 10.0  # seconds any one report may take
 
@@ -56,8 +59,8 @@ def _thread_name(payload: Any, ctx: JobContext) -> str:
     return threading.current_thread().name
 
 
-def running(job_type: str) -> Running:
-    job = claimed_job(job_type, max_retries=0)
+def running(job_type: str, payload: Any = None) -> Running:
+    job = claimed_job(job_type, max_retries=0, payload=payload or {})
     return Running(job=job, deadline=time.monotonic() + 60, started=time.monotonic())
 
 
@@ -131,6 +134,48 @@ def test_a_lost_slot_thread_is_found_its_job_returned_and_its_slot_replaced() ->
         assert (report.outcome, report.result) == (Outcome.SUCCEEDED, "stint-slot-0")
     finally:
         pool.close()
+
+
+# -- the process pool, with real children ------------------------------------------------------
+
+
+@pytest.fixture
+def children(monkeypatch) -> Any:
+    """``(ProcessPool, Reports)``: a real one-slot process pool whose child also loads the hostile handlers."""
+    monkeypatch.setenv("STINT_EXTRA_APPS", "tests.support.hostile")  # read by the spawned child's settings
+    reports = Reports()
+    pool = ProcessPool(1, reports)
+    try:
+        yield pool, reports
+    finally:
+        pool.close()
+
+
+def serves_again(pool: ProcessPool, reports: Reports) -> None:
+    """Assert that the pool's one slot, replaced, runs the next job."""
+    wait_until(lambda: pool.busy() == 0, what="the new pool child is ready")
+    pool.submit(running("DEMO_TASK", {"result": "next"}))
+    _, report = reports.next()
+    assert (report.outcome, report.result) == (Outcome.SUCCEEDED, {"echo": "next", "attempt": 1})
+
+
+def test_a_pool_child_that_closes_its_pipe_is_killed_at_once_and_its_job_reported(children) -> None:
+    # The worker's one reader thread waited for the child's exit code on its sentinel, which the
+    # handler had closed too: it blocked in waitpid until the handler returned (an hour here), and
+    # no report of any slot was read meanwhile; the child then ran on beside the job's retry.
+    pool, reports = children
+    child = pool._children[0].process.pid
+    doomed = running("HOSTILE_CLOSE_FDS", {"sleep": 3600})
+
+    pool.submit(doomed)
+    entry, report = reports.next()
+
+    assert entry is doomed
+    assert report.outcome == Outcome.CRASHED
+    assert report.error == killed_while_running("closed its pipe to the worker")
+    assert report.error == "its pool child closed its pipe to the worker while running this job; the child was killed"
+    assert gone(child)
+    serves_again(pool, reports)
 
 
 def test_how_a_process_died_is_said_plainly() -> None:

@@ -58,6 +58,14 @@ def forged_reports(payload: Any, ctx: JobContext) -> str:
     return "honest"
 
 
+@handler("HOSTILE_CLOSE_FDS")
+def close_fds(payload: Any, ctx: JobContext) -> str:
+    """Close every file descriptor above stderr it can (its pipe to the worker among them), then sleep ``sleep`` s."""
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    time.sleep(payload.get("sleep", 0))
+    return "slept"
+
+
 class ExitOnUnpickle(str):
     """A string that, unpickled, ends the unpickling process with exit code 7."""
 
