@@ -38,6 +38,7 @@ CHILD_START_TIMEOUT = 60.0  # seconds to wait for a child process to say it is r
 CHILD_REAP_SECONDS = 2.0  # seconds to wait for a child whose pipe closed to be reaped (its exit code)
 CHILD_EXITING_SECONDS = 0.1  # seconds from a child's pipe closing to its exit code, at most, when it exits
 CHILD_EXIT_SECONDS = 5.0  # seconds an idle child asked to exit (pool closing) gets before it is killed
+CHILD_CHECK_SECONDS = 0.2  # seconds between the reader's checks that each child still lives
 PROMETHEUS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's multiprocess mode
 PARENT_CHECK_SECONDS = 0.5  # seconds between a child's checks that its worker process still lives
 
@@ -438,6 +439,7 @@ class ProcessPool:
                 reap(child.process, CHILD_REAP_SECONDS)
 
     def _read_loop(self) -> None:
+        next_check = 0.0
         while not self._closing:
             with self._lock:
                 conns = {c.conn: c for c in self._children if not c.conn.closed}
@@ -445,9 +447,12 @@ class ProcessPool:
                 time.sleep(0.05)
                 continue
             try:
-                ready = wait(list(conns), timeout=0.2)
+                ready = wait(list(conns), timeout=CHILD_CHECK_SECONDS)
             except (OSError, ValueError):  # a connection closed by abort() under us
                 continue
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + CHILD_CHECK_SECONDS
+                self._check_alive(conns, ready)
             for conn in ready:
                 child = conns[conn]
                 try:
@@ -481,6 +486,23 @@ class ProcessPool:
                     )
                 except Exception:  # keep reading; the job's deadline reports it if this did not
                     logger.exception("reporting job %s failed", entry.job.id, extra={"job_id": str(entry.job.id)})
+
+    def _check_alive(self, conns: dict[Connection, _Child], ready: list[Any]) -> None:
+        """Report each child that exited although its pipe did not close: its own child (a fork) holds the pipe.
+
+        Without this its job would stay held, and its slot lost, until the job's timeout. A pipe
+        with data or end-of-file waiting is left to the next read, so a report sent just before
+        the exit is not lost.
+        """
+        for conn, child in conns.items():
+            if conn in ready or child.process.exitcode is None:
+                continue
+            try:
+                if conn.poll():
+                    continue
+            except (OSError, ValueError):  # closed by abort() under us
+                continue
+            self._child_died(child)
 
     def _child_died(self, child: _Child, *, why: str = "") -> None:
         """Replace ``child``, which exited, closed its pipe or (``why``) must be killed; report its job CRASHED."""

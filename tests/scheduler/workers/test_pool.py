@@ -178,6 +178,20 @@ def test_a_pool_child_that_closes_its_pipe_is_killed_at_once_and_its_job_reporte
     serves_again(pool, reports)
 
 
+def test_a_pool_child_that_dies_is_reported_even_while_its_own_child_holds_its_pipe(children) -> None:
+    # No end-of-file came while the grandchild lived: the job stayed held, its slot lost, until its
+    # timeout (300 s by default) reported it TIMED_OUT.
+    pool, reports = children
+    doomed = running("HOSTILE_FORK_AND_EXIT", {"sleep": 60})
+
+    pool.submit(doomed)
+    entry, report = reports.next()
+
+    assert entry is doomed
+    assert (report.outcome, report.error) == (Outcome.CRASHED, died_while_running(1))
+    serves_again(pool, reports)
+
+
 def test_how_a_process_died_is_said_plainly() -> None:
     assert describe_exit(1) == "exit code 1"
     assert describe_exit(0) == "exit code 0"

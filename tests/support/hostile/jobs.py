@@ -66,6 +66,15 @@ def close_fds(payload: Any, ctx: JobContext) -> str:
     return "slept"
 
 
+@handler("HOSTILE_FORK_AND_EXIT")
+def fork_and_exit(payload: Any, ctx: JobContext) -> None:
+    """Fork a child that sleeps ``sleep`` s holding every inherited descriptor, then exit with code 1."""
+    if os.fork() == 0:
+        time.sleep(payload.get("sleep", 0))
+        os._exit(0)
+    os._exit(1)
+
+
 class ExitOnUnpickle(str):
     """A string that, unpickled, ends the unpickling process with exit code 7."""
 
