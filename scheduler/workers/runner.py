@@ -62,6 +62,11 @@ FLUSH_MAX = 1000  # reports per outcome transaction
 # Its usual rivals, a heartbeat or a cancel, hold rows for milliseconds; a row locked longer is
 # split out of the batch and left to lease rescue (``leasing.record_batch``).
 OUTCOME_LOCK_TIMEOUT_MS = 1000
+# How long a statement of the claim loop (claims, cancel and pause checks) waits for a lock. Claims
+# skip locked rows and their flow-limit locks are held for one short claim transaction, so a longer
+# wait means a session holding the job table (seen: a handler's LOCK TABLE stint_job in a pool
+# child): the loop must not wait with it, since only the loop can end that handler (its deadline).
+CLAIM_LOCK_TIMEOUT_MS = 1000
 # Seconds between two looks at the claim board while a sibling's claim that saw our NOTIFY runs.
 SIBLING_RECHECK = 0.0005
 DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
@@ -155,7 +160,7 @@ class Worker:
         self.pool: ThreadPool | ProcessPool | None = None
         self.inflight: InFlight | None = None
         self._threads: list[threading.Thread] = []  # the flusher and the heartbeat
-        self._flush_session: Any = None  # the flusher's connection whose lock_timeout is set
+        self._lock_bounded: dict[str, Any] = {}  # "claim"/"flush" -> the thread's connection whose lock_timeout is set
 
     # -- control ---------------------------------------------------------------------------
 
@@ -230,13 +235,16 @@ class Worker:
             self._listener.read()  # notifications that came while the loop did not wait
             now = self._clock()
             try:
-                poll_due = now >= next_poll
-                if poll_due:
-                    self._poll_control()
-                    next_poll = now + self.options.poll_seconds
+                # Before any statement: a statement that fails (or waits for a lock) must not keep a
+                # job past its deadline, above all one whose handler holds that lock.
                 self.inflight.enforce_deadlines()
                 if self._wedged():
                     break
+                poll_due = now >= next_poll
+                self._bound_lock_waits("claim", CLAIM_LOCK_TIMEOUT_MS)
+                if poll_due:
+                    self._poll_control()
+                    next_poll = now + self.options.poll_seconds
                 free = self.inflight.free()
                 if free > 0 and (poll_due or backlog or self._notified):
                     self._notified = False  # before the claim: a NOTIFY read after it claims again
@@ -437,19 +445,24 @@ class Worker:
                     break
             self._flush(batch)
 
-    def _bound_lock_waits(self) -> None:
-        """Set ``OUTCOME_LOCK_TIMEOUT_MS`` as the ``lock_timeout`` of the flusher's connection, once per connection."""
+    def _bound_lock_waits(self, role: str, milliseconds: int) -> None:
+        """Set ``milliseconds`` as the ``lock_timeout`` of this thread's connection, once per connection.
+
+        ``role``: the thread ("claim": the claim loop, ``CLAIM_LOCK_TIMEOUT_MS``; "flush": the
+        flusher, ``OUTCOME_LOCK_TIMEOUT_MS``). Session-wide, so it outlives the statement; a new
+        connection (after an error closed the last one) gets it again.
+        """
         connection.ensure_connection()
-        if connection.connection is self._flush_session:
+        if connection.connection is self._lock_bounded.get(role):
             return
         with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{OUTCOME_LOCK_TIMEOUT_MS}ms"])
-        self._flush_session = connection.connection
+            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{milliseconds}ms"])
+        self._lock_bounded[role] = connection.connection
 
     def _flush(self, batch: list[Report]) -> None:
         while True:
             try:
-                self._bound_lock_waits()
+                self._bound_lock_waits("flush", OUTCOME_LOCK_TIMEOUT_MS)
                 done = leasing.record_batch(batch)
                 break
             except leasing.CONNECTION_ERRORS:

@@ -10,15 +10,17 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+import tests.support.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
 from scheduler import leasing, metrics
 from scheduler.enqueuing import enqueue
 from scheduler.flow import claim as flow_claim
 from scheduler.leasing import Outcome, Report
 from scheduler.models import Attempt, Job
-from scheduler.states import JobStatus
+from scheduler.states import AttemptStatus, JobStatus
 from scheduler.workers.inflight import InFlight
 from scheduler.workers.pool import ThreadPool
 from scheduler.workers.runner import Worker, WorkerOptions
+from tests.support.jobs import attempts
 from tests.support.processes import WAIT, wait_until
 from tests.support.subprocess_env import database_url
 
@@ -175,3 +177,38 @@ def test_an_outcome_whose_job_row_another_session_keeps_locked_does_not_hold_up_
         assert Job.objects.get(id=free.id).status == JobStatus.SUCCESS
         assert Job.objects.get(id=locked.id).status == JobStatus.RUNNING  # left to lease rescue
     assert metrics.worker_outcomes_unrecorded_total._value.get() == unrecorded + 1
+
+
+def test_a_pool_child_that_locks_the_job_table_is_still_timed_out_and_killed(monkeypatch) -> None:
+    """The claim loop enforces deadlines; a lock that a handler holds must not stop it doing so.
+
+    Its claims and cancel checks read the job table: they waited for the child's lock, which only
+    that loop could end (by killing the child at its deadline), so the worker (and every session
+    that touches the job table) waited for as long as the handler chose to hold it.
+    """
+    monkeypatch.setenv("STINT_EXTRA_APPS", "tests.support.hostile")  # read by the spawned pool child
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the test database
+    job = enqueue("HOSTILE_LOCK_JOBS", {"sleep": 30}, timeout_seconds=1, max_retries=1)
+    ready = threading.Event()
+    worker = Worker(
+        WorkerOptions(concurrency=1, pool="processes", poll_seconds=0.1, heartbeat_seconds=3600), ready=ready.set
+    )
+    timed_out = metrics.jobs_timed_out_total.labels("HOSTILE_LOCK_JOBS", "default")
+    before = timed_out._value.get()
+
+    def run() -> None:
+        worker.run()
+        connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert ready.wait(WAIT)
+        # Read in this process, not in the job table: the lock holds every reader of that table.
+        wait_until(lambda: timed_out._value.get() == before + 1, what="the job timed out while its child held the lock")
+    finally:
+        worker.stop(force=True)
+        thread.join(WAIT)
+    assert not thread.is_alive()
+    assert Job.objects.get(id=job.id).status == JobStatus.RETRYING
+    assert attempts(job) == [(1, AttemptStatus.TIMED_OUT)]

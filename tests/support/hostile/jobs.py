@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from scheduler.registry import JobContext, handler
 
@@ -73,6 +73,15 @@ def fork_and_exit(payload: Any, ctx: JobContext) -> None:
         time.sleep(payload.get("sleep", 0))
         os._exit(0)
     os._exit(1)
+
+
+@handler("HOSTILE_LOCK_JOBS")
+def lock_jobs(payload: Any, ctx: JobContext) -> str:
+    """Lock Stint's job table (ACCESS EXCLUSIVE: not even a read passes) for ``sleep`` s, then return."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("LOCK TABLE stint_job IN ACCESS EXCLUSIVE MODE")
+        time.sleep(payload.get("sleep", 0))
+    return "unlocked"
 
 
 class ExitOnUnpickle(str):
