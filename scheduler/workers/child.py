@@ -13,7 +13,7 @@ import socket
 import sys
 import threading
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from core.stop_signals import install_stack_dump
 
@@ -35,6 +35,22 @@ def make_worker_id(pid: int, token: str) -> str:
     return f"{socket.gethostname()}:{pid}:{token}"
 
 
+def exit_now(code: int) -> NoReturn:
+    """End this process with ``code`` now, after flushing its log handlers and standard streams.
+
+    Not through the interpreter's own exit, which joins every non-daemon thread and runs every
+    ``atexit`` hook: a handler may have left either behind (a thread that never ends, a hook that
+    hangs), and a stopped worker process or pool child would then stay alive until it was killed.
+    Whatever must be done before the exit (closing the pool, exporting spans) is done by then.
+    """
+    for flush in (logging.shutdown, sys.stdout.flush, sys.stderr.flush):
+        try:
+            flush()
+        except Exception:  # noqa: S110 - a stream a handler closed: nothing left to flush to
+            pass
+    os._exit(code)
+
+
 def worker_process_main(
     control: Connection,
     options: dict[str, Any],
@@ -52,7 +68,8 @@ def worker_process_main(
     SIGINT, SIGTERM and SIGHUP are ignored: process managers and terminals signal the whole process group, and the
     supervisor decides (STOP, then FORCE on ``control``). When ``control`` closes, the
     supervisor is gone (even SIGKILLed): the worker then drains and exits like on STOP, so no
-    worker process outlives its supervisor by more than the grace period.
+    worker process outlives its supervisor by more than the grace period. It exits through
+    ``exit_now``, so nothing a handler left in the process holds up that exit.
     """
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
         signal.signal(signum, signal.SIG_IGN)
@@ -79,8 +96,10 @@ def worker_process_main(
     )
     threading.Thread(target=_obey, args=(control, worker), name="stint-supervisor-watch", daemon=True).start()
     code = worker.run()
-    if code:
-        sys.exit(code)  # the process's exit status: WEDGED_EXIT_CODE asks the supervisor for a fresh one
+    from scheduler import tracing
+
+    tracing.shutdown()  # export the last spans: exit_now skips the atexit hook that would
+    exit_now(code)  # WEDGED_EXIT_CODE asks the supervisor for a fresh process
 
 
 def _obey(control: Connection, worker: Any) -> None:

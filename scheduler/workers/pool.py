@@ -31,6 +31,7 @@ from typing import Any
 from core.stop_signals import install_stack_dump
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
+from scheduler.workers.child import exit_now
 
 logger = logging.getLogger(__name__)
 
@@ -282,14 +283,15 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
             try:
                 job = conn.recv()
             except EOFError:
-                return
+                break
             if job is None:
-                return
+                break
             conn.send_bytes(encode_report(run_handler(job, flag)))
     finally:
         from scheduler import tracing
 
-        tracing.shutdown()  # export this child's last spans: multiprocessing skips atexit handlers
+        tracing.shutdown()  # export this child's last spans: exit_now skips the atexit hook that would
+    exit_now(0)  # not the interpreter's exit: a thread or atexit hook a handler left would hold it
 
 
 # A child's messages to its worker are JSON text, never pickles: unpickling runs whatever code the
@@ -435,6 +437,7 @@ class ProcessPool:
         deadline = time.monotonic() + CHILD_EXIT_SECONDS  # one for all: they exit side by side
         for child in children:
             if reap(child.process, max(0.0, deadline - time.monotonic())) is None:
+                logger.warning("pool child %s did not exit when asked; killing it", child.process.pid)
                 child.process.kill()
                 reap(child.process, CHILD_REAP_SECONDS)
 

@@ -104,6 +104,26 @@ def test_a_thread_worker_whose_every_slot_is_held_by_a_hung_handler_is_replaced(
     assert "every one of its 2 slots is held by a handler past its timeout" in worker.output()
 
 
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_a_thread_or_exit_hook_a_handler_leaves_behind_never_holds_up_a_graceful_stop(
+    hostile: Processes, pool: str
+) -> None:
+    # The interpreter's exit joins every non-daemon thread and runs every atexit hook: a worker
+    # process (or pool child) that had "stopped" stayed alive until its supervisor killed it, its
+    # grace period and STOP_MARGIN_SECONDS later, and logged it as a process that had to be killed.
+    worker = hostile.worker(concurrency=1, pool=pool)
+    job = enqueue("HOSTILE_LINGER")
+    wait_until(status_is(job, JobStatus.SUCCESS), what="the job left its thread and hook behind")
+
+    worker.send(signal.SIGTERM)
+
+    assert worker.wait() == 0
+    log = worker.output()
+    assert "did not stop in time" not in log
+    assert "did not exit when asked" not in log  # a pool child
+    assert "was killed" not in log
+
+
 def test_a_worker_process_stopped_for_a_whole_lease_is_killed_and_replaced_and_its_job_isolated(
     hostile: Processes,
 ) -> None:

@@ -6,6 +6,7 @@ the tests install it in the worker processes they start, the way a user plugs in
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import json
@@ -82,6 +83,18 @@ def lock_jobs(payload: Any, ctx: JobContext) -> str:
         cursor.execute("LOCK TABLE stint_job IN ACCESS EXCLUSIVE MODE")
         time.sleep(payload.get("sleep", 0))
     return "unlocked"
+
+
+def _forever() -> None:
+    threading.Event().wait()
+
+
+@handler("HOSTILE_LINGER")
+def linger(payload: Any, ctx: JobContext) -> str:
+    """Leave a non-daemon thread that never ends and an exit hook that never returns in its process, then return."""
+    threading.Thread(target=_forever, name="hostile-linger", daemon=False).start()
+    atexit.register(_forever)
+    return "left them"
 
 
 class ExitOnUnpickle(str):
