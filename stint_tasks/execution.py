@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from scheduler.exceptions import JobCancelled, PermanentError
 from scheduler.registry import CancelFlag, JobContext
-from scheduler.workers.execute import result_problem
+from scheduler.workers.execute import checked_result
 from stint_tasks.compat import (
     TaskContext,
     TaskError,
@@ -92,7 +92,7 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
     value as ``normalize_json`` makes it. Raises what the task raised (a ``BaseException`` that is
     not an ``Exception`` becomes ``TaskExited``, so the worker's thread survives ``SystemExit``),
     ``JobCancelled``, ``TaskResultNotJSON`` (a ``PermanentError``: no retry) for a return value
-    ``normalize_json`` refuses or a job cannot keep (``execute.result_problem``: NaN, U+0000, a
+    ``normalize_json`` refuses or a job cannot keep (``execute.checked_result``: NaN, U+0000, a
     lone surrogate, over 1 MB; its class path is ``builtins.ValueError``), or ``PermanentError``
     for a payload that is not ``{"args": [...], "kwargs": {...}}``.
     """
@@ -124,7 +124,7 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
             raise _not_json(exc) from exc
         # normalize_json passes what a job cannot keep (NaN, U+0000, a lone surrogate, any size): the
         # worker would fail the job for it after this signal had said SUCCESSFUL.
-        problem = result_problem(value)
+        value, problem = checked_result(value)
         if problem is not None:
             refused = ValueError(problem)
             _send(task_finished, task, _failed(shown, refused))

@@ -58,8 +58,14 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
                 logger.exception("job %s: its last progress was not written", job.id)
 
 
-def result_problem(result: Any) -> str | None:
-    """Return why a job cannot keep a handler's ``result``, or None when it can (None always can).
+def checked_result(result: Any) -> tuple[Any, str | None]:
+    """Return ``(value, None)`` for a handler's ``result`` a job can keep, or ``(None, why)`` for one it cannot.
+
+    ``value`` is the JSON that was checked, parsed back into plain values (None stays None):
+    what a job keeps is exactly what passed, not the handler's object, which the outcome's writer
+    (the worker's flusher thread) would otherwise encode again, and a dict subclass's ``items()``
+    could then raise, hang that thread or grow past the limit, as could a dict the handler's own
+    thread went on filling after it returned.
 
     Refused: what JSON cannot encode (NaN and infinities, non-JSON types, nesting past Python's
     recursion limit), JSON over ``MAX_RESULT_BYTES`` (ASCII-escaped), and any string (key or
@@ -70,24 +76,25 @@ def result_problem(result: Any) -> str | None:
     what PostgreSQL refuses for other reasons, e.g. nesting past its stack depth).
     """
     if result is None:
-        return None
+        return None, None
     try:
         text = _encode_result(result)  # ensure_ascii: one character, one byte
+        if len(text) > MAX_RESULT_BYTES:
+            return None, f"result is {len(text):,} bytes of JSON, over the {MAX_RESULT_BYTES:,} a job keeps"
+        value = json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
-        return f"result is not JSON: {exc}"
-    if len(text) > MAX_RESULT_BYTES:
-        return f"result is {len(text):,} bytes of JSON, over the {MAX_RESULT_BYTES:,} a job keeps"
-    if "\\u0000" in text and has_nul(result):
-        return "result holds U+0000, which PostgreSQL cannot store"
-    if "\\ud" in text and has_lone_surrogate(result):
-        return "result holds a lone UTF-16 surrogate, which PostgreSQL cannot store"
-    return None
+        return None, f"result is not JSON: {exc}"
+    if "\\u0000" in text and has_nul(value):
+        return None, "result holds U+0000, which PostgreSQL cannot store"
+    if "\\ud" in text and has_lone_surrogate(value):
+        return None, "result holds a lone UTF-16 surrogate, which PostgreSQL cannot store"
+    return value, None
 
 
 def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     """Call the handler for ``job.type`` (``registry.resolve``) with (payload, context); never raises.
 
-    Returns SUCCEEDED with the (JSON-checked) result; CANCELLED when the handler raised
+    Returns SUCCEEDED with the result as the JSON that was checked (plain values); CANCELLED when the handler raised
     ``JobCancelled``; PERMANENT for ``PermanentError``, an unknown type or a result that is not
     JSON; RETRYABLE for any other exception, with its traceback, ``BaseException`` included
     (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``...): handlers are hostile, and a
@@ -107,7 +114,7 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         # Every line the handler logs, through any logger, carries the job id and attempt.
         with log_context(job_id=job_id, attempt=job.attempt):
             result = spec.func(job.payload, ctx)
-        problem = result_problem(result)
+        result, problem = checked_result(result)
         if problem is not None:
             return Report(job=job, outcome=Outcome.PERMANENT, error=problem)
         return Report(job=job, outcome=Outcome.SUCCEEDED, result=result)

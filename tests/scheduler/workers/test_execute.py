@@ -191,6 +191,36 @@ def test_an_exception_whose_text_cannot_be_read_is_still_the_runs_error() -> Non
     assert report.error == "_UnprintableError (its message could not be read: RuntimeError)"
 
 
+class _Shifting(dict):
+    """A result that encodes as checked once, then as something else (the json encoder calls ``items``)."""
+
+    def __init__(self) -> None:
+        super().__init__(checked=True)
+        self.calls = 0
+
+    def items(self) -> Any:
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("encoded a second time, in the worker's flusher")
+        return super().items()
+
+
+def test_the_result_kept_is_the_json_that_was_checked_not_the_handlers_object() -> None:
+    # The flusher encoded the handler's own object again when it wrote the outcome: a dict subclass
+    # could then raise, hang the flusher (every later outcome of the worker waiting) or grow past
+    # the size limit, and a dict that the handler's thread went on filling was stored as it was then.
+    shifting = _Shifting()
+    report = returning("shifting", shifting)
+    assert (report.outcome, report.result, type(report.result)) == (Outcome.SUCCEEDED, {"checked": True}, dict)
+    assert execute._encode_result(report.result) == '{"checked": true}'
+
+    growing = {"n": [1]}
+    report = returning("growing", growing)
+    growing["n"].append(2)
+    growing["more"] = "x" * execute.MAX_RESULT_BYTES
+    assert report.result == {"n": [1]}
+
+
 class _NotesRaiseError(Exception):
     @property
     def __notes__(self) -> list[str]:  # read by traceback.format_exc()
