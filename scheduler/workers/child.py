@@ -85,6 +85,10 @@ def worker_process_main(
 
     for name in STINT_LOGGERS:  # the supervisor's -v level, on the project's loggers (not the root's)
         logging.getLogger(name).setLevel(log_level)
+    # A record a log handler cannot write is dropped, not raised: handlers share this process's
+    # streams, and logging's own report of the failure goes to sys.stderr, which a handler may have
+    # closed too; raised, it ended the worker's next log call and the process with it.
+    logging.raiseExceptions = False
     from scheduler.workers.claim_board import BoardView
     from scheduler.workers.runner import Worker, WorkerOptions
 

@@ -124,6 +124,22 @@ def test_a_thread_or_exit_hook_a_handler_leaves_behind_never_holds_up_a_graceful
     assert "was killed" not in log
 
 
+def test_a_handler_that_closes_its_processs_stdout_and_stderr_takes_nothing_else_down(hostile: Processes) -> None:
+    # The log handler then failed on the closed stream, and logging's error report, written to the
+    # closed sys.stderr too, raised out of the worker's next log call: the worker process died
+    # (exit code 1) and the jobs beside it lost an attempt.
+    worker = hostile.worker(concurrency=2)
+    process = worker_pid(worker)
+    closer = enqueue("HOSTILE_CLOSE_STDIO")
+    wait_until(status_is(closer, JobStatus.SUCCESS), what="the job closed its process's streams")
+
+    after = [enqueue("DEMO_TASK", {"result": n}) for n in range(3)]
+    wait_until(lambda: terminal([j.id for j in after]), each=promote, what="the next jobs finished")
+
+    assert [(status(j), attempts(j)) for j in after] == [(JobStatus.SUCCESS, [(1, AttemptStatus.SUCCEEDED)])] * 3
+    assert worker_pid(worker) == process
+
+
 def test_a_worker_process_stopped_for_a_whole_lease_is_killed_and_replaced_and_its_job_isolated(
     hostile: Processes,
 ) -> None:

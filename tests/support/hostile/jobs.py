@@ -97,6 +97,14 @@ def linger(payload: Any, ctx: JobContext) -> str:
     return "left them"
 
 
+@handler("HOSTILE_CLOSE_STDIO")
+def close_stdio(payload: Any, ctx: JobContext) -> str:
+    """Close its process's ``sys.stdout`` and ``sys.stderr`` (where the log handlers write), then return."""
+    sys.stdout.close()
+    sys.stderr.close()
+    return "closed"
+
+
 class ExitOnUnpickle(str):
     """A string that, unpickled, ends the unpickling process with exit code 7."""
 
