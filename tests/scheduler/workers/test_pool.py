@@ -14,7 +14,9 @@ import threading
 import time
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import connections
 from prometheus_client import REGISTRY
 
 from scheduler.leasing import Outcome, Report
@@ -31,10 +33,11 @@ from scheduler.workers.pool import (
     killed_while_running,
 )
 from scheduler.workers.runner import WorkerOptions
-from scheduler.workers.supervisor import ISOLATION, Supervisor, SupervisorOptions, process_state
+from scheduler.workers.supervisor import ISOLATION, Supervisor, SupervisorOptions, _Rescue, process_state
 from tests.support.factories import claimed_job
 from tests.support.hostile.jobs import ExitOnUnpickle
 from tests.support.processes import gone, wait_until
+from tests.support.subprocess_env import database_url
 
 WAIT = 10.0  # seconds any one report may take
 
@@ -264,3 +267,34 @@ def test_a_supervisor_slot_that_has_a_process_is_not_started_twice(monkeypatch) 
         supervisor._wake_writer.close()
 
     assert started == [ISOLATION]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_supervisor_does_not_wait_behind_a_lock_on_the_job_table(monkeypatch) -> None:
+    # A handler's LOCK TABLE stint_job held the supervisor's loop inside its isolation check (and a
+    # rescue) for as long as the lock lasted: no reaping, no restart, no SIGTERM handled meanwhile.
+    supervisor = Supervisor(SupervisorOptions(processes=1, worker=WorkerOptions()))
+    started: list[str] = []
+    monkeypatch.setattr(supervisor, "_restart", started.append)
+    done = threading.Event()
+
+    def look() -> None:
+        try:
+            supervisor._start_isolation_if_needed()
+            supervisor._rescue(_Rescue(worker_id="gone:1:abc", error="test", isolate=False, since=time.monotonic()))
+        finally:
+            connections.close_all()
+            done.set()
+
+    holder = psycopg.connect(database_url(), autocommit=False)
+    try:
+        holder.execute("LOCK TABLE stint_job IN ACCESS EXCLUSIVE MODE")
+        threading.Thread(target=look, daemon=True).start()
+        assert done.wait(WAIT), "the supervisor waited for the lock"
+    finally:
+        holder.rollback()
+        holder.close()
+        supervisor._wake_reader.close()
+        supervisor._wake_writer.close()
+    assert started == []  # nothing seen under the lock: it looks again next poll
+    assert [r.worker_id for r in supervisor._rescues] == ["gone:1:abc"]  # retried later
