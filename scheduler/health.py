@@ -7,7 +7,12 @@ probes each component at most once per interval, however many requests arrive, a
 unreachable component (a blackholed Kafka used to hold each request 2 s, and 16 concurrent
 calls stalled the web tier) costs a request nothing: it answers with the last result. Only a
 process's very first request waits, at most ``FIRST_WAIT_SECONDS``, for the first results;
-a component still unprobed then is reported ``unknown``.
+a component still unprobed then is reported ``unknown``. A probe still in flight after
+``HUNG_AFTER_SECONDS`` means its component does not answer: it is reported ``down`` (without
+facts) until a probe returns, rather than by a result from before it hung. A frozen PostgreSQL
+(SIGSTOP, a stalled storage) accepts connections and never answers, and its
+``statement_timeout`` is the server's own, so the database probe hangs as long as the freeze:
+the last result, "up", was shown for all of it.
 
 The database probe also reads the workers alive (``WorkerNode`` rows heartbeating within
 ``WORKER_DEAD_AFTER_SECONDS``) and the cron leader: the newest fencing token the database
@@ -39,6 +44,9 @@ PROBE_INTERVAL_SECONDS = 5.0  # each component is probed at most once per this, 
 FIRST_WAIT_SECONDS = 1.0  # the most a process's first request waits for the first probes
 KAFKA_TIMEOUT = 1.5  # seconds for the metadata request
 DB_STATEMENT_TIMEOUT_MS = 1000
+# A probe in flight this long (seconds) reports its component down: longer than any probe's own
+# bound (KAFKA_TIMEOUT, the database's statement timeout, Redis's socket timeout) takes to fail.
+HUNG_AFTER_SECONDS = 5.0
 UP, DOWN, UNKNOWN = "up", "down", "unknown"
 COMPONENTS = ("database", "redis", "kafka")
 
@@ -142,19 +150,24 @@ class HealthMonitor:
         *,
         interval_seconds: float = PROBE_INTERVAL_SECONDS,
         first_wait_seconds: float = FIRST_WAIT_SECONDS,
+        hung_after_seconds: float = HUNG_AFTER_SECONDS,
     ) -> None:
         self.probes = probes
         self.interval_seconds = interval_seconds
         self.first_wait_seconds = first_wait_seconds
+        self.hung_after_seconds = hung_after_seconds
         self._lock = threading.Lock()
         self._readings = {name: Reading() for name in probes}
         self._running: dict[str, threading.Thread] = {}
+        self._started: dict[str, float] = {}  # monotonic start of each probe in flight
         self.probes_started = dict.fromkeys(probes, 0)
 
     def readings(self) -> dict[str, Reading]:
         """Return each component's latest reading, starting a background probe of any that is stale.
 
-        Waits (at most ``first_wait_seconds`` in all) only for components never probed yet.
+        Waits (at most ``first_wait_seconds`` in all) only for components never probed yet. A
+        component whose probe has been in flight ``hung_after_seconds`` or more reads ``down``
+        with no facts, whatever its last result was.
         """
         now = time.monotonic()
         waiting: list[threading.Thread] = []
@@ -165,6 +178,7 @@ class HealthMonitor:
                 if stale and thread is None:
                     thread = threading.Thread(target=self._probe, args=(name,), name=f"health-{name}", daemon=True)
                     self._running[name] = thread
+                    self._started[name] = now
                     self.probes_started[name] += 1
                     thread.start()
                 if reading.at is None and thread is not None:
@@ -172,8 +186,13 @@ class HealthMonitor:
         deadline = now + self.first_wait_seconds
         for thread in waiting:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        now = time.monotonic()
         with self._lock:
-            return {name: Reading(r.state, dict(r.facts), r.at) for name, r in self._readings.items()}
+            hung = {name for name, started in self._started.items() if now - started >= self.hung_after_seconds}
+            return {
+                name: Reading(DOWN, {}, now) if name in hung else Reading(r.state, dict(r.facts), r.at)
+                for name, r in self._readings.items()
+            }
 
     def probing(self, name: str) -> bool:
         """True while a probe of ``name`` runs."""
@@ -185,6 +204,7 @@ class HealthMonitor:
         with self._lock:
             self._readings = {name: Reading() for name in self.probes}
             self._running.clear()
+            self._started.clear()
             self.probes_started = dict.fromkeys(self.probes, 0)
 
     def _probe(self, name: str) -> None:
@@ -202,6 +222,7 @@ class HealthMonitor:
             if self._readings is readings:  # not reset meanwhile
                 self._readings[name] = Reading(state, facts, time.monotonic())
                 self._running.pop(name, None)
+                self._started.pop(name, None)
 
 
 monitor = HealthMonitor({"database": probe_database, "redis": probe_redis, "kafka": probe_kafka})

@@ -14,6 +14,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from scheduler import health
+from tests.support.processes import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
@@ -123,6 +124,7 @@ def hung_kafka(settings, monkeypatch):
 
 def test_requests_never_wait_on_a_hung_kafka_and_it_is_probed_once(hung_kafka, monkeypatch):
     monkeypatch.setattr(health.monitor, "first_wait_seconds", 0.5)
+    monkeypatch.setattr(health.monitor, "hung_after_seconds", 60.0)  # still "unknown", not yet "down"
     first = APIClient().get("/api/health")  # the process's first request: waits at most 0.5 s
     answers: list = []
 
@@ -144,6 +146,34 @@ def test_requests_never_wait_on_a_hung_kafka_and_it_is_probed_once(hung_kafka, m
     assert [a.status_code for a in [first, *answers]] == [200] * 17
     assert {a.json()["components"]["kafka"] for a in [first, *answers]} == {"unknown"}
     assert {a.json()["status"] for a in answers} == {"degraded"}
+
+
+def test_a_component_that_stops_answering_after_it_was_up_is_reported_down_not_up(settings, monkeypatch):
+    # Found with the dev stack's PostgreSQL SIGSTOPped: its probe hung on a server that accepts
+    # and never answers (a statement_timeout is the server's own, so it never fires), and every
+    # request kept reading the probe from before the freeze, "database": "up", for the whole
+    # freeze. The same holds for any component; a hung broker is the one a test can make.
+    def kafka_state() -> str:
+        return APIClient().get("/api/health").json()["components"]["kafka"]
+
+    wait_until(lambda: kafka_state() == "up", what="the real broker reported up")
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    try:
+        settings.KAFKA_BOOTSTRAP_SERVERS = f"127.0.0.1:{hung.getsockname()[1]}"
+        health.kafka_client_reset()
+        monkeypatch.setattr(health, "KAFKA_TIMEOUT", 60.0)  # the probe stays in flight past the test
+        monkeypatch.setattr(health.monitor, "interval_seconds", 0.1)  # the next request probes again
+        monkeypatch.setattr(health.monitor, "hung_after_seconds", 0.5)
+
+        wait_until(lambda: kafka_state() == "down", what="the hung broker reported down")
+        assert health.monitor.probing("kafka")  # it is the probe in flight that says so
+        resp = APIClient().get("/api/health")
+    finally:
+        hung.close()
+    assert resp.status_code == 200
+    assert resp.json()["status"] == "degraded"
 
 
 def test_schema_and_docs_are_served(api):
