@@ -342,6 +342,8 @@ class BatchRecord:
       for the same job.
     - ``unrecorded``: (report, why) pairs that could not be written even on their own, not even
       as FAILED; their leases expire and the lease rescuer takes them over.
+    - ``locked``: reports not written because their job row stayed locked by another session past
+      the connection's ``lock_timeout``; the caller may try them again while their leases last.
     """
 
     recorded: list[Report] = field(default_factory=list)
@@ -349,6 +351,7 @@ class BatchRecord:
     final: dict[uuid.UUID, JobStatus] = field(default_factory=dict)
     superseded: list[Report] = field(default_factory=list)
     unrecorded: list[tuple[Report, str]] = field(default_factory=list)
+    locked: list[Report] = field(default_factory=list)
 
 
 def latest_per_job(reports: Sequence[Report]) -> tuple[list[Report], list[Report]]:
@@ -374,7 +377,7 @@ def latest_per_job(reports: Sequence[Report]) -> tuple[list[Report], list[Report
     return list(latest.values()), older
 
 
-def record_batch(reports: Sequence[Report]) -> BatchRecord:
+def record_batch(reports: Sequence[Report], *, split_locked: bool = True) -> BatchRecord:
     """Record a worker's batch of outcomes so that no report PostgreSQL refuses blocks the others.
 
     One transaction for the whole batch (``record_outcomes``) when it goes through, the common
@@ -383,10 +386,14 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
     still fails is recorded as FAILED (``PERMANENT``) with the database's error, e.g. a result
     ``jsonb`` refuses (``"\u0000"``, a number beyond ``numeric``, nesting past PostgreSQL's stack
     depth: an OperationalError, SQLSTATE 54001, yet about the data); one that fails even so is
-    returned in ``unrecorded`` (the caller logs and counts it), never retried. So is one whose job
-    row another session keeps locked past the connection's ``lock_timeout`` (SQLSTATE 55P03; the
-    worker's flusher sets ``OUTCOME_LOCK_TIMEOUT_MS``): a handler that locked its own row from a
-    connection of its own must not hold up the outcomes of every job after it.
+    returned in ``unrecorded`` (the caller logs and counts it), never retried. One whose job row
+    another session keeps locked past the connection's ``lock_timeout`` (SQLSTATE 55P03; the
+    worker's flusher sets ``OUTCOME_LOCK_TIMEOUT_MS``) is returned in ``locked``, unwritten: a
+    handler that locked its own row from a connection of its own must not hold up the outcomes
+    of every job after it, and a lock on the whole table (a migration's ALTER TABLE, a CREATE
+    INDEX, an operator's LOCK TABLE) is over after a while, so the caller tries those again.
+    With ``split_locked`` False (such a retry), a batch refused as a whole for a lock is returned
+    in ``locked`` as it is, without a second wait for each report.
 
     Raises the transient error (one of ``CONNECTION_ERRORS`` in practice: a lost or refused
     connection, a shutdown, a deadlock, a full disk) when the database cannot take the batch now:
@@ -403,6 +410,9 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
     except Exception as exc:  # any other error is about some report's data: find which
         if db_error_is_transient(exc):
             raise
+        if not split_locked and db_error_sqlstate(exc) == LOCK_NOT_AVAILABLE:
+            done.locked = list(batch)
+            return done
         if len(batch) > 1:
             logger.warning("%d outcomes refused as a batch (%s); recording each on its own", len(batch), _brief(exc))
     for report in batch:
@@ -414,7 +424,7 @@ def record_batch(reports: Sequence[Report]) -> BatchRecord:
             if db_error_is_transient(exc):
                 raise
             if db_error_sqlstate(exc) == LOCK_NOT_AVAILABLE:  # as FAILED it would wait for the same lock
-                done.unrecorded.append((report, f"its job row is locked by another session ({_brief(exc)})"))
+                done.locked.append(report)
                 continue
             refused = _brief(exc)
         what = "the handler's result" if report.outcome == Outcome.SUCCEEDED else f"the {report.outcome} outcome"

@@ -41,6 +41,7 @@ from django.db.models.functions import Now
 from core.db_role import application_name_for
 from core.pg_connect import pg_connection_params
 from scheduler import leasing, metrics
+from scheduler.conf import conf
 from scheduler.leasing import Outcome, Report
 from scheduler.models import WorkerNode
 from scheduler.notify import CHANNEL
@@ -67,6 +68,12 @@ OUTCOME_LOCK_TIMEOUT_MS = 1000
 # wait means a session holding the job table (seen: a handler's LOCK TABLE stint_job in a pool
 # child): the loop must not wait with it, since only the loop can end that handler (its deadline).
 CLAIM_LOCK_TIMEOUT_MS = 1000
+# Seconds between two tries of the outcomes refused for a locked job row: each try may keep the
+# flusher waiting OUTCOME_LOCK_TIMEOUT_MS. They are tried while their leases last (the lease
+# time from the first refusal), so a lock on the whole table (a migration's ALTER TABLE, a
+# CREATE INDEX, an operator's LOCK TABLE) no longer makes every job that finished meanwhile run
+# again; what is still locked then is left to lease rescue.
+LOCKED_RETRY_SECONDS = 1.0
 # Seconds between two looks at the claim board while a sibling's claim that saw our NOTIFY runs.
 SIBLING_RECHECK = 0.0005
 DB_RETRY_SECONDS = 1.0  # seconds between attempts while the database is unreachable
@@ -161,6 +168,10 @@ class Worker:
         self.inflight: InFlight | None = None
         self._threads: list[threading.Thread] = []  # the flusher and the heartbeat
         self._lock_bounded: dict[str, Any] = {}  # "claim"/"flush" -> the thread's connection whose lock_timeout is set
+        # The flusher's only: outcomes refused for a locked job row, each with the clock time at
+        # which it is given up, and when they are next tried.
+        self._locked: list[tuple[Report, float]] = []
+        self._locked_retry_at = 0.0
 
     # -- control ---------------------------------------------------------------------------
 
@@ -427,10 +438,14 @@ class Worker:
 
     def _flush_loop(self) -> None:
         while True:
+            self._retry_locked()
             try:
                 first = self._reports.get(timeout=0.1)
             except queue.Empty:
                 if self._done.is_set():
+                    for report, _ in self._locked:
+                        self._unrecorded(report, "its job row was still locked when the worker stopped")
+                    self._locked = []
                     connection.close()  # this thread's own connection
                     return
                 continue
@@ -459,11 +474,25 @@ class Worker:
             cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{milliseconds}ms"])
         self._lock_bounded[role] = connection.connection
 
-    def _flush(self, batch: list[Report]) -> None:
+    def _retry_locked(self) -> None:
+        """Record again, as one batch, the outcomes refused for a locked job row; give up those past their lease."""
+        if not self._locked or self._clock() < self._locked_retry_at:
+            return
+        now = self._clock()
+        pending, self._locked = self._locked, []
+        for report, give_up in pending:
+            if now >= give_up:
+                self._unrecorded(report, "its job row stayed locked by another session for as long as its lease")
+        pending = [(report, give_up) for report, give_up in pending if now < give_up]
+        if pending:
+            self._flush([report for report, _ in pending], give_up={id(report): t for report, t in pending})
+
+    def _flush(self, batch: list[Report], *, give_up: dict[int, float] | None = None) -> None:
+        """Record ``batch``; ``give_up`` (a retry of locked outcomes): when each report, by ``id()``, is given up."""
         while True:
             try:
                 self._bound_lock_waits("flush", OUTCOME_LOCK_TIMEOUT_MS)
-                done = leasing.record_batch(batch)
+                done = leasing.record_batch(batch, split_locked=give_up is None)
                 break
             except leasing.CONNECTION_ERRORS:
                 logger.exception("worker %s: could not record %d outcomes; retrying", self.id, len(batch))
@@ -479,14 +508,9 @@ class Worker:
         for report in done.superseded:
             self._log_discarded(report, "a newer attempt's outcome was reported with it")
         for report, why in done.unrecorded:
-            metrics.worker_outcomes_unrecorded_total.inc()
-            logger.error(
-                "job %s: outcome %s could not be recorded (%s); its lease will expire and be rescued",
-                report.job.id,
-                report.outcome,
-                why,
-                extra={"job_id": str(report.job.id), "attempt": report.job.attempt, "worker": self.id},
-            )
+            self._unrecorded(report, why)
+        if done.locked:
+            self._keep_locked(done.locked, give_up or {})
         counts: collections.Counter[tuple[Any, str, str]] = collections.Counter()
         log_outcomes = logger.isEnabledFor(logging.INFO)
         for report in done.recorded:
@@ -519,6 +543,34 @@ class Worker:
         # One increment per label set and batch, not one per job.
         for (metric, job_type, job_queue), n in counts.items():
             metrics.child(metric, job_type, job_queue).inc(n)
+
+    def _keep_locked(self, reports: list[Report], give_up: dict[int, float]) -> None:
+        """Keep ``reports`` (refused for a locked job row) for ``_retry_locked``; new ones get a lease's time."""
+        now = self._clock()
+        lease = conf().lease_seconds
+        for report in reports:
+            if id(report) not in give_up:
+                logger.warning(
+                    "job %s: outcome %s waits: its job row is locked by another session; trying again every %s s"
+                    " for up to %s s (its lease)",
+                    report.job.id,
+                    report.outcome,
+                    LOCKED_RETRY_SECONDS,
+                    lease,
+                    extra={"job_id": str(report.job.id), "attempt": report.job.attempt, "worker": self.id},
+                )
+            self._locked.append((report, give_up.get(id(report), now + lease)))
+        self._locked_retry_at = now + LOCKED_RETRY_SECONDS
+
+    def _unrecorded(self, report: Report, why: str) -> None:
+        metrics.worker_outcomes_unrecorded_total.inc()
+        logger.error(
+            "job %s: outcome %s could not be recorded (%s); its lease will expire and be rescued",
+            report.job.id,
+            report.outcome,
+            why,
+            extra={"job_id": str(report.job.id), "attempt": report.job.attempt, "worker": self.id},
+        )
 
     def _log_discarded(self, report: Report, why: str) -> None:
         logger.info(

@@ -163,7 +163,8 @@ def test_a_dead_flusher_or_heartbeat_thread_is_started_again_at_the_next_poll(ca
 def test_an_outcome_whose_job_row_another_session_keeps_locked_does_not_hold_up_the_others() -> None:
     """A handler may lock its own job row from a connection of its own and keep it locked.
 
-    Without the flusher's lock_timeout this test would wait for the holder, for ever.
+    Without the flusher's lock_timeout this test would wait for the holder, for ever. The locked
+    outcome waits for a retry (while its lease lasts, then it is left to lease rescue).
     """
     locked, free = enqueue("DEMO_TASK"), enqueue("DEMO_TASK")
     claimed = {c.id: c for c in leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)}
@@ -175,8 +176,56 @@ def test_an_outcome_whose_job_row_another_session_keeps_locked_does_not_hold_up_
         worker._flush([Report(job=claimed[j.id], outcome=Outcome.SUCCEEDED, result={"ok": 1}) for j in (locked, free)])
 
         assert Job.objects.get(id=free.id).status == JobStatus.SUCCESS
-        assert Job.objects.get(id=locked.id).status == JobStatus.RUNNING  # left to lease rescue
+        assert Job.objects.get(id=locked.id).status == JobStatus.RUNNING
+    assert [report.job.id for report, _ in worker._locked] == [locked.id]  # to be tried again
+    assert metrics.worker_outcomes_unrecorded_total._value.get() == unrecorded
+
+
+def test_an_outcome_refused_while_the_job_table_was_locked_is_recorded_once_the_lock_is_gone(caplog) -> None:
+    """A migration's ALTER TABLE, a plain CREATE INDEX or an operator's LOCK TABLE holds every job row a while.
+
+    Found with ``LOCK TABLE stint_job`` held 25 s from psql under load: each outcome reported
+    meanwhile was dropped after the flusher's 1 s lock_timeout, and its job ran again once its
+    lease expired, although its handler had succeeded and the lease was still the worker's.
+    """
+    job = enqueue("DEMO_TASK")
+    (claimed,) = leasing.claim_jobs(worker_id="w-test", limit=1, queues=None)
+    worker = Worker(WorkerOptions(concurrency=1))
+    worker._threads = [worker._start_thread("flush")]
+    try:
+        with psycopg.connect(database_url()) as holder:  # a transaction, open until the block ends
+            holder.execute("LOCK TABLE stint_job IN SHARE MODE")  # every UPDATE waits; reads go on
+            worker._reports.put(Report(job=claimed, outcome=Outcome.SUCCEEDED, result={"ok": 1}))
+            wait_until(lambda: "locked by another session" in caplog.text, what="the outcome refused for the lock")
+            assert Job.objects.get(id=job.id).status == JobStatus.RUNNING
+
+        wait_until(lambda: Job.objects.get(id=job.id).status == JobStatus.SUCCESS, what="the outcome recorded")
+    finally:
+        worker._done.set()
+        for thread in worker._threads:
+            thread.join(WAIT)
+    assert list(Attempt.objects.filter(job_id=job.id).values_list("attempt_number", "status")) == [(1, "SUCCEEDED")]
+
+
+def test_an_outcome_whose_row_stays_locked_past_its_lease_is_given_up_to_lease_rescue(settings) -> None:
+    job = enqueue("DEMO_TASK")
+    (claimed,) = leasing.claim_jobs(worker_id="w-test", limit=1, queues=None)
+    now = [1000.0]
+    worker = Worker(WorkerOptions(concurrency=1), clock=lambda: now[0])
+    unrecorded = metrics.worker_outcomes_unrecorded_total._value.get()
+    with psycopg.connect(database_url()) as holder:  # a transaction, open until the block ends
+        holder.execute("SELECT 1 FROM stint_job WHERE id = %s FOR UPDATE", [job.id])
+        worker._flush([Report(job=claimed, outcome=Outcome.SUCCEEDED, result={"ok": 1})])
+        now[0] += settings.SCHEDULER["LEASE_SECONDS"] - 1  # within the lease: tried again, still locked
+        worker._retry_locked()
+        assert len(worker._locked) == 1
+        assert metrics.worker_outcomes_unrecorded_total._value.get() == unrecorded
+        now[0] += 2  # past it: the rescuer's
+        worker._retry_locked()
+
+    assert worker._locked == []
     assert metrics.worker_outcomes_unrecorded_total._value.get() == unrecorded + 1
+    assert Job.objects.get(id=job.id).status == JobStatus.RUNNING
 
 
 def test_a_pool_child_that_locks_the_job_table_is_still_timed_out_and_killed(monkeypatch) -> None:
