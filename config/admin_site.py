@@ -46,6 +46,24 @@ class StintAdminSite(AdminSite):
                 return too_many_requests(request, decision)
         return super().login(request, extra_context)
 
+    def register(self, model_or_iterable: Any, admin_class: Any = None, **options: Any) -> None:
+        """Django's, with the console's input guards (``core.admin_input.GuardedModelAdmin``) mixed in.
+
+        Every admin of the site gets them, Django's user and group admins and third parties'
+        included: without them ``?date_joined__gte=...+23:59``, ``?name__regex=[`` or a selected
+        id that is not one were 500s on those pages.
+        """
+        from django.contrib.admin import ModelAdmin
+
+        from core.admin_input import GuardedModelAdmin
+
+        admin_class = admin_class or ModelAdmin
+        if not issubclass(admin_class, GuardedModelAdmin):
+            admin_class = type(
+                admin_class.__name__, (GuardedModelAdmin, admin_class), {"__module__": admin_class.__module__}
+            )
+        super().register(model_or_iterable, admin_class, **options)
+
     def get_urls(self) -> list[Any]:
         """Django's admin URLs plus the live queues-and-workers page (``stint/queues/``) and its data."""
         from django.urls import path

@@ -11,24 +11,20 @@ model permissions.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import uuid
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
-from django.db import DataError, transaction
+from django.core.exceptions import PermissionDenied
 from django.db.models import (
     CharField,
-    DateTimeField,
     Q,
     QuerySet,
     Value,
 )
 from django.db.models.functions import Cast, Replace
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -37,7 +33,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from core.parsers import is_storable_text
+from core.admin_input import GuardedModelAdmin
 from scheduler import queues, schedules
 from scheduler.bulk import (
     CONSOLE_BUDGET_SECONDS,
@@ -68,85 +64,10 @@ BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every ma
 OWNER_CHOICES = 100  # owners offered by the job list's owner filter
 
 
-def utc_datetime_filters(model: Any, query: QueryDict) -> QueryDict:
-    """Return ``query`` with every value of a filter on a ``DateTimeField`` of ``model`` that has an offset in UTC.
-
-    ``?created_at__gte=2030-01-01T00:00:00+23:00`` is a time Python and Django accept, but
-    PostgreSQL refuses offsets beyond +-15:59 ("time zone displacement out of range", a 500 once
-    the list counts). A value that is not such a time (``__isnull=True``, a year, nonsense) is
-    left for Django's own checks. ``query`` is not changed; the copy is mutable.
-    """
-    fixed = query.copy()
-    for key, values in query.lists():
-        try:
-            field = model._meta.get_field(key.split("__", 1)[0])
-        except FieldDoesNotExist:
-            continue
-        if not isinstance(field, DateTimeField):
-            continue
-        utc = []
-        for value in values:
-            try:
-                parsed = field.to_python(value)
-                if isinstance(parsed, dt.datetime) and parsed.tzinfo is not None:
-                    value = parsed.astimezone(dt.UTC).isoformat()
-            except (ValidationError, OverflowError):  # Django reports it, or PostgreSQL takes it as it is
-                pass
-            utc.append(value)
-        fixed.setlist(key, utc)
-    return fixed
-
-
-class OperatorAdmin(admin.ModelAdmin):
+class OperatorAdmin(GuardedModelAdmin):
     """Read-only admin whose view and ``operate`` (action) permission is the site's ADMIN rule."""
 
     show_full_result_count = False  # one COUNT(*) per page, not two, on large tables
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        """Django's list, but an action POSTed with a selected id that is not one (a 500 in Django) is refused.
-
-        So is one PostgreSQL's text cannot hold (a NUL or a lone surrogate in a multipart form,
-        which ``core.failsafe`` does not read). The operator sees an error message on the list
-        again, and nothing is changed.
-        """
-        if request.method == "POST" and "action" in request.POST:
-            pk = self.model._meta.pk
-            try:
-                for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
-                    if not is_storable_text(value):
-                        raise ValidationError("not storable")
-                    pk.to_python(value)
-            except ValidationError:
-                self.message_user(request, "The selection holds an id that is not one: nothing done.", messages.ERROR)
-                return HttpResponseRedirect(request.get_full_path())
-        return super().changelist_view(request, extra_context)
-
-    def get_changelist_instance(self, request: HttpRequest) -> Any:
-        """Django's, on the query string with its times in UTC (``utc_datetime_filters``).
-
-        A lookup value that passes Django's checks but fails when the list counts its rows is
-        ``IncorrectLookupParameters`` here, the admin's answer to a bad filter (the list again with
-        ``?e=1``), never a 500: a year outside 1..9999 (``?created_at__year=-1``, ``__iso_year``,
-        ``__date__year``, ``__year__gt``), of which Django builds a ``datetime`` (``ValueError``,
-        ``OverflowError``), or a value PostgreSQL refuses (``DataError``: ``?name__regex=(``). The
-        count runs in a savepoint, so a refused one leaves an enclosing transaction usable.
-        """
-        request.GET = utc_datetime_filters(self.model, request.GET)
-        try:
-            with transaction.atomic():
-                return super().get_changelist_instance(request)
-        except (ValueError, OverflowError, DataError) as exc:
-            raise IncorrectLookupParameters(exc) from exc
-
-    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
-        """Django's, but an id PostgreSQL's text cannot hold (a NUL, a lone surrogate) is no object.
-
-        Such an id in a URL (``/admin/scheduler/queue/%00/change/``) would reach the database as a
-        text primary key and fail there (a 500); it gets the admin's answer to an unknown id instead.
-        """
-        if isinstance(object_id, str) and not is_storable_text(object_id):
-            return None
-        return super().get_object(request, object_id, from_field)
 
     def _is_operator(self, request: HttpRequest) -> bool:
         return self.admin_site.has_permission(request)
