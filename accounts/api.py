@@ -13,7 +13,7 @@ from rest_framework_simplejwt.tokens import RefreshToken
 from rest_framework_simplejwt.views import TokenObtainPairView, TokenRefreshView
 
 from accounts import services
-from accounts.serializers import LogoutSerializer, RegisterSerializer, UserSerializer
+from accounts.serializers import LogoutSerializer, RegisterSerializer, TokenRefreshSerializer, UserSerializer
 
 
 class RegisterView(APIView):
@@ -43,6 +43,8 @@ class LoginView(TokenObtainPairView):
 
 class RefreshView(TokenRefreshView):
     """POST /api/auth/refresh: rotate the refresh token (the old one is blacklisted)."""
+
+    serializer_class = TokenRefreshSerializer
 
 
 class LogoutView(APIView):

@@ -202,6 +202,20 @@ def test_an_expired_refresh_token_says_token_expired_and_to_sign_in_again(api, u
     assert "sign in again" in resp.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("how", ["deleted", "deactivated"])
+def test_the_refresh_token_of_a_deleted_or_deactivated_account_is_a_401_not_a_500(api, user, how):
+    refresh = _login(api, user.username).json()["refresh"]
+    if how == "deleted":  # an operator deletes the account in the console; its tokens outlive it
+        user.delete()
+    else:
+        User.objects.filter(pk=user.pk).update(is_active=False)
+
+    resp = api.post("/api/auth/refresh", {"refresh": refresh}, format="json")
+
+    assert resp.status_code == 401, resp.content
+    assert resp.json()["error"]["code"] == "no_active_account"
+
+
 NEW_PASSWORD = "a-brand-new-Passphrase-7"
 
 
