@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import db_session as _db_session
 from core import db_role as _db_role
+from core import rates as _rates
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -238,6 +239,11 @@ STINT_RATE_LIMITS: dict[str, str | None] = {
     "user": env.str("STINT_RATE_LIMIT_USER", default="100/min"),
     "auth": env.str("STINT_RATE_LIMIT_AUTH", default="10/min"),
 }
+for _scope, _rate in STINT_RATE_LIMITS.items():  # read per request: a bad one would be a 500 on every request
+    try:
+        _rates.rate_parse(_rate)
+    except ImproperlyConfigured as exc:
+        raise ImproperlyConfigured(f"STINT_RATE_LIMIT_{_scope.upper()}: {exc}") from None
 # Reverse proxies in front of the web process that append to X-Forwarded-For. 0: the client
 # address is the socket peer and X-Forwarded-For is ignored.
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache import caches
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django_redis import get_redis_connection
 from redis.commands.core import Script
@@ -51,6 +50,7 @@ from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
 from core.metrics import rate_limit_backend_errors_total, rate_limit_rejections_total
+from core.rates import Rate, rate_parse
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through DEFAULT_THROTTLE_CLASSES
     from rest_framework.request import Request
@@ -66,12 +66,6 @@ REQUEST_ATTR = "stint_rate_limit"  # where the throttle leaves its decision for 
 WARNING_INTERVAL_SECONDS = 60.0  # seconds between two "Redis unreachable" warnings
 BACKEND_RETRY_SECONDS = 1.0  # seconds a failed Redis is bypassed before it is tried again
 IPV6_PREFIX = 64  # bits of an IPv6 address that identify one client
-PERIOD_SECONDS = {  # window length in seconds, by the period's name in a rate ("100/min")
-    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1),
-    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60),
-    **dict.fromkeys(("h", "hour", "hours"), 3600),
-    **dict.fromkeys(("d", "day", "days"), 86400),
-}
 
 # KEYS[1]: the sorted set of one budget. ARGV: limit, window (ms), a unique member.
 # Returns {allowed (0/1), remaining, ms until the oldest counted request leaves the window}.
@@ -99,14 +93,6 @@ return {allowed, limit - count, reset}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rate:
-    """A budget: at most ``limit`` requests in any ``window_seconds``."""
-
-    limit: int
-    window_seconds: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RateLimitDecision:
     """What one check decided; ``reset_seconds`` is when ``remaining`` next grows (whole seconds, >= 1)."""
 
@@ -115,22 +101,6 @@ class RateLimitDecision:
     limit: int
     remaining: int
     reset_seconds: int
-
-
-def rate_parse(value: str) -> Rate:
-    """Parse ``"<count>/<period>"``, period one of ``PERIOD_SECONDS`` (``s``, ``min``, ``hour``, ``day``...).
-
-    Raises ImproperlyConfigured on anything else or a count below 1.
-    """
-    try:
-        count_text, period = value.split("/")
-        limit = int(count_text)
-        window = PERIOD_SECONDS[period.strip().lower()]
-    except (ValueError, KeyError, AttributeError) as exc:
-        raise ImproperlyConfigured(f"Bad rate limit {value!r}: expected '<count>/<s|min|hour|day>'") from exc
-    if limit < 1:
-        raise ImproperlyConfigured(f"Bad rate limit {value!r}: the count must be at least 1")
-    return Rate(limit=limit, window_seconds=window)
 
 
 def rate_for_scope(scope: str) -> Rate | None:

@@ -74,6 +74,14 @@ def test_check_deploy_is_clean():
         ({"STINT_AGING_STEP": "201"}, "STINT_AGING_STEP must be from 1 to 200 (got 201)"),
         ({"STINT_AGING_SECONDS": "-1"}, "STINT_AGING_SECONDS must be 0 or more"),
         ({"STINT_QUEUE_RETENTION_DAYS": "-1"}, "STINT_QUEUE_RETENTION_DAYS must be 0 or more"),
+        # A rate limit the throttle cannot read was found only by the first request: every API call,
+        # sign-in and console login answered 500.
+        ({"STINT_RATE_LIMIT_USER": "abc"}, "STINT_RATE_LIMIT_USER: Bad rate limit 'abc'"),
+        ({"STINT_RATE_LIMIT_AUTH": "10/fortnight"}, "STINT_RATE_LIMIT_AUTH: Bad rate limit '10/fortnight'"),
+        (
+            {"STINT_RATE_LIMIT_USER": "0/min"},
+            "STINT_RATE_LIMIT_USER: Bad rate limit '0/min': the count must be at least 1",
+        ),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
