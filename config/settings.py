@@ -363,7 +363,12 @@ if "examples" in INSTALLED_APPS:
         },
     }
 
-LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# Any case ("debug"): logging itself takes only upper-case names, and refused others deep in
+# django.setup() ("Unable to configure root logger").
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").strip().upper()
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+if LOG_LEVEL not in _LOG_LEVELS:
+    raise ImproperlyConfigured(f"LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)} (got {LOG_LEVEL!r})")
 # json: one JSON object per line (python-json-logger) for log shippers; plain: for a terminal.
 LOG_FORMAT = env.str("LOG_FORMAT", default="json" if PRODUCTION else "plain")
 if LOG_FORMAT not in ("json", "plain"):

@@ -82,6 +82,8 @@ def test_check_deploy_is_clean():
             {"STINT_RATE_LIMIT_USER": "0/min"},
             "STINT_RATE_LIMIT_USER: Bad rate limit '0/min': the count must be at least 1",
         ),
+        # logging.config's "ValueError: Unable to configure root logger", deep in django.setup(), named nothing.
+        ({"LOG_LEVEL": "BOGUS"}, "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (got 'BOGUS')"),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
@@ -105,6 +107,12 @@ def test_the_aging_bounds_are_the_priority_columns():
     from scheduler.states import PRIORITY_MAX, PRIORITY_MIN
 
     assert (project_settings._PRIORITY_MIN, project_settings._PRIORITY_MAX) == (PRIORITY_MIN, PRIORITY_MAX)
+
+
+def test_a_log_level_in_lower_case_is_read_as_its_name():
+    result = _production("-c", SETUP + "; import logging; print(logging.getLogger().level)", LOG_LEVEL="warning")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(30)]  # logging.WARNING
 
 
 def test_a_short_reconcile_grace_is_accepted_with_a_short_enough_lock_hold():
