@@ -31,6 +31,20 @@ class _Env(environ.Env):
 
 
 env = _Env()
+
+
+def _bounded(name: str, value: float, low: float, high: float) -> Any:
+    """Return ``value`` of the variable ``name``; raise ImproperlyConfigured unless ``low <= value <= high``.
+
+    A number out of range started cleanly and then gave wrong answers or failed deep inside a
+    process (a page size of 0 listed nothing under its count; a TTL of 0 let a replayed
+    Idempotency-Key create a second job); here it names its variable at start-up.
+    """
+    if not low <= value <= high:
+        raise ImproperlyConfigured(f"{name} must be from {low} to {high} (got {value!r})")
+    return value
+
+
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DJANGO_ENV = env.str("DJANGO_ENV", default="development")
@@ -159,13 +173,13 @@ CACHES = {
 
 KAFKA_BOOTSTRAP_SERVERS = env.str("KAFKA_BOOTSTRAP_SERVERS", default="127.0.0.1:9092")
 KAFKA_TOPIC = env.str("KAFKA_TOPIC", default="job-lifecycle-events")
-KAFKA_TOPIC_PARTITIONS = env.int("KAFKA_TOPIC_PARTITIONS", default=6)
+KAFKA_TOPIC_PARTITIONS = _bounded("KAFKA_TOPIC_PARTITIONS", env.int("KAFKA_TOPIC_PARTITIONS", default=6), 1, 10_000)
 KAFKA_SESSION_TIMEOUT_MS = env.int("KAFKA_SESSION_TIMEOUT_MS", default=6000)
 KAFKA_AUDIT_GROUP = env.str("KAFKA_AUDIT_GROUP", default="stint-audit")
 # Outbox relay and pruner (scheduler.maintenance.relay, .outbox_pruner; typed in scheduler.kafka.EventStreamConf):
 # every delivery report arrives within the timeout.
 KAFKA_DELIVERY_TIMEOUT_MS = env.int("KAFKA_DELIVERY_TIMEOUT_MS", default=5000)
-OUTBOX_BATCH_SIZE = env.int("STINT_OUTBOX_BATCH_SIZE", default=5000)
+OUTBOX_BATCH_SIZE = _bounded("STINT_OUTBOX_BATCH_SIZE", env.int("STINT_OUTBOX_BATCH_SIZE", default=5000), 1, 1_000_000)
 OUTBOX_RELAY_INTERVAL_SECONDS = env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS", default=0.1)
 OUTBOX_RETENTION_DAYS = env.int("STINT_OUTBOX_RETENTION_DAYS", default=7)
 # The audit consumer's quarantine (audit.quarantine): entries older than this are pruned (0: kept).
@@ -225,7 +239,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["core.parsers.SafeJSONParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
-    "PAGE_SIZE": env.int("API_PAGE_SIZE", default=50),
+    "PAGE_SIZE": _bounded("API_PAGE_SIZE", env.int("API_PAGE_SIZE", default=50), 1, 10_000),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -248,9 +262,16 @@ for _scope, _rate in STINT_RATE_LIMITS.items():  # read per request: a bad one w
 # address is the socket peer and X-Forwarded-For is ignored.
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 
+_TEN_YEARS_SECONDS = 10 * 365 * 86400  # the longest token lifetime or idempotency TTL (a timedelta ends near 2.7e12 s)
+_JWT_ACCESS_SECONDS = env.int("JWT_ACCESS_LIFETIME_SECONDS", default=300)
+_JWT_REFRESH_SECONDS = env.int("JWT_REFRESH_LIFETIME_SECONDS", default=86400)
 SIMPLE_JWT = {
-    "ACCESS_TOKEN_LIFETIME": timedelta(seconds=env.int("JWT_ACCESS_LIFETIME_SECONDS", default=300)),
-    "REFRESH_TOKEN_LIFETIME": timedelta(seconds=env.int("JWT_REFRESH_LIFETIME_SECONDS", default=86400)),
+    "ACCESS_TOKEN_LIFETIME": timedelta(
+        seconds=_bounded("JWT_ACCESS_LIFETIME_SECONDS", _JWT_ACCESS_SECONDS, 1, _TEN_YEARS_SECONDS)
+    ),
+    "REFRESH_TOKEN_LIFETIME": timedelta(
+        seconds=_bounded("JWT_REFRESH_LIFETIME_SECONDS", _JWT_REFRESH_SECONDS, 1, _TEN_YEARS_SECONDS)
+    ),
     "ROTATE_REFRESH_TOKENS": True,
     "BLACKLIST_AFTER_ROTATION": True,
     "UPDATE_LAST_LOGIN": False,
@@ -330,10 +351,19 @@ for _key in (
     "CLAIM_INDEX_VACUUM_PAGES",
     "AGING_SECONDS",
     "QUEUE_RETENTION_DAYS",
+    "MAX_SCHEDULES_PER_USER",
     *(k for k in SCHEDULER if k.startswith("RETENTION_")),
 ):
     if SCHEDULER[_key] < 0:
         raise ImproperlyConfigured(f"STINT_{_key} must be 0 or more")
+for _key, _low, _high in (
+    ("LEASE_SECONDS", 1, 86_400),
+    ("HEARTBEAT_SECONDS", 0.1, 86_400),  # run_workers' --heartbeat-seconds floor; below the lease, it checks
+    ("POLL_SECONDS", 0.01, 7 * 86_400),  # run_workers' --poll-seconds floor: a 0 s poll spins
+    ("IDEMPOTENCY_TTL_SECONDS", 1, _TEN_YEARS_SECONDS),
+    ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024),
+):
+    _bounded(f"STINT_{_key}", SCHEDULER[_key], _low, _high)
 
 # A job's priority column holds -100..100 (scheduler.states.PRIORITY_MIN/MAX, the job_priority_range
 # constraint): aging may raise a job to at most the top of it, by at most its whole span per age.

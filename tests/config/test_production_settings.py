@@ -82,6 +82,23 @@ def test_check_deploy_is_clean():
             {"STINT_RATE_LIMIT_USER": "0/min"},
             "STINT_RATE_LIMIT_USER: Bad rate limit '0/min': the count must be at least 1",
         ),
+        # Numbers that started cleanly and then gave wrong answers or failed deep inside: a page size of 0
+        # listed no results under a count, an idempotency TTL of 0 let a replayed key create a second
+        # job, a batch size of 0 relayed nothing to Kafka, a huge token lifetime was an OverflowError.
+        ({"API_PAGE_SIZE": "0"}, "API_PAGE_SIZE must be from 1 to 10000 (got 0)"),
+        ({"STINT_IDEMPOTENCY_TTL_SECONDS": "-1"}, "STINT_IDEMPOTENCY_TTL_SECONDS must be from 1 to 315360000 (got -1)"),
+        ({"STINT_OUTBOX_BATCH_SIZE": "0"}, "STINT_OUTBOX_BATCH_SIZE must be from 1 to 1000000 (got 0)"),
+        (
+            {"JWT_ACCESS_LIFETIME_SECONDS": "99999999999999999999"},
+            "JWT_ACCESS_LIFETIME_SECONDS must be from 1 to 315360000 (got 99999999999999999999)",
+        ),
+        ({"JWT_REFRESH_LIFETIME_SECONDS": "0"}, "JWT_REFRESH_LIFETIME_SECONDS must be from 1 to 315360000 (got 0)"),
+        ({"STINT_LEASE_SECONDS": "0"}, "STINT_LEASE_SECONDS must be from 1 to 86400 (got 0)"),
+        ({"STINT_HEARTBEAT_SECONDS": "-1"}, "STINT_HEARTBEAT_SECONDS must be from 0.1 to 86400 (got -1.0)"),
+        ({"STINT_POLL_SECONDS": "0"}, "STINT_POLL_SECONDS must be from 0.01 to 604800 (got 0.0)"),
+        ({"STINT_MAX_PAYLOAD_BYTES": "0"}, "STINT_MAX_PAYLOAD_BYTES must be from 1 to 67108864 (got 0)"),
+        ({"KAFKA_TOPIC_PARTITIONS": "0"}, "KAFKA_TOPIC_PARTITIONS must be from 1 to 10000 (got 0)"),
+        ({"STINT_MAX_SCHEDULES_PER_USER": "-1"}, "STINT_MAX_SCHEDULES_PER_USER must be 0 or more"),
         # logging.config's "ValueError: Unable to configure root logger", deep in django.setup(), named nothing.
         ({"LOG_LEVEL": "BOGUS"}, "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (got 'BOGUS')"),
     ],
