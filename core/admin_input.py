@@ -15,7 +15,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import DataError, transaction
-from django.db.models import DateTimeField
+from django.db.models import BinaryField, DateTimeField
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 
 from core.parsers import is_storable_text
@@ -50,6 +50,13 @@ def utc_datetime_filters(model: Any, query: QueryDict) -> QueryDict:
     return fixed
 
 
+def _field(model: Any, name: str) -> Any:
+    try:
+        return model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+
+
 class GuardedModelAdmin(admin.ModelAdmin):
     """A ``ModelAdmin`` whose list, actions and object pages answer hostile input without a 500."""
 
@@ -80,8 +87,14 @@ class GuardedModelAdmin(admin.ModelAdmin):
         ``?e=1``), never a 500: a year outside 1..9999 (``?created_at__year=-1``, ``__iso_year``,
         ``__date__year``, ``__year__gt``), of which Django builds a ``datetime`` (``ValueError``,
         ``OverflowError``), or a value PostgreSQL refuses (``DataError``: ``?name__regex=(``). The
-        count runs in a savepoint, so a refused one leaves an enclosing transaction usable.
+        count runs in a savepoint, so a refused one leaves an enclosing transaction usable. So is a
+        lookup on a ``BinaryField`` other than ``__isnull`` (``?key__exact=abc``): the query string's
+        text reached psycopg as a value for a bytea parameter (a TypeError, a 500).
         """
+        for key in request.GET:
+            name, _, lookup = key.partition("__")
+            if isinstance(_field(self.model, name), BinaryField) and lookup != "isnull":
+                raise IncorrectLookupParameters(f"{name} holds raw bytes: filter it only with __isnull")
         request.GET = utc_datetime_filters(self.model, request.GET)
         try:
             with transaction.atomic():

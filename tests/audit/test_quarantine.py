@@ -97,6 +97,22 @@ def test_the_console_lists_quarantined_messages_with_their_bytes_and_error(opera
     assert "[2]@8" in by_error.content.decode() and "[2]@7" not in by_error.content.decode()
 
 
+@pytest.mark.parametrize("query", ["key__exact=abc", "value__gte=x", "value__in=a,b", "key__startswith=%FF"])
+def test_a_filter_on_the_raw_bytes_is_the_bad_filter_page_not_a_500(operator, query):
+    quarantined(1, received_at=db_now())
+
+    response = operator.get(f"/admin/audit/quarantinedmessage/?{query}")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/admin/audit/quarantinedmessage/?e=1"  # Django's answer to an invalid lookup
+
+
+def test_the_raw_bytes_may_still_be_filtered_on_being_there(operator):
+    quarantined(1, received_at=db_now())
+
+    assert operator.get("/admin/audit/quarantinedmessage/?key__isnull=True").status_code == 200
+
+
 def test_the_console_has_no_way_to_edit_or_delete_a_quarantined_message(operator):
     message = quarantined(3, received_at=T)
 
