@@ -65,12 +65,15 @@ class StintAdminSite(AdminSite):
         super().register(model_or_iterable, admin_class, **options)
 
     def get_urls(self) -> list[Any]:
-        """Django's admin URLs plus the live queues-and-workers page (``stint/queues/``) and its data."""
+        """Django's admin URLs (its ``r/`` guarded) plus the live queues-and-workers page and its data."""
         from django.urls import path
 
+        from core.admin_input import view_on_site
         from scheduler import admin_ops
 
         ours = [
+            # Django's own route, served by a view that answers an id that is not one with a 404.
+            path("r/<path:content_type_id>/<path:object_id>/", self.admin_view(view_on_site), name="view_on_site"),
             path("stint/queues/", self.admin_view(admin_ops.queues_page(self)), name="stint-queues"),
             path("stint/queues/live/", self.admin_view(admin_ops.queues_live), name="stint-queues-live"),
             path("stint/queues/data.json", self.admin_view(admin_ops.queues_data), name="stint-queues-data"),

@@ -93,6 +93,20 @@ def test_an_action_on_a_selected_id_that_is_not_one_is_refused_with_a_message_on
     assert type(kept).objects.filter(pk=kept.pk).exists()
 
 
+@pytest.mark.parametrize(
+    ("model", "object_id"),
+    [("scheduler.job", "not-a-uuid"), ("scheduler.job", "1"), ("scheduler.queue", "a%00b"), ("accounts.user", "%00")],
+)
+def test_the_view_on_site_shortcut_answers_an_id_that_is_not_one_with_a_404(operator, model, object_id):
+    from django.contrib.contenttypes.models import ContentType
+
+    content_type = ContentType.objects.get_by_natural_key(*model.split("."))
+
+    response = operator.get(f"/admin/r/{content_type.pk}/{object_id}/")
+
+    assert response.status_code == 404
+
+
 def test_every_registered_admin_carries_the_input_guards():
     from core.admin_input import GuardedModelAdmin
 
