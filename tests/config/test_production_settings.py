@@ -99,6 +99,10 @@ def test_check_deploy_is_clean():
         ({"STINT_MAX_PAYLOAD_BYTES": "0"}, "STINT_MAX_PAYLOAD_BYTES must be from 1 to 67108864 (got 0)"),
         ({"KAFKA_TOPIC_PARTITIONS": "0"}, "KAFKA_TOPIC_PARTITIONS must be from 1 to 10000 (got 0)"),
         ({"STINT_MAX_SCHEDULES_PER_USER": "-1"}, "STINT_MAX_SCHEDULES_PER_USER must be 0 or more"),
+        # django-environ's float dropped every character but digits, "," "." and "-": 500ms was 500 s.
+        ({"STINT_HEARTBEAT_SECONDS": "500ms"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float: '500ms'"),
+        ({"STINT_POLL_SECONDS": "0x10"}, "STINT_POLL_SECONDS: could not convert string to float: '0x10'"),
+        ({"STINT_BACKOFF_BASE_SECONDS": "nan"}, "STINT_BACKOFF_BASE_SECONDS: 'nan' is not a finite number"),
         # logging.config's "ValueError: Unable to configure root logger", deep in django.setup(), named nothing.
         ({"LOG_LEVEL": "BOGUS"}, "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (got 'BOGUS')"),
     ],
@@ -130,6 +134,13 @@ def test_a_log_level_in_lower_case_is_read_as_its_name():
     result = _production("-c", SETUP + "; import logging; print(logging.getLogger().level)", LOG_LEVEL="warning")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(30)]  # logging.WARNING
+
+
+def test_a_number_of_seconds_is_read_as_python_reads_it():
+    show = SETUP + "; from django.conf import settings as s; print(s.SCHEDULER['POLL_SECONDS'], s.REDIS_SOCKET_TIMEOUT)"
+    result = _production("-c", show, STINT_POLL_SECONDS="1e3", REDIS_SOCKET_TIMEOUT=" 0.25 ")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1000.0", "0.25"]  # django-environ read 1e3 as 13.0
 
 
 def test_a_short_reconcile_grace_is_accepted_with_a_short_enough_lock_hold():
