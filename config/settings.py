@@ -22,6 +22,9 @@ from core import rates as _rates
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+_FALSE_WORDS = frozenset({"false", "off", "no", "n", "0", ""})
+
+
 class _Env(environ.Env):
     """django-environ's reader, whose cast errors name the variable (int("abc") alone says only "abc")."""
 
@@ -47,6 +50,21 @@ class _Env(environ.Env):
         if not math.isfinite(value):
             raise ImproperlyConfigured(f"{var}: {raw!r} is not a finite number")
         return value
+
+    def bool(self, var: str, default: Any = environ.Env.NOTSET) -> Any:
+        """Read ``var`` as true (``true``, ``yes``, ``on``, ``1``...) or false (``false``, ``no``, ``off``, ``0``, "").
+
+        django-environ's own bool reads anything but its true words as false, so a typo
+        (``METRICS_RESTRICTED=ture``) turned a protection off silently; here it is an
+        ImproperlyConfigured naming the variable.
+        """
+        raw = self.get_value(var, cast=str, default=default)
+        if not isinstance(raw, str):  # the default, as given
+            return raw
+        word = raw.strip().lower()
+        if word in self.BOOLEAN_TRUE_STRINGS or word in _FALSE_WORDS:
+            return word in self.BOOLEAN_TRUE_STRINGS
+        raise ImproperlyConfigured(f"{var}: {raw!r} is not a boolean (true/false, yes/no, on/off, 1/0)")
 
 
 env = _Env()

@@ -103,6 +103,9 @@ def test_check_deploy_is_clean():
         ({"STINT_HEARTBEAT_SECONDS": "500ms"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float: '500ms'"),
         ({"STINT_POLL_SECONDS": "0x10"}, "STINT_POLL_SECONDS: could not convert string to float: '0x10'"),
         ({"STINT_BACKOFF_BASE_SECONDS": "nan"}, "STINT_BACKOFF_BASE_SECONDS: 'nan' is not a finite number"),
+        # django-environ's bool read anything but its true words as false: a typo opened /metrics to all.
+        ({"METRICS_RESTRICTED": "ture"}, "METRICS_RESTRICTED: 'ture' is not a boolean"),
+        ({"SECURE_SSL_REDIRECT": "enabled"}, "SECURE_SSL_REDIRECT: 'enabled' is not a boolean"),
         # logging.config's "ValueError: Unable to configure root logger", deep in django.setup(), named nothing.
         ({"LOG_LEVEL": "BOGUS"}, "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (got 'BOGUS')"),
     ],
@@ -141,6 +144,13 @@ def test_a_number_of_seconds_is_read_as_python_reads_it():
     result = _production("-c", show, STINT_POLL_SECONDS="1e3", REDIS_SOCKET_TIMEOUT=" 0.25 ")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1000.0", "0.25"]  # django-environ read 1e3 as 13.0
+
+
+def test_a_boolean_is_read_in_any_of_its_usual_words():
+    show = SETUP + "; from django.conf import settings as s; print(s.METRICS_RESTRICTED, s.SECURE_HSTS_PRELOAD)"
+    result = _production("-c", show, METRICS_RESTRICTED=" Off ", SECURE_HSTS_PRELOAD="YES", DEBUG="0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
 
 
 def test_a_short_reconcile_grace_is_accepted_with_a_short_enough_lock_hold():
