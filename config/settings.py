@@ -172,7 +172,14 @@ TEMPLATES = [
 WSGI_APPLICATION = "config.wsgi.application"
 
 # PostgreSQL is the only supported database: leasing relies on SKIP LOCKED and LISTEN/NOTIFY.
-DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/stint")}
+try:
+    DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/stint")}
+except ValueError as _exc:  # urllib's port errors, from inside django-environ, named no variable
+    raise ImproperlyConfigured(f"DATABASE_URL: {_exc}") from None
+_POSTGRES_ENGINES = ("django.db.backends.postgresql", "django.contrib.gis.db.backends.postgis")
+if DATABASES["default"].get("ENGINE") not in _POSTGRES_ENGINES:
+    # django-environ makes an unknown scheme the dummy backend, which fails only at the first query.
+    raise ImproperlyConfigured(f"DATABASE_URL: {env.str('DATABASE_URL')!r} is not a PostgreSQL URL (postgres://...)")
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("TEST", {})["NAME"] = env.str("TEST_DATABASE_NAME", default="test_stint")

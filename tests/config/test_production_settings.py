@@ -106,6 +106,10 @@ def test_check_deploy_is_clean():
         # django-environ's bool read anything but its true words as false: a typo opened /metrics to all.
         ({"METRICS_RESTRICTED": "ture"}, "METRICS_RESTRICTED: 'ture' is not a boolean"),
         ({"SECURE_SSL_REDIRECT": "enabled"}, "SECURE_SSL_REDIRECT: 'enabled' is not a boolean"),
+        # urllib's "Port could not be cast to integer value", from inside django-environ, named nothing.
+        ({"DATABASE_URL": "postgres://u@db:notaport/stint"}, "DATABASE_URL: Port could not be cast to integer"),
+        ({"DATABASE_URL": "postgres://u@db:99999/stint"}, "DATABASE_URL: Port out of range 0-65535"),
+        ({"DATABASE_URL": "garbage"}, "DATABASE_URL: 'garbage' is not a PostgreSQL URL"),
         # logging.config's "ValueError: Unable to configure root logger", deep in django.setup(), named nothing.
         ({"LOG_LEVEL": "BOGUS"}, "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (got 'BOGUS')"),
     ],
