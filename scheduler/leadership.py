@@ -117,7 +117,7 @@ def mark_alive(*, role: str, token: int) -> None:
     """Record that ``token``'s term of ``role`` led until now (its end, seen by its holder).
 
     Writes ``alive_at`` only while ``token`` is still the fence's: a fenced-out holder writes
-    nothing. Its successor, claiming within a lock TTL, continues the same leadership
+    nothing. Its successor, claiming within half a lock TTL, continues the same leadership
     (``led_since``), so the fires due meanwhile are late, not missed. Raises DatabaseError.
     """
     with transaction.atomic(), connection.cursor() as cursor:
@@ -128,11 +128,15 @@ def mark_alive(*, role: str, token: int) -> None:
 # (SIGSTOP, a stalled host) holds it until its session ends; the claim fails, the lock it took is
 # released, and the next tick tries again.
 CLAIM_LOCK_TIMEOUT = "1s"
+HANDOVER_FRACTION = 0.5  # of a lock TTL: how recently a predecessor must have led for a claim to continue it
 
 # The ``led_since`` a claim records: its predecessor's on a handover, else now(). A handover:
 # the predecessor showed it led (its release, a lost lock, its last write) within ``%(handover)s``
-# seconds (a lock TTL) and after this candidate began trying (``%(waited)s`` seconds ago), so a
-# scheduler ran all along. Schedulers that all stopped and started again leave a gap.
+# seconds (``HANDOVER_FRACTION`` of a lock TTL) and after this candidate began trying
+# (``%(waited)s`` seconds ago), so a scheduler ran all along. Schedulers that all stopped and
+# started again leave a gap, and so does a leader that died: its lock expires a TTL after its
+# last renewal, so its successor claims at least a TTL less a tick after its last write, while a
+# release or a lost lock is seen by a waiting candidate within a tick (a TTL exceeds two ticks).
 _LED_SINCE = """
     CASE WHEN stint_leader_fence.alive_at >= now() - make_interval(secs => least(%(handover)s, %(waited)s))
          THEN coalesce(stint_leader_fence.led_since, stint_leader_fence.updated_at)
@@ -152,7 +156,7 @@ def _claim(*, role: str, token: int, holder: str, handover_seconds: float, waite
     """Claim ``token`` if it is strictly newer than the fence; return its ``led_since`` or None.
 
     ``led_since``: the database time the leadership this term continues began (``_LED_SINCE``:
-    ``handover_seconds`` is the lock TTL, ``waited_seconds`` how long this process has been trying).
+    ``handover_seconds`` is half the lock TTL, ``waited_seconds`` how long this process has been trying).
     Raises DatabaseError, among them a lock timeout (``CLAIM_LOCK_TIMEOUT``) while another
     session holds the fence row.
     """
@@ -356,7 +360,7 @@ class Leadership:
                 role=self.role,
                 token=token,
                 holder=self.holder,
-                handover_seconds=self.ttl_seconds,
+                handover_seconds=self.ttl_seconds * HANDOVER_FRACTION,
                 waited_seconds=self._waited(started),
             )
         except DatabaseError:
@@ -435,7 +439,7 @@ class Leadership:
             token, now = _claim_next(
                 role=self.role,
                 holder=self.holder,
-                handover_seconds=self.ttl_seconds,
+                handover_seconds=self.ttl_seconds * HANDOVER_FRACTION,
                 waited_seconds=self._waited(started),
             )
         except (psycopg.Error, DatabaseError):

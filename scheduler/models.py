@@ -353,7 +353,7 @@ class LeaderFence(models.Model):
     # The database time ``token``'s holder last showed it led: its claim, each leader write
     # (``fence_check``) and the end of its term when it saw the end (a release, a lost lock).
     alive_at = models.DateTimeField(null=True, blank=True)
-    # When the unbroken leadership this term continues began: a term claimed within a lock TTL of
+    # When the unbroken leadership this term continues began: a term claimed within half a lock TTL of
     # its predecessor's ``alive_at`` (a handover) inherits it; otherwise its own claim time.
     led_since = models.DateTimeField(null=True, blank=True)
 

@@ -112,8 +112,8 @@ class CronFirer:
     fire's job is unfinished, and at most one fire per run), insert the jobs with
     ``lifecycle.create_jobs`` (the unique (schedule, fire_time) skips any already there), advance
     ``next_fire_at`` and ``last_fired_at``, and send one NOTIFY. Fires due before the unbroken
-    leadership this term continues began (``Leadership.leading_since``: a handover within a lock
-    TTL is no break), or more than ``misfire_grace_seconds`` ago, count as missed.
+    leadership this term continues began (``Leadership.leading_since``: a handover within half a
+    lock TTL is no break), or more than ``misfire_grace_seconds`` ago, count as missed.
     """
 
     name = "cron_firer"
