@@ -84,12 +84,42 @@ def _zone_names() -> frozenset[str]:
     return frozenset((available_timezones() | {"UTC"}) - NOT_ZONES)
 
 
+# Names a field may use in ranges, by field index (month 3, day of week 4), as numbers.
+_FIELD_NAMES: dict[int, dict[str, int]] = {
+    3: {
+        name: n
+        for n, name in enumerate(
+            ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1
+        )
+    },
+    4: {name: n for n, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))},
+}
+
+
+def _reversed_range(field: str, *, names: dict[str, int]) -> str | None:
+    """Return the first range of ``field`` whose start is after its end (``5-4``, ``sat-mon``), or None.
+
+    ISC cron refuses such a range ("bad minute"); croniter reads it as wrapping round, so
+    ``5-4 * * * *`` would fire every minute. Bounds that are neither numbers nor ``names`` (``L``,
+    ``#`` forms) are left to croniter's own checks.
+    """
+    for part in field.split(","):
+        bounds = part.split("/")[0].split("-")
+        if len(bounds) != 2:
+            continue
+        low, high = (int(b) if b.isdigit() else names.get(b.lower()) for b in bounds)
+        if low is not None and high is not None and low > high:
+            return part.split("/")[0]
+    return None
+
+
 def normalize_cron(expression: str) -> str:
     """Return ``expression`` as five space-separated fields (macros expanded); raise InvalidSchedule.
 
     Accepts the 5-field syntax croniter implements (numbers, names, ``*``, ``/``, ``,``, ``-``,
     ``L``, ``#``) and the ``@hourly``-style macros; refuses seconds/year fields, ``@reboot``,
-    and croniter's hashed (``H``) and random (``R``) extensions.
+    croniter's hashed (``H``) and random (``R``) extensions, and reversed ranges
+    (``_reversed_range``), as ISC cron does.
     """
     bad = InvalidSchedule
     if not isinstance(expression, str) or not expression.strip():
@@ -108,6 +138,13 @@ def normalize_cron(expression: str) -> str:
         tokens = field.replace("/", ",").replace("-", ",").replace("#", ",").split(",")
         if set(field) - _FIELD_CHARS or any(t.upper() in ("H", "R") for t in tokens):
             raise bad(f"Invalid cron field {field!r}.", details={"cron": [f"Invalid field {field!r}."]})
+    for index, field in enumerate(fields):
+        reversed_range = _reversed_range(field, names=_FIELD_NAMES.get(index, {}))
+        if reversed_range is not None:
+            raise bad(
+                f"The cron range {reversed_range!r} is reversed.",
+                details={"cron": [f"The range {reversed_range!r} is reversed: write it from low to high."]},
+            )
     try:
         croniter(text, dt.datetime(2000, 1, 1))  # croniter walks naive wall times
     except (CroniterError, ValueError, KeyError) as exc:

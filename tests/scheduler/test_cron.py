@@ -272,6 +272,24 @@ def test_normalize_cron(expression, normalized):
 
 
 @pytest.mark.parametrize(
+    ("expression", "field"),
+    [
+        ("5-4 * * * *", "5-4"),
+        ("0 23-1 * * *", "23-1"),
+        ("0 0 * DEC-JAN *", "DEC-JAN"),
+        ("0 0 * * sat-mon", "sat-mon"),
+        ("0 0 20-10/2 * *", "20-10/2"),
+    ],
+)
+def test_a_reversed_range_is_refused_as_iscs_cron_refuses_it(expression, field):
+    # croniter read 5-4 as wrapping round the hour: the schedule fired every minute.
+    with pytest.raises(InvalidSchedule, match=f"range {field.split('/')[0]!r} is reversed"):
+        cron_spec(expression, "UTC")
+    for fine in ("0 0 * * MON-FRI", "0 0 * * 5-7", "0-59/5 * * * *", "0 0 * JAN-DEC *", "3-3 * * * *"):
+        cron_spec(fine, "UTC")
+
+
+@pytest.mark.parametrize(
     "expression",
     ["", "61 * * * *", "* * * *", "* * * * * *", "0 0 1 1 * 2030", "@reboot", "H * * * *", "R 0 * * *", "0 0 ? * *"],
 )
