@@ -408,6 +408,12 @@ for _key, _low, _high in (
     ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024),
 ):
     _bounded(f"STINT_{_key}", SCHEDULER[_key], _low, _high)
+if SCHEDULER["WORKER_DEAD_AFTER_SECONDS"] <= SCHEDULER["HEARTBEAT_SECONDS"]:
+    # The console, health and the worker reaper would call every live worker gone between two heartbeats.
+    raise ImproperlyConfigured(
+        f"STINT_WORKER_DEAD_AFTER_SECONDS ({SCHEDULER['WORKER_DEAD_AFTER_SECONDS']}) must exceed"
+        f" STINT_HEARTBEAT_SECONDS ({SCHEDULER['HEARTBEAT_SECONDS']:g})"
+    )
 
 # A job's priority column holds -100..100 (scheduler.states.PRIORITY_MIN/MAX, the job_priority_range
 # constraint): aging may raise a job to at most the top of it, by at most its whole span per age.

@@ -99,6 +99,10 @@ def test_check_deploy_is_clean():
         ({"STINT_MAX_PAYLOAD_BYTES": "0"}, "STINT_MAX_PAYLOAD_BYTES must be from 1 to 67108864 (got 0)"),
         ({"KAFKA_TOPIC_PARTITIONS": "0"}, "KAFKA_TOPIC_PARTITIONS must be from 1 to 10000 (got 0)"),
         ({"STINT_MAX_SCHEDULES_PER_USER": "-1"}, "STINT_MAX_SCHEDULES_PER_USER must be 0 or more"),
+        (
+            {"STINT_WORKER_DEAD_AFTER_SECONDS": "5", "STINT_HEARTBEAT_SECONDS": "10"},
+            "STINT_WORKER_DEAD_AFTER_SECONDS (5) must exceed STINT_HEARTBEAT_SECONDS (10)",
+        ),
         # django-environ's float dropped every character but digits, "," "." and "-": 500ms was 500 s.
         ({"STINT_HEARTBEAT_SECONDS": "500ms"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float: '500ms'"),
         ({"STINT_POLL_SECONDS": "0x10"}, "STINT_POLL_SECONDS: could not convert string to float: '0x10'"),
