@@ -1,4 +1,4 @@
-"""Which threads opened a database connection, from Django's ``connection_created`` signal.
+"""Per-thread database connection facts: which threads opened one, and their bounded lock waits.
 
 A worker runs each handler in a pool thread and checks afterwards the connections that thread
 opened (``scheduler.workers.execute``): a thread that never opened one has nothing to check, and
@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from django.db import connection
 from django.db.backends.signals import connection_created
 
 _state = threading.local()
@@ -28,3 +29,21 @@ connection_created.connect(_note_connection, dispatch_uid="stint-thread-opened-a
 def opened_a_connection() -> bool:
     """Whether the calling thread has opened a database connection (of any alias) since Django loaded its apps."""
     return getattr(_state, "opened", False)
+
+
+def bound_lock_waits(milliseconds: int) -> None:
+    """Make ``milliseconds`` the ``lock_timeout`` of the calling thread's connection, once per connection.
+
+    Session-wide (``set_config(..., false)``), so it outlives the statement; a new connection
+    (after an error closed the last one) gets it again, and one already set costs no round trip.
+    For loops that retry a statement later when it fails, so that none waits on a lock another
+    session holds (a handler's ``LOCK TABLE stint_job``) for as long as that session chooses.
+    Raises what the database raises (opening the connection included).
+    """
+    connection.ensure_connection()
+    bounded = (connection.connection, milliseconds)
+    if getattr(_state, "lock_bounded", None) == bounded:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{milliseconds}ms"])
+    _state.lock_bounded = bounded

@@ -39,6 +39,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, close_old
 from django.db.models.functions import Now
 
 from core.db_role import application_name_for
+from core.db_threads import bound_lock_waits
 from core.pg_connect import pg_connection_params
 from scheduler import leasing, metrics
 from scheduler.conf import conf
@@ -167,7 +168,6 @@ class Worker:
         self.pool: ThreadPool | ProcessPool | None = None
         self.inflight: InFlight | None = None
         self._threads: list[threading.Thread] = []  # the flusher and the heartbeat
-        self._lock_bounded: dict[str, Any] = {}  # "claim"/"flush" -> the thread's connection whose lock_timeout is set
         # The flusher's only: outcomes refused for a locked job row, each with the clock time at
         # which it is given up, and when they are next tried.
         self._locked: list[tuple[Report, float]] = []
@@ -252,7 +252,7 @@ class Worker:
                 if self._wedged():
                     break
                 poll_due = now >= next_poll
-                self._bound_lock_waits("claim", CLAIM_LOCK_TIMEOUT_MS)
+                bound_lock_waits(CLAIM_LOCK_TIMEOUT_MS)
                 if poll_due:
                     self._poll_control()
                     next_poll = now + self.options.poll_seconds
@@ -460,20 +460,6 @@ class Worker:
                     break
             self._flush(batch)
 
-    def _bound_lock_waits(self, role: str, milliseconds: int) -> None:
-        """Set ``milliseconds`` as the ``lock_timeout`` of this thread's connection, once per connection.
-
-        ``role``: the thread ("claim": the claim loop, ``CLAIM_LOCK_TIMEOUT_MS``; "flush": the
-        flusher, ``OUTCOME_LOCK_TIMEOUT_MS``). Session-wide, so it outlives the statement; a new
-        connection (after an error closed the last one) gets it again.
-        """
-        connection.ensure_connection()
-        if connection.connection is self._lock_bounded.get(role):
-            return
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{milliseconds}ms"])
-        self._lock_bounded[role] = connection.connection
-
     def _retry_locked(self) -> None:
         """Record again, as one batch, the outcomes refused for a locked job row; give up those past their lease."""
         if not self._locked or self._clock() < self._locked_retry_at:
@@ -491,7 +477,7 @@ class Worker:
         """Record ``batch``; ``give_up`` (a retry of locked outcomes): when each report, by ``id()``, is given up."""
         while True:
             try:
-                self._bound_lock_waits("flush", OUTCOME_LOCK_TIMEOUT_MS)
+                bound_lock_waits(OUTCOME_LOCK_TIMEOUT_MS)
                 done = leasing.record_batch(batch, split_locked=give_up is None)
                 break
             except leasing.CONNECTION_ERRORS:

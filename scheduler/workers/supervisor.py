@@ -39,6 +39,7 @@ from typing import Any
 from django.db import close_old_connections, connection
 from django.db.models.functions import Now
 
+from core.db_threads import bound_lock_waits
 from scheduler import leasing, metrics
 from scheduler.conf import conf
 from scheduler.maintenance.rescuer import rescue_held_by
@@ -53,7 +54,10 @@ logger = logging.getLogger(__name__)
 ISOLATION = "isolation"  # the slot name of the isolation process; the others are "0", "1", ...
 DEFAULT_ISOLATION_SLOTS = 2  # jobs the isolation process runs at once, each in its own child process
 ISOLATION_IDLE_SECONDS = 30.0  # seconds an isolation process waits for work before it exits
-LOCK_TIMEOUT_MS = 1000  # how long a statement of the supervisor waits for a lock (``_bound_lock_waits``)
+# How long a statement of the supervisor's loop (the isolation check, a rescue, marking a worker
+# stopped) waits for a lock: each is retried later when it fails, so a handler's LOCK TABLE
+# stint_job must not hold the loop (reaping, restarts, signals) as long as the lock lasts.
+LOCK_TIMEOUT_MS = 1000
 RESTART_BACKOFF_BASE = 1.0  # seconds before the first restart of a process that died before it was ready
 RESTART_BACKOFF_MAX = 30.0  # seconds, at most
 STOP_MARGIN_SECONDS = 10.0  # seconds past the grace period (or a forced stop) before a process is killed
@@ -132,7 +136,6 @@ class Supervisor:
         self._ctx = multiprocessing.get_context("spawn")
         self._children: dict[str, _Child] = {}
         self._restart_at: dict[str, float] = {}  # slot -> monotonic time of its next start
-        self._lock_bounded: Any = None  # the connection whose lock_timeout is set
         self._failures: dict[str, int] = {}  # slot -> deaths before ready, in a row
         self._rescues: list[_Rescue] = []  # rescues the database refused, to try again
         self._next_rescue_try = 0.0
@@ -364,7 +367,7 @@ class Supervisor:
             )
         self._rescue(_Rescue(worker_id=child.worker_id, error=error, isolate=isolate, since=time.monotonic()))
         try:
-            self._bound_lock_waits()
+            bound_lock_waits(LOCK_TIMEOUT_MS)
             WorkerNode.objects.filter(id=child.worker_id, stopped_at__isnull=True).update(
                 stopped_at=Now(), busy_slots=0
             )
@@ -388,25 +391,10 @@ class Supervisor:
             )
         self._restart_at[child.slot] = time.monotonic() + delay
 
-    def _bound_lock_waits(self) -> None:
-        """Set ``LOCK_TIMEOUT_MS`` as the ``lock_timeout`` of this process's connection, once per connection.
-
-        Every statement of the supervisor's loop (the isolation check, a rescue, marking a worker
-        stopped) is retried later when it fails, so none should wait for a lock: a handler's
-        ``LOCK TABLE stint_job`` would otherwise hold the loop, with its reaping, restarts and
-        signal handling, for as long as the handler holds the lock.
-        """
-        connection.ensure_connection()
-        if connection.connection is self._lock_bounded:
-            return
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{LOCK_TIMEOUT_MS}ms"])
-        self._lock_bounded = connection.connection
-
     def _rescue(self, rescue: _Rescue) -> None:
         """Hand the jobs of a dead worker process to rescue now; keep the rescue to retry if the database refused."""
         try:
-            self._bound_lock_waits()
+            bound_lock_waits(LOCK_TIMEOUT_MS)
             moved = rescue_held_by(worker_id=rescue.worker_id, error=rescue.error, isolate=rescue.isolate)
         except Exception:  # database down or a lock held too long: try again in a moment
             logger.warning(
@@ -440,7 +428,7 @@ class Supervisor:
         if ISOLATION in self._children or ISOLATION in self._restart_at:
             return
         try:
-            self._bound_lock_waits()
+            bound_lock_waits(LOCK_TIMEOUT_MS)
             waiting = leasing.isolated_jobs_waiting(queues=self.options.worker.queues)
         except Exception:  # the database is down: the worker processes say so; look again next poll
             connection.close()
