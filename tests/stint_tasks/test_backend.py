@@ -71,6 +71,22 @@ def run_next() -> Report:
     return run(job)
 
 
+def run_next_seeing_finished() -> tuple[Report, list[tuple[str, str | None]]]:
+    """``run_next()``, with the (status, last error's class path) of each ``task_finished`` it sent."""
+    finished: list[tuple[str, str | None]] = []
+
+    def on_finished(sender, task_result, **kwargs) -> None:
+        errors = task_result.errors
+        finished.append((task_result.status, errors[-1].exception_class_path if errors else None))
+
+    task_finished.connect(on_finished)
+    try:
+        report = run_next()
+    finally:
+        task_finished.disconnect(on_finished)
+    return report, finished
+
+
 def make_due(result_id: str) -> None:
     """Move a RETRYING job's backoff to now (the promoter's job, without waiting)."""
     with connection.cursor() as cursor:
@@ -295,17 +311,8 @@ def test_system_exit_non_json_returns_and_project_exceptions_fail_the_attempt_wi
 )
 @pytest.mark.parametrize("returns", [t.returns_unstorable, t.async_returns_unstorable], ids=["sync", "async"])
 def test_a_return_value_that_is_not_json_fails_the_job_after_one_attempt(returns, kind, exception, detail) -> None:
-    finished: list[tuple[str, str]] = []
-
-    def on_finished(sender, task_result, **kwargs) -> None:
-        finished.append((task_result.status, task_result.errors[-1].exception_class_path))
-
     result = returns.enqueue(kind)  # Stint's default budget: 3 retries
-    task_finished.connect(on_finished)
-    try:
-        report = run_next()
-    finally:
-        task_finished.disconnect(on_finished)
+    report, finished = run_next_seeing_finished()
 
     # The task ran (its side effects happened): a retry would run it again, for the same value.
     assert report.outcome == Outcome.PERMANENT
@@ -332,18 +339,8 @@ def test_a_return_value_that_is_not_json_fails_the_job_after_one_attempt(returns
 def test_a_return_value_normalize_json_passes_but_a_job_cannot_keep_is_signalled_failed(kind, detail) -> None:
     # Django's normalize_json passes NaN, U+0000, lone surrogates and any size: task_finished said
     # SUCCESSFUL for a value the worker then refused, so the job ended FAILED behind the signal's back.
-    finished: list[tuple[str, str]] = []
-
-    def on_finished(sender, task_result, **kwargs) -> None:
-        errors = task_result.errors
-        finished.append((task_result.status, errors[-1].exception_class_path if errors else None))
-
     result = t.returns_refused.enqueue(kind)
-    task_finished.connect(on_finished)
-    try:
-        report = run_next()
-    finally:
-        task_finished.disconnect(on_finished)
+    report, finished = run_next_seeing_finished()
 
     assert report.outcome == Outcome.PERMANENT
     # Python 3.12's json adds the value (": nan") to its message: the start is what is checked.
