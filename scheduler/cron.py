@@ -84,15 +84,10 @@ def _zone_names() -> frozenset[str]:
     return frozenset((available_timezones() | {"UTC"}) - NOT_ZONES)
 
 
-# Names a field may use in ranges, by field index (month 3, day of week 4), as numbers.
+# The names a field may use (month 3: jan=1..., day of week 4: sun=0...), as croniter reads them.
 _FIELD_NAMES: dict[int, dict[str, int]] = {
-    3: {
-        name: n
-        for n, name in enumerate(
-            ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1
-        )
-    },
-    4: {name: n for n, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))},
+    index: {name: n for name, n in names.items() if isinstance(n, int)}
+    for index, names in enumerate(croniter.ALPHACONV)
 }
 
 
@@ -139,7 +134,7 @@ def normalize_cron(expression: str) -> str:
         if set(field) - _FIELD_CHARS or any(t.upper() in ("H", "R") for t in tokens):
             raise bad(f"Invalid cron field {field!r}.", details={"cron": [f"Invalid field {field!r}."]})
     for index, field in enumerate(fields):
-        reversed_range = _reversed_range(field, names=_FIELD_NAMES.get(index, {}))
+        reversed_range = _reversed_range(field, names=_FIELD_NAMES[index])
         if reversed_range is not None:
             raise bad(
                 f"The cron range {reversed_range!r} is reversed.",
