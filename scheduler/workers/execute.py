@@ -8,6 +8,7 @@ import os
 import traceback
 from typing import Any
 
+import psycopg
 from django.db import DatabaseError, close_old_connections, connections
 from psycopg.pq import TransactionStatus
 
@@ -193,7 +194,10 @@ def _reset_sessions() -> None:
             with conn.cursor() as cursor:
                 cursor.execute(_RESET_SESSION)
             conn.init_connection_state()  # DISCARD ALL also reset the time zone (and role) Django set
-        except DatabaseError:  # e.g. inside a transaction block (a handler turned autocommit off)
+        except (DatabaseError, psycopg.Error):
+            # Inside a transaction block (a handler turned autocommit off), say; or a cancel left
+            # pending by the handler's own statement_timeout firing at the end of DISCARD ALL, which
+            # hits Django's SET TIME ZONE on the raw connection (a psycopg error, not Django's).
             conn.close()
 
 

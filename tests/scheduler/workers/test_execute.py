@@ -286,6 +286,27 @@ def test_what_a_handler_set_in_its_session_is_reset_before_the_threads_next_job(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_session_whose_time_zone_cannot_be_set_again_after_its_reset_is_closed() -> None:
+    # Seen under load: the statement timeout a handler set (1 ms) fired at the very end of the
+    # DISCARD ALL that reset it, and the pending cancel hit Django's SET TIME ZONE right after,
+    # a psycopg error (Django's init_connection_state uses the raw connection), not Django's.
+    closed: list[bool] = []
+
+    def steps() -> None:
+        connection.ensure_connection()
+
+        def canceled() -> None:
+            raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+
+        connection.init_connection_state = canceled  # this thread's connection only
+        execute._reset_sessions()
+        closed.append(connection.connection is None)
+
+    in_a_thread(steps)
+    assert closed == [True]  # the thread's next job opens a fresh session, in Django's time zone
+
+
+@pytest.mark.django_db(transaction=True)
 def test_opened_a_connection_is_per_thread_and_set_by_the_first_connection() -> None:
     seen: list[bool] = []
 
