@@ -88,10 +88,14 @@ def claim_jobs(
     one round trip with no BEGIN or COMMIT; inside the caller's ``transaction.atomic`` it joins it.
     While flow limits exist (``scheduler.flow``), ``flow.claim.claim_jobs`` claims instead: the
     unlimited jobs as here, the limited ones under their limits, each in a short transaction.
+    Every few seconds, and when the limits in effect change, a non-isolated claim first clears
+    the held flag of jobs no limit governs any more (``flow.claim.release_due``).
     """
     # --- flow control (issue 17): the one hook into the claim path ---
     from scheduler.flow import claim as flow_claim
 
+    if not isolated:
+        flow_claim.release_due()
     if flow_claim.limits_apply():
         return flow_claim.claim_jobs(worker_id=worker_id, limit=limit, queues=queues, paused=paused, isolated=isolated)
     # --- end flow control ---

@@ -44,8 +44,9 @@ from scheduler.notify import CHANNEL, PAYLOAD_TOKEN_SQL
 from scheduler.states import CANCELLABLE, TRANSITIONS, AttemptStatus, EventType, JobStatus
 
 SCHEMA_VERSION = 1
-# The order claims take QUEUED jobs in, the one the partial indexes job_claim_scan_desc and
-# job_isolated_claim_scan serve (``claim``; the claim index upkeep probes the same scan).
+# The order claims take QUEUED jobs in, the one the partial indexes job_claim_scan_desc (within
+# each of its unheld and held parts) and job_isolated_claim_scan serve (``claim``; the claim index
+# upkeep probes the same scan).
 CLAIM_ORDER = "priority DESC, scheduled_at, created_at"
 # HOT_PATH_RECORDS: ``Moved``, ``AttemptEnd`` and ``Claimed`` are made once or more per job and never
 # changed after; they are not ``frozen`` because a frozen dataclass's __init__ costs about 4x a
@@ -183,7 +184,8 @@ def _transition(
         inputs.append((name, pg_type, values))
     params["rows"] = _rows_document(inputs)
 
-    sets = ["status = %(to)s", "updated_at = now()", "event_sequence = j.event_sequence + 1"]
+    # A job leaves QUEUED, or enters it, unheld: only a limited claim phase marks a job held.
+    sets = ["status = %(to)s", "updated_at = now()", "event_sequence = j.event_sequence + 1", "flow_held = false"]
     for i, (column, value) in enumerate((assign or {}).items()):
         if column not in ASSIGNABLE:
             raise ValueError(f"column {column!r} is not assignable by a transition")
@@ -834,6 +836,7 @@ def claim(
     paused: Sequence[str] = (),
     isolated: bool = False,
     flow: tuple[str, Mapping[str, Any]] | None = None,
+    include_held: bool = False,
 ) -> list[Claimed]:
     """Lease up to ``limit`` QUEUED jobs in one statement (QUEUED -> RUNNING) and return them.
 
@@ -849,8 +852,10 @@ def claim(
     (ordinary workers) claims only jobs that are not isolated; True (a supervisor's isolation
     slot) only isolated ones, through their own small partial index. ``flow``
     (``scheduler.flow.claim``): an extra ``AND ...`` filter on the candidates and its named
-    parameters (flow-limited jobs left out, or exactly the admitted ones). One statement: its own
-    transaction in autocommit, or part of the caller's.
+    parameters (flow-limited jobs left out, or exactly the admitted ones). Jobs a flow limit holds
+    (``flow_held``) are left out, so the scan reads only the index's unheld part, unless
+    ``include_held`` (the limited phase's claim of the jobs it admitted) or ``isolated`` (isolated
+    jobs are never held). One statement: its own transaction in autocommit, or part of the caller's.
     """
     if limit <= 0:
         return []
@@ -858,6 +863,8 @@ def claim(
     queue_filter = "AND queue = ANY(%(queues)s::text[])" if queues else ""
     paused_filter = "AND NOT (queue = ANY(%(paused)s::text[]))" if paused else ""
     isolation_filter = "AND isolated" if isolated else "AND NOT isolated"
+    if not (isolated or include_held):
+        isolation_filter += " AND NOT flow_held"
     sql = f"""
         WITH cand AS (
             SELECT id FROM stint_job
@@ -871,7 +878,7 @@ def claim(
                 lease_token = gen_random_uuid(),
                 lease_expires_at = now() + make_interval(secs => %(lease)s),
                 started_at = now(), finished_at = NULL, updated_at = now(),
-                event_sequence = j.event_sequence + 1
+                event_sequence = j.event_sequence + 1, flow_held = false
             FROM cand WHERE j.id = cand.id
             RETURNING j.id, j.type, j.payload, j.attempts, j.lease_token, j.timeout_seconds, j.owner_id,
                       j.max_retries, j.attempts_base, j.queue, j.priority, j.scheduled_at, j.started_at,

@@ -76,6 +76,12 @@ class Job(models.Model):
     # ends without killing its process (README, Operations / crashes). A database default too:
     # create_jobs inserts with SQL that does not name it.
     isolated = models.BooleanField(default=False, db_default=False)
+    # Held by a flow limit (``scheduler.flow.claim``): a QUEUED job a flow limit governs, marked by
+    # the limited claim phase that found it waiting. The claim index keys on it first, so ordinary
+    # claims read only unheld jobs and never walk past a held-back backlog; the limited phase reads
+    # both parts. Every transition and the claim clear it; a job whose limit is gone is cleared by
+    # ``flow.claim.release_held`` (each worker, every few seconds). Meaningless outside QUEUED.
+    flow_held = models.BooleanField(default=False, db_default=False)
     # The W3C trace context (``traceparent``, ``tracestate``) of the request or cron fire that
     # created the job, while tracing is on (``scheduler.tracing``); each attempt's span links to it.
     trace_context = models.JSONField(null=True, blank=True)
@@ -98,8 +104,11 @@ class Job(models.Model):
     class Meta:
         db_table = "stint_job"
         indexes = [
+            # The claim index: QUEUED jobs, unheld first, each part in claim order. Ordinary claims
+            # read the unheld part (``flow_held = false``, an index condition), the limited phase of
+            # a flow-limited claim both parts, counts by status the whole.
             models.Index(
-                fields=["-priority", "scheduled_at", "created_at"],
+                fields=["flow_held", "-priority", "scheduled_at", "created_at"],
                 name="job_claim_scan_desc",
                 condition=Q(status=JobStatus.QUEUED),
             ),

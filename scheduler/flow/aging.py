@@ -78,19 +78,23 @@ class Reprioritizer:
 def oldest_waiting() -> list[tuple[str, float]]:
     """Return (priority label, seconds waited) of the oldest QUEUED job of each priority present, highest first.
 
-    Waited = database ``now()`` minus ``scheduled_at`` (when it became due). One probe of the
-    ``job_claim_scan_desc`` index per priority value (-100..100), whatever the backlog.
+    Waited = database ``now()`` minus ``scheduled_at`` (when it became due). Two probes of the
+    ``job_claim_scan_desc`` index (its unheld and held parts) per priority value (-100..100),
+    whatever the backlog.
     """
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT p.priority, extract(epoch FROM now() - o.scheduled_at)::float8
+            SELECT p.priority, extract(epoch FROM now() - min(o.scheduled_at))::float8
             FROM generate_series(100, -100, -1) AS p(priority)
+            CROSS JOIN (VALUES (false), (true)) AS h(held)
             CROSS JOIN LATERAL (
                 SELECT scheduled_at FROM stint_job
-                WHERE status = 'QUEUED' AND priority = p.priority
+                WHERE status = 'QUEUED' AND flow_held = h.held AND priority = p.priority
                 ORDER BY priority DESC, scheduled_at LIMIT 1
             ) o
+            GROUP BY p.priority
+            ORDER BY p.priority DESC
             """
         )
         return [(priority_label(p), max(0.0, age)) for p, age in cursor.fetchall()]

@@ -20,22 +20,36 @@ Ordering: the unlimited jobs are claimed first (their statement only gains a fil
 leaves limited jobs out), then the limited ones with the slots left. So that a saturated
 unlimited backlog cannot starve limited jobs, the limited phase goes first when it last
 left admissible jobs behind, and at least every ``LIMITED_FIRST_EVERY`` seconds.
+
+Held jobs: a limited phase that leaves an unheld governed job waiting marks ``flow_held`` the jobs
+of that limit among the first ``MARK_WINDOW`` unheld ones in claim order (in a transaction of its
+own after the claim). The claim index keys on the flag first, so the unlimited phase (and every
+claim while no limit applies) reads only unheld jobs and no longer walks past a held-back backlog
+that comes first in claim order; the limited phase reads the held and the unheld part, merged in
+claim order. The flag is a shortcut, never a rule:
+the unlimited phase still leaves out every governed job, held or not, so a stale flag can delay a
+job but never let a limit be exceeded. A claim or any transition clears it; ``release_held``
+clears it on QUEUED jobs no limit governs any more (each worker process every
+``RELEASE_EVERY`` seconds, and at once when its limits change), so a deleted limit strands nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from scheduler import lifecycle
 from scheduler.conf import conf
 from scheduler.flow.limits import Limit, effective_limits
 from scheduler.lifecycle import Claimed
+
+logger = logging.getLogger(__name__)
 
 LIMITED_FIRST_EVERY = 1.0  # seconds: the limited phase runs before the unlimited one at least this often
 # Seconds a worker trusts "no limited job waits" before looking again after an unfilled claim: a limited
@@ -44,6 +58,9 @@ EMPTY_MEMO_SECONDS = 0.1
 SCAN_FACTOR = 8  # candidates read per free slot (partition limits may skip many)
 SCAN_MIN = 100  # candidates read at least
 CATCH_UP_SECONDS = 2.0  # a rate limit's pacing lets this many seconds' worth of claims through at once
+MARK_WINDOW = 5000  # unheld jobs (front of the claim order) a limited phase that left some waiting marks in
+RELEASE_EVERY = 5.0  # seconds between a worker process's releases of held jobs no limit governs
+RELEASE_BATCH = 5000  # held jobs one release statement clears at most
 
 
 def burst(limit: Limit) -> int:
@@ -91,6 +108,8 @@ class _PhaseState:
     pending: bool = False
     last_first: float = 0.0
     empty_until: float = 0.0  # monotonic: no limited job was waiting at the last look
+    released_at: float | None = None  # monotonic: the last release_held (None: not yet in this process)
+    released_keys: frozenset[str] = frozenset()  # the limit keys in effect at that release
 
 
 _state = _PhaseState()
@@ -105,6 +124,88 @@ def reset_state() -> None:
 def limits_apply() -> bool:
     """True when any flow limit is in effect (handlers, settings or database; cached about a second)."""
     return bool(effective_limits())
+
+
+def release_due() -> None:
+    """Run ``release_held`` when this process last did ``RELEASE_EVERY`` seconds ago or its limits changed.
+
+    Called by every non-isolated claim (``leasing.claim_jobs``) before it claims. With nothing held
+    a release is one probe of the claim index's empty held part. Raises what the database raises.
+    """
+    keys = frozenset(effective_limits())
+    now = time.monotonic()
+    if _state.released_at is not None and now - _state.released_at < RELEASE_EVERY and keys == _state.released_keys:
+        return
+    _state.released_at, _state.released_keys = now, keys
+    release_held()
+
+
+def release_held(*, batch: int = RELEASE_BATCH) -> int:
+    """Clear ``flow_held`` on QUEUED jobs that no flow limit in effect here governs; return how many.
+
+    ``batch``: jobs cleared per statement (each its own transaction, rows another session holds
+    locked are skipped and left for the next release). Statements repeat until one clears fewer
+    than ``batch``. A job some limit still governs keeps its flag. "In effect here" is this
+    process's view (``effective_limits``): a process whose settings or handlers declare fewer
+    limits than another's releases what the other holds, and the other marks it again; the flag
+    only decides which part of the claim index a job sits in, never whether a limit admits it.
+    Raises what the database raises.
+    """
+    limits = effective_limits()
+    params = {
+        "types": sorted(lim.name for lim in limits.values() if lim.scope == "type"),
+        "queues": sorted(lim.name for lim in limits.values() if lim.scope == "queue"),
+        "batch": batch,
+    }
+    released = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE stint_job j SET flow_held = false
+                FROM (
+                    SELECT id FROM stint_job
+                    WHERE status = 'QUEUED' AND flow_held
+                      AND NOT (type = ANY(%(types)s::text[]) OR queue = ANY(%(queues)s::text[]))
+                    LIMIT %(batch)s
+                    FOR UPDATE SKIP LOCKED
+                ) free
+                WHERE j.id = free.id
+                """,
+                params,
+            )
+            n = cursor.rowcount
+        released += n
+        if n < batch:
+            return released
+
+
+def _mark_held(*, types: Sequence[str], queues: Sequence[str]) -> int:
+    """Mark held the jobs of ``types`` or ``queues`` in the first ``MARK_WINDOW`` unheld QUEUED ones; return how many.
+
+    The window is the front of the claim index's unheld part (non-isolated jobs in claim order):
+    the part an unlimited claim walks, so the governed jobs there are the ones that slow it. Its
+    own transaction; rows another session holds locked are skipped. Raises what the database raises.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH front AS (
+                SELECT id, type, queue FROM stint_job
+                WHERE status = 'QUEUED' AND NOT isolated AND NOT flow_held
+                ORDER BY {lifecycle.CLAIM_ORDER}
+                LIMIT %(window)s
+            ), governed AS (
+                SELECT s.id FROM front f JOIN stint_job s ON s.id = f.id
+                WHERE (f.type = ANY(%(types)s::text[]) OR f.queue = ANY(%(queues)s::text[]))
+                  AND s.status = 'QUEUED' AND NOT s.flow_held
+                FOR UPDATE OF s SKIP LOCKED
+            )
+            UPDATE stint_job j SET flow_held = true FROM governed WHERE j.id = governed.id
+            """,  # noqa: S608 - a constant
+            {"types": list(types), "queues": list(queues), "window": MARK_WINDOW},
+        )
+        return cursor.rowcount
 
 
 def claim_jobs(
@@ -199,7 +300,80 @@ def _claim_limited(
     paused: Sequence[str],
     isolated: bool,
 ) -> list[Claimed]:
-    """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks."""
+    """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks.
+
+    Then, when a limit held back an unheld job, mark that limit's jobs held (``_mark_held``).
+    """
+    refusing: list[Limit] = []  # limits that held back an unheld candidate: their jobs get marked held
+    claimed = _claim_limited_once(
+        worker_id=worker_id,
+        slots=slots,
+        limits=limits,
+        relevant=relevant,
+        queues=queues,
+        paused=paused,
+        isolated=isolated,
+        refusing=refusing,
+    )
+    if refusing:
+        try:
+            _mark_held(
+                types=sorted({lim.name for lim in refusing if lim.scope == "type"}),
+                queues=sorted({lim.name for lim in refusing if lim.scope == "queue"}),
+            )
+        except DatabaseError:  # the jobs just claimed must still run: a later phase marks them
+            logger.warning("flow limits: marking held-back jobs failed; a later claim retries", exc_info=True)
+    return claimed
+
+
+def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
+    """The limited phase's read of governed QUEUED jobs in claim order: the candidates are its first ``%(scan)s``.
+
+    Rows: id, type, queue, flow_held, then the value of each of ``partitions`` partition keys
+    (``%(pk0)s``...). Isolated jobs are never held and have their own small index: one read of
+    ``%(scan)s`` rows. Otherwise the claim index's unheld and held parts are each read in claim
+    order, up to ``%(scan)s`` rows each, and merged (all of them: the unheld rows past the first
+    ``%(scan)s`` tell whether unheld jobs wait behind held ones).
+    """
+    governed = "(j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))"
+    partition_columns = "".join(f", j.payload ->> %(pk{i})s AS p{i}" for i in range(partitions))
+    columns = f"j.id, j.type, j.queue, j.flow_held {partition_columns}"
+    if isolated:
+        return f"""
+            SELECT {columns} FROM stint_job j
+            WHERE j.status = 'QUEUED' AND j.isolated AND {governed} {filters}
+            ORDER BY {lifecycle.CLAIM_ORDER}
+            LIMIT %(scan)s
+        """  # noqa: S608 - only constant filters and placeholders are interpolated
+
+    def part(held: str) -> str:
+        return f"""(
+            SELECT {columns}, j.priority, j.scheduled_at, j.created_at FROM stint_job j
+            WHERE j.status = 'QUEUED' AND NOT j.isolated AND j.flow_held = {held} AND {governed} {filters}
+            ORDER BY {lifecycle.CLAIM_ORDER}
+            LIMIT %(scan)s
+        )"""  # noqa: S608 - only constant filters and placeholders are interpolated
+
+    partition_values = "".join(f", c.p{i}" for i in range(partitions))
+    return f"""
+        SELECT c.id, c.type, c.queue, c.flow_held {partition_values}
+        FROM ({part("false")} UNION ALL {part("true")}) c
+        ORDER BY {lifecycle.CLAIM_ORDER}
+    """  # noqa: S608 - only constant SQL is interpolated
+
+
+def _claim_limited_once(
+    *,
+    worker_id: str,
+    slots: int,
+    limits: dict[str, Limit],
+    relevant: list[Limit],
+    queues: Sequence[str] | None,
+    paused: Sequence[str],
+    isolated: bool,
+    refusing: list[Limit],
+) -> list[Claimed]:
+    """The limited phase's claim transaction; appends to ``refusing`` each limit that held back an unheld job."""
     partition_keys = sorted({lim.partition_key for lim in relevant if lim.partition_key})
     part_cols = "".join(f", j.payload ->> %(pk{i})s" for i in range(len(partition_keys)))
     part_params = {f"pk{i}": k for i, k in enumerate(partition_keys)}
@@ -209,25 +383,25 @@ def _claim_limited(
         # claim below re-checks each under FOR UPDATE SKIP LOCKED, and the counts are read after it.
         queue_filter = "AND j.queue = ANY(%(wq)s::text[])" if queues else ""
         paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
+        scan = max(SCAN_MIN, SCAN_FACTOR * slots)
         cursor.execute(
-            f"""
-            SELECT j.id, j.type, j.queue {part_cols} FROM stint_job j
-            WHERE j.status = 'QUEUED' AND {"j.isolated" if isolated else "NOT j.isolated"}
-              AND (j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))
-              {queue_filter} {paused_filter}
-            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
-            LIMIT %(scan)s
-            """,  # noqa: S608 - only constant filters and placeholders are interpolated
+            _candidates_sql(
+                isolated=isolated, partitions=len(partition_keys), filters=f"{queue_filter} {paused_filter}"
+            ),
             {
                 "types": [lim.name for lim in relevant if lim.scope == "type"],
                 "queues": [lim.name for lim in relevant if lim.scope == "queue"],
                 "wq": list(queues or []),
                 "paused": list(paused),
-                "scan": max(SCAN_MIN, SCAN_FACTOR * slots),
+                "scan": scan,
                 **part_params,
             },
         )
-        candidates = cursor.fetchall()
+        rows = cursor.fetchall()
+        candidates = rows[:scan]
+        # Unheld jobs past the candidates (the unheld part's read goes up to ``scan`` on its own): a
+        # limit that holds candidates back holds these too, so they count toward marking.
+        unheld_beyond = [row for row in rows[scan:] if not row[3]]
         if not candidates:
             _state.pending = False
             _state.empty_until = time.monotonic() + EMPTY_MEMO_SECONDS
@@ -286,8 +460,9 @@ def _claim_limited(
                 rooms[lim.key].paced, rooms[lim.key].pace_start = paced_allowance(lim, tats.get(lim.key))
         chosen: list[uuid.UUID] = []
         left_behind = False
+        refused_keys: set[str] = set()  # the limits that held back a candidate
         for row in candidates:
-            job_id, job_type, job_queue, parts = row[0], row[1], row[2], row[3:]
+            job_id, job_type, job_queue, parts = row[0], row[1], row[2], row[4:]
             governing = [k for k in (f"type:{job_type}", f"queue:{job_queue}") if k in limits]
             if any(k not in locked for k in governing):
                 continue  # another worker holds one of its limits this round
@@ -295,7 +470,9 @@ def _claim_limited(
             values = [
                 parts[partition_keys.index(r.limit.partition_key)] if r.limit.partition_key else None for r in job_rooms
             ]
-            if not all(r.admits(v) for r, v in zip(job_rooms, values, strict=True)):
+            refused = [r.limit.key for r, v in zip(job_rooms, values, strict=True) if not r.admits(v)]
+            if refused:
+                refused_keys.update(refused)
                 continue
             if len(chosen) >= slots:
                 left_behind = True
@@ -304,6 +481,13 @@ def _claim_limited(
                 r.take(v)
             chosen.append(job_id)
         _state.pending = left_behind
+        if refused_keys and not isolated:
+            # Unheld jobs left waiting (refused, left for want of slots, or behind the candidates)
+            # under a limit that held a candidate back: that limit's jobs get marked held.
+            taken = set(chosen)
+            left = [row for row in candidates if not row[3] and row[0] not in taken] + unheld_beyond
+            marking = {k for row in left for k in (f"type:{row[1]}", f"queue:{row[2]}") if k in refused_keys}
+            refusing.extend(limits[k] for k in sorted(marking))
         if not chosen:
             return []
         claimed = lifecycle.claim(
@@ -314,6 +498,7 @@ def _claim_limited(
             paused=(),
             isolated=isolated,
             flow=("AND id = ANY(%(flow_ids)s::uuid[])", {"flow_ids": chosen}),
+            include_held=True,
         )
         admitted = [
             key

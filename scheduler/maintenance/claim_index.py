@@ -41,7 +41,7 @@ CHECK_INTERVAL_SECONDS = 60.0
 # The claim's candidate scan (lifecycle.claim), for one job: what each claim reads before its first.
 _PROBE_SQL = f"""
     EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-    SELECT id FROM stint_job WHERE status = 'QUEUED' AND NOT isolated ORDER BY {CLAIM_ORDER} LIMIT 1
+    SELECT id FROM stint_job WHERE status = 'QUEUED' AND NOT isolated AND NOT flow_held ORDER BY {CLAIM_ORDER} LIMIT 1
 """  # noqa: S608 - a constant
 
 

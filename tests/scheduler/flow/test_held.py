@@ -1,0 +1,207 @@
+"""Jobs a flow limit holds back (``Job.flow_held``): out of ordinary claims' way, and never stranded.
+
+A limited claim phase that leaves governed jobs waiting marks them held; the claim index keys
+on the flag first, so the unlimited phase reads only unheld jobs. These tests run in one
+transaction each, as test_limits.py's do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection
+
+from scheduler import leasing, lifecycle
+from scheduler.enqueuing import enqueue
+from scheduler.flow import claim as flow_claim
+from scheduler.flow import limits as flow_limits
+from scheduler.flow.aging import oldest_waiting
+from scheduler.models import Job
+from scheduler.registry import handler
+from scheduler.states import JobStatus
+
+pytestmark = pytest.mark.django_db
+
+LIMITED = "TEST_HELD_LIMITED"
+OTHER = "TEST_HELD_OTHER"
+
+
+@handler(LIMITED)
+def _limited(payload: Any, ctx: Any) -> None:
+    """Limited by each test's settings."""
+
+
+@handler(OTHER)
+def _other(payload: Any, ctx: Any) -> None:
+    """Never limited."""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    flow_claim.reset_state()  # the limited phase goes first on the first claim; the first claim releases
+    flow_limits.forget_cache()
+    yield
+    flow_claim.reset_state()
+    flow_limits.forget_cache()
+
+
+def _limit(settings, **limit: Any) -> None:
+    settings.SCHEDULER = {**settings.SCHEDULER, "FLOW_LIMITS": [limit]}
+    flow_limits.forget_cache()
+
+
+def _claim(n: int, worker: str = "w1") -> list:
+    return leasing.claim_jobs(worker_id=worker, limit=n, queues=None)
+
+
+def _finish(job) -> None:
+    leasing.record_outcomes([leasing.Report(job=job, outcome=leasing.Outcome.SUCCEEDED)])
+
+
+def _held() -> set:
+    return set(Job.objects.filter(status=JobStatus.QUEUED, flow_held=True).values_list("id", flat=True))
+
+
+def _unlimited_scan(excluded_types: list[str]) -> dict:
+    """EXPLAIN ANALYZE of the unlimited phase's candidate scan (lifecycle.claim's WHERE and order), one row."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            EXPLAIN (ANALYZE, FORMAT JSON)
+            SELECT id FROM stint_job
+            WHERE status = 'QUEUED' AND NOT isolated AND NOT flow_held
+              AND NOT (type = ANY(%s::text[]) OR queue = ANY('{{}}'::text[]))
+            ORDER BY {lifecycle.CLAIM_ORDER} LIMIT 1
+            """,  # noqa: S608 - a constant
+            [excluded_types],
+        )
+        plan = cursor.fetchone()[0]
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def _nodes(plan: dict) -> list[dict]:
+    return [plan, *(node for child in plan.get("Plans", []) for node in _nodes(child))]
+
+
+def test_jobs_a_limit_holds_back_are_marked_held_and_leave_the_unlimited_scan(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    limited = [enqueue(LIMITED, priority="HIGH") for _ in range(40)]
+    enqueue(OTHER)
+    claimed = _claim(10)
+    assert sorted(j.type for j in claimed) == [LIMITED, OTHER]
+    running = next(j.id for j in claimed if j.type == LIMITED)
+    assert _held() == {j.id for j in limited} - {running}
+
+    enqueue(OTHER)
+    scan = next(n for n in _nodes(_unlimited_scan([LIMITED])) if n["Node Type"] == "Index Scan")
+    assert scan["Index Name"] == "job_claim_scan_desc"
+    assert "flow_held" in scan["Index Cond"]
+    assert scan.get("Rows Removed by Filter", 0) == 0  # no held-back job walked past
+    assert not any(n["Node Type"] == "Sort" for n in _nodes(_unlimited_scan([LIMITED])))
+
+
+def test_a_backlog_larger_than_the_marking_window_is_marked_a_window_a_phase(settings, monkeypatch):
+    monkeypatch.setattr(flow_claim, "MARK_WINDOW", 40)
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    for _ in range(151):
+        enqueue(LIMITED)
+    _claim(1)  # claims one; a candidate read holds 100 (max(SCAN_MIN, 8 x 1 slot)) per part
+    assert len(_held()) == 40
+    for expected in (80, 120, 150):  # later phases read held candidates first, unheld ones behind them
+        flow_claim.reset_state()
+        assert _claim(1) == []
+        assert len(_held()) == expected
+
+
+def test_a_claim_whose_marking_fails_still_returns_the_jobs_it_claimed(settings, monkeypatch):
+    def failing(**_: Any) -> int:
+        raise DatabaseError("canceling statement due to lock timeout")
+
+    monkeypatch.setattr(flow_claim, "_mark_held", failing)
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    first = enqueue(LIMITED)
+    enqueue(LIMITED)
+    assert [j.id for j in _claim(5)] == [first.id]  # claimed (RUNNING): it must run, marked or not
+    assert Job.objects.get(id=first.id).status == JobStatus.RUNNING
+
+
+def test_held_and_unheld_jobs_of_a_limit_are_claimed_in_claim_order(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    low = enqueue(LIMITED, priority=10)
+    high = enqueue(LIMITED, priority=50)
+    (first,) = _claim(5)
+    assert first.id == high.id
+    assert _held() == {low.id}
+    middle = enqueue(LIMITED, priority=30)  # unheld, ahead of the held one in claim order
+    _finish(first)
+    flow_claim.reset_state()
+    (second,) = _claim(5)
+    assert second.id == middle.id
+    _finish(second)
+    flow_claim.reset_state()
+    (third,) = _claim(5)
+    assert third.id == low.id  # the held one, once the limit has room
+    assert Job.objects.get(id=low.id).flow_held is False  # a claim clears the flag
+
+
+def test_a_held_job_whose_limit_is_removed_is_released_and_claimed(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    jobs = [enqueue(LIMITED) for _ in range(3)]
+    _claim(5)
+    assert len(_held()) == 2
+    settings.SCHEDULER = {**settings.SCHEDULER, "FLOW_LIMITS": []}
+    flow_limits.forget_cache()
+    claimed = _claim(5)  # the limits changed: this claim releases first, then claims them unlimited
+    assert _held() == set()
+    assert len(claimed) == 2
+    assert Job.objects.filter(id__in=[j.id for j in jobs], status=JobStatus.RUNNING).count() == 3
+
+
+def test_release_keeps_the_jobs_a_limit_still_governs(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    for _ in range(3):
+        enqueue(LIMITED)
+    _claim(5)
+    other = enqueue(OTHER)
+    Job.objects.filter(id=other.id).update(flow_held=True)  # marked under a limit since deleted
+    assert flow_claim.release_held(batch=1) == 1  # statements repeat until one clears fewer than a batch
+    assert Job.objects.get(id=other.id).flow_held is False
+    assert len(_held()) == 2
+
+
+def test_every_claim_releases_within_a_few_seconds_without_a_limit_change(settings, monkeypatch):
+    job = enqueue(OTHER)
+    assert _claim(0) == []  # the process's first claim releases (nothing held yet)
+    Job.objects.filter(id=job.id).update(flow_held=True)  # say, held by a process whose limits differ
+    assert _claim(5) == []  # within RELEASE_EVERY of the last release: the held job is not seen
+    monkeypatch.setattr(flow_claim, "RELEASE_EVERY", 0.0)
+    assert [j.id for j in _claim(5)] == [job.id]
+
+
+def test_a_transition_clears_the_flag(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    enqueue(LIMITED)
+    waiting = enqueue(LIMITED)
+    _claim(5)
+    assert _held() == {waiting.id}
+    lifecycle.cancel(waiting.id)
+    assert Job.objects.get(id=waiting.id).flow_held is False
+
+
+def test_the_oldest_waiting_figure_counts_held_jobs(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    enqueue(LIMITED, priority=20)
+    enqueue(LIMITED, priority=7)
+    _claim(5)
+    assert len(_held()) == 1
+    assert [label for label, _ in oldest_waiting()] == ["7"]
+
+
+def test_isolated_jobs_are_never_marked(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    jobs = [enqueue(LIMITED) for _ in range(3)]
+    Job.objects.filter(id__in=[j.id for j in jobs]).update(isolated=True)
+    assert len(leasing.claim_jobs(worker_id="iso", limit=5, queues=None, isolated=True)) == 1
+    assert _held() == set()
