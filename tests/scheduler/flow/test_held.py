@@ -171,7 +171,7 @@ def test_release_keeps_the_jobs_a_limit_still_governs(settings):
     assert len(_held()) == 2
 
 
-def test_every_claim_releases_within_a_few_seconds_without_a_limit_change(settings, monkeypatch):
+def test_a_claim_releases_every_release_interval_without_a_limit_change(settings, monkeypatch):
     job = enqueue(OTHER)
     assert _claim(0) == []  # the process's first claim releases (nothing held yet)
     Job.objects.filter(id=job.id).update(flow_held=True)  # say, held by a process whose limits differ
