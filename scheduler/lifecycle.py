@@ -827,6 +827,50 @@ class Claimed:
         )
 
 
+def _candidates_where(
+    queues: Sequence[str] | None, paused: Sequence[str], *, isolated: bool, include_held: bool
+) -> str:
+    """The WHERE clause of a claim's candidates (``%(queues)s`` and ``%(paused)s`` bound by the caller)."""
+    where = "status = 'QUEUED' AND " + ("isolated" if isolated else "NOT isolated")
+    if not (isolated or include_held):
+        where += " AND NOT flow_held"
+    if queues:
+        where += " AND queue = ANY(%(queues)s::text[])"
+    if paused:
+        where += " AND NOT (queue = ANY(%(paused)s::text[]))"
+    return where
+
+
+def claim_keys_ahead(
+    *,
+    limit: int,
+    queues: Sequence[str] | None,
+    paused: Sequence[str] = (),
+    isolated: bool = False,
+    flow: tuple[str, Mapping[str, Any]] | None = None,
+) -> list[tuple[int, Any, Any]]:
+    """Return the claim keys (priority, scheduled_at, created_at) of the first ``limit`` jobs ``claim`` would take.
+
+    Same arguments as ``claim``; reads without locking (a snapshot: some may be claimed by
+    others by the time the caller acts on it). The flow-limited claim compares them with the
+    limited jobs it may admit, so that its two phases together take jobs in claim order.
+    """
+    if limit <= 0:
+        return []
+    flow_filter, flow_params = flow or ("", {})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT priority, scheduled_at, created_at FROM stint_job
+            WHERE {_candidates_where(queues, paused, isolated=isolated, include_held=False)} {flow_filter}
+            ORDER BY {CLAIM_ORDER}
+            LIMIT %(limit)s
+            """,  # noqa: S608 - only constant filters are interpolated
+            {"limit": limit, "queues": list(queues or []), "paused": list(paused), **flow_params},
+        )
+        return cursor.fetchall()
+
+
 def claim(
     *,
     worker_id: str,
@@ -860,15 +904,10 @@ def claim(
     if limit <= 0:
         return []
     flow_filter, flow_params = flow or ("", {})
-    queue_filter = "AND queue = ANY(%(queues)s::text[])" if queues else ""
-    paused_filter = "AND NOT (queue = ANY(%(paused)s::text[]))" if paused else ""
-    isolation_filter = "AND isolated" if isolated else "AND NOT isolated"
-    if not (isolated or include_held):
-        isolation_filter += " AND NOT flow_held"
     sql = f"""
         WITH cand AS (
             SELECT id FROM stint_job
-            WHERE status = 'QUEUED' {isolation_filter} {queue_filter} {paused_filter} {flow_filter}
+            WHERE {_candidates_where(queues, paused, isolated=isolated, include_held=include_held)} {flow_filter}
             ORDER BY {CLAIM_ORDER}
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED

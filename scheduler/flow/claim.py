@@ -19,7 +19,10 @@ with a catch-up of ``burst()`` claims after a late poll; its state is one timest
 Ordering: the unlimited jobs are claimed first (their statement only gains a filter that
 leaves limited jobs out), then the limited ones with the slots left. So that a saturated
 unlimited backlog cannot starve limited jobs, the limited phase goes first when it last
-left admissible jobs behind, and at least every ``LIMITED_FIRST_EVERY`` seconds.
+left admissible jobs behind, and at least every ``LIMITED_FIRST_EVERY`` seconds; going first, it
+takes only the slots its admitted jobs earn in claim order against the unlimited jobs waiting
+(``lifecycle.claim_keys_ahead``), so an admissible limited backlog cannot starve unlimited jobs
+of a higher priority either.
 
 Held jobs: a limited phase that leaves an unheld governed job waiting marks ``flow_held`` the jobs
 of that limit among the first ``MARK_WINDOW`` unheld ones in claim order (in a transaction of its
@@ -41,6 +44,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
@@ -232,6 +236,11 @@ def claim_jobs(
     claimed: list[Claimed] = []
     if first:
         _state.last_first = now
+        # Going first, the limited phase takes only the slots its jobs earn in claim order against
+        # the unlimited jobs waiting (read without locks), so neither phase jumps the other's queue.
+        ahead = lifecycle.claim_keys_ahead(
+            limit=limit, queues=queues, paused=paused, isolated=isolated, flow=unlimited_filter
+        )
         claimed += _claim_limited(
             worker_id=worker_id,
             slots=limit,
@@ -240,6 +249,7 @@ def claim_jobs(
             queues=queues,
             paused=paused,
             isolated=isolated,
+            ahead=ahead,
         )
     if limit - len(claimed) > 0:
         with transaction.atomic():
@@ -302,10 +312,14 @@ def _claim_limited(
     queues: Sequence[str] | None,
     paused: Sequence[str],
     isolated: bool,
+    ahead: Sequence[tuple[int, Any, Any]] | None = None,
 ) -> list[Claimed]:
     """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks.
 
-    Then, when a limit held back an unheld job, mark that limit's jobs held (``_mark_held``).
+    ``ahead``: the claim keys (priority, scheduled_at, created_at) of the unlimited jobs the
+    unlimited phase would take next (``lifecycle.claim_keys_ahead``), or None when it has run
+    already; the admitted jobs are then cut to those among the first ``slots`` of both in claim
+    order. Then, when a limit held back an unheld job, mark that limit's jobs held (``_mark_held``).
     """
     refusing: list[Limit] = []  # limits that held back an unheld candidate: their jobs get marked held
     claimed = _claim_limited_once(
@@ -317,6 +331,7 @@ def _claim_limited(
         paused=paused,
         isolated=isolated,
         refusing=refusing,
+        ahead=ahead,
     )
     if refusing:
         try:
@@ -332,15 +347,15 @@ def _claim_limited(
 def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
     """The limited phase's read of governed QUEUED jobs in claim order: the candidates are its first ``%(scan)s``.
 
-    Rows: id, type, queue, flow_held, then the value of each of ``partitions`` partition keys
-    (``%(pk0)s``...). Isolated jobs are never held and have their own small index: one read of
-    ``%(scan)s`` rows. Otherwise the claim index's unheld and held parts are each read in claim
-    order, up to ``%(scan)s`` rows each, and merged (all of them: the unheld rows past the first
-    ``%(scan)s`` tell whether unheld jobs wait behind held ones).
+    Rows: id, type, queue, flow_held, priority, scheduled_at, created_at, then the value of each
+    of ``partitions`` partition keys (``%(pk0)s``...). Isolated jobs are never held and have their
+    own small index: one read of ``%(scan)s`` rows. Otherwise the claim index's unheld and held
+    parts are each read in claim order, up to ``%(scan)s`` rows each, and merged (all of them: the
+    unheld rows past the first ``%(scan)s`` tell whether unheld jobs wait behind held ones).
     """
     governed = "(j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))"
     partition_columns = "".join(f", j.payload ->> %(pk{i})s AS p{i}" for i in range(partitions))
-    columns = f"j.id, j.type, j.queue, j.flow_held {partition_columns}"
+    columns = f"j.id, j.type, j.queue, j.flow_held, j.priority, j.scheduled_at, j.created_at {partition_columns}"
     if isolated:
         return f"""
             SELECT {columns} FROM stint_job j
@@ -351,7 +366,7 @@ def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
 
     def part(held: str) -> str:
         return f"""(
-            SELECT {columns}, j.priority, j.scheduled_at, j.created_at FROM stint_job j
+            SELECT {columns} FROM stint_job j
             WHERE j.status = 'QUEUED' AND NOT j.isolated AND j.flow_held = {held} AND {governed} {filters}
             ORDER BY {lifecycle.CLAIM_ORDER}
             LIMIT %(scan)s
@@ -359,7 +374,7 @@ def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
 
     partition_values = "".join(f", c.p{i}" for i in range(partitions))
     return f"""
-        SELECT c.id, c.type, c.queue, c.flow_held {partition_values}
+        SELECT c.id, c.type, c.queue, c.flow_held, c.priority, c.scheduled_at, c.created_at {partition_values}
         FROM ({part("false")} UNION ALL {part("true")}) c
         ORDER BY {lifecycle.CLAIM_ORDER}
     """  # noqa: S608 - only constant SQL is interpolated
@@ -375,6 +390,7 @@ def _claim_limited_once(
     paused: Sequence[str],
     isolated: bool,
     refusing: list[Limit],
+    ahead: Sequence[tuple[int, Any, Any]] | None,
 ) -> list[Claimed]:
     """The limited phase's claim transaction; appends to ``refusing`` each limit that held back an unheld job."""
     partition_keys = sorted({lim.partition_key for lim in relevant if lim.partition_key})
@@ -464,8 +480,9 @@ def _claim_limited_once(
         chosen: list[uuid.UUID] = []
         left_behind = False
         refused_keys: set[str] = set()  # the limits that held back a candidate
+        chosen_keys: list[tuple[int, Any, Any]] = []  # sort keys of ``chosen``: (-priority, scheduled_at, created_at)
         for row in candidates:
-            job_id, job_type, job_queue, parts = row[0], row[1], row[2], row[4:]
+            job_id, job_type, job_queue, parts = row[0], row[1], row[2], row[7:]
             governing = [k for k in (f"type:{job_type}", f"queue:{job_queue}") if k in limits]
             if any(k not in locked for k in governing):
                 continue  # another worker holds one of its limits this round
@@ -483,6 +500,11 @@ def _claim_limited_once(
             for r, v in zip(job_rooms, values, strict=True):
                 r.take(v)
             chosen.append(job_id)
+            chosen_keys.append((-row[4], row[5], row[6]))
+        if ahead is not None:
+            earned = _earned_slots(chosen_keys, [(-p, s, c) for p, s, c in ahead], slots)
+            left_behind = left_behind or earned < len(chosen)
+            chosen = chosen[:earned]
         _state.pending = left_behind
         if refused_keys and not isolated:
             # Unheld jobs left waiting (refused, left for want of slots, or behind the candidates)
@@ -529,6 +551,21 @@ def _claim_limited_once(
                 [keys, tats],
             )
         return claimed
+
+
+def _earned_slots(limited: Sequence[tuple], unlimited: Sequence[tuple], slots: int) -> int:
+    """How many of ``limited`` are among the first ``slots`` jobs of both lists merged in claim order.
+
+    Each list holds ascending sort keys (-priority, scheduled_at, created_at); a tie goes to the
+    limited job. Pure.
+    """
+    taken = unlimited_taken = 0
+    while taken + unlimited_taken < slots and taken < len(limited):
+        if unlimited_taken < len(unlimited) and unlimited[unlimited_taken] < limited[taken]:
+            unlimited_taken += 1
+        else:
+            taken += 1
+    return taken
 
 
 def _rooms_for(rooms: dict[str, _Room], job_type: str, job_queue: str) -> list[_Room]:

@@ -284,11 +284,35 @@ def test_a_bad_settings_entry_or_row_is_skipped_not_fatal(settings):
 
 def test_a_saturated_unlimited_backlog_does_not_starve_limited_jobs(settings):
     _limit(settings, scope="type", name=LIMITED, concurrency=5)
+    limited = enqueue(LIMITED)  # first in claim order (oldest at the same priority)
     for _ in range(20):
-        enqueue(OTHER, priority="HIGH")
-    limited = enqueue(LIMITED, priority="LOW")
+        enqueue(OTHER)
     flow_claim._state.last_first = flow_claim.time.monotonic()  # the limited phase just ran first
     assert {j.type for j in _claim(3)} == {OTHER}  # every slot went to the unlimited backlog
     flow_claim._state.last_first -= flow_claim.LIMITED_FIRST_EVERY  # a second later
     claimed = _claim(3)
     assert limited.id in {j.id for j in claimed}  # the limited phase went first
+
+
+def test_an_admissible_limited_backlog_does_not_jump_ahead_of_higher_priority_unlimited_jobs(settings):
+    # The limited phase goes first while it last left admissible jobs behind; it took every slot
+    # each time, so 5 HIGH unlimited jobs waited behind 50 LOW limited ones whose limit had room.
+    _limit(settings, scope="type", name=LIMITED, concurrency=1000)
+    for _ in range(50):
+        enqueue(LIMITED, priority="LOW")
+    high = {enqueue(OTHER, priority="HIGH").id for _ in range(5)}
+    flow_claim.reset_state()  # the limited phase goes first
+    first = _claim(10)
+    assert {j.id for j in first} >= high  # claim order across both phases: the HIGH ones first
+    assert sorted(j.type for j in first) == [LIMITED] * 5 + [OTHER] * 5
+
+
+def test_a_higher_priority_limited_job_still_goes_before_unlimited_ones_when_its_phase_goes_first(settings):
+    _limit(settings, scope="type", name=LIMITED, concurrency=5)
+    for _ in range(20):
+        enqueue(OTHER, priority="LOW")
+    urgent = enqueue(LIMITED, priority="HIGH")
+    flow_claim.reset_state()  # the limited phase goes first
+    claimed = _claim(3)
+    assert claimed[0].id == urgent.id
+    assert [j.type for j in claimed[1:]] == [OTHER, OTHER]
