@@ -15,8 +15,10 @@ machine (``bench/claim_dead_entries.py``): a claim of one job took 0.56 ms on a 
 
 So once a minute this service asks PostgreSQL how many buffers the claim's index scan reads
 before its first QUEUED job (``EXPLAIN (ANALYZE, BUFFERS)`` of the candidate query, no lock
-taken), reports it in ``claim_index_pages_read``, and at ``SCHEDULER["CLAIM_INDEX_VACUUM_PAGES"]``
-or more (``STINT_CLAIM_INDEX_VACUUM_PAGES``, default 500 pages: about 100,000 finished jobs;
+taken; in whichever part of the index reads more: the unheld jobs every claim reads, or the
+jobs a flow limit holds, which the limited phase reads too), reports it in
+``claim_index_pages_read``, and at ``SCHEDULER["CLAIM_INDEX_VACUUM_PAGES"]`` or more
+(``STINT_CLAIM_INDEX_VACUUM_PAGES``, default 500 pages: about 100,000 finished jobs;
 0 turns it off) runs ``VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) stint_job``: it takes no lock that
 blocks reads or writes, and it is skipped while another VACUUM of the table runs (autovacuum,
 another scheduler), and without the session's ``statement_timeout``. A VACUUM that left claims
@@ -38,11 +40,18 @@ from scheduler.lifecycle import CLAIM_ORDER
 logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL_SECONDS = 60.0
-# The claim's candidate scan (lifecycle.claim), for one job: what each claim reads before its first.
-_PROBE_SQL = f"""
+# The claim's candidate scan (lifecycle.claim), for one job: what each claim reads before its first,
+# in the index's unheld part (every claim) and in its held part (the limited phase of a flow-limited
+# claim, scheduler.flow.claim, reads both). A held backlog drained after a VACUUM leaves its dead
+# entries in the held part only: the unheld part's probe alone would never see them.
+_PROBE_SQL = [
+    f"""
     EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-    SELECT id FROM stint_job WHERE status = 'QUEUED' AND NOT isolated AND NOT flow_held ORDER BY {CLAIM_ORDER} LIMIT 1
-"""  # noqa: S608 - a constant
+    SELECT id FROM stint_job WHERE status = 'QUEUED' AND NOT isolated AND flow_held = {held}
+    ORDER BY {CLAIM_ORDER} LIMIT 1
+    """  # noqa: S608 - a constant
+    for held in ("false", "true")
+]
 
 
 class ClaimIndexUpkeep:
@@ -105,24 +114,28 @@ class ClaimIndexUpkeep:
 def pages_read_by_a_claim() -> int:
     """The buffers (8 kB pages, index and table) the claim's candidate scan reads to find its first job.
 
-    Runs the scan twice under ``EXPLAIN (ANALYZE, BUFFERS)`` (the second is reported), as an index scan of
-    ``job_claim_scan_desc``, in a transaction of its own: no row is locked. Raises only database
-    errors.
+    The larger of the two parts of ``job_claim_scan_desc``: the unheld one (every claim reads it)
+    and the held one (the limited phase of a flow-limited claim reads it too). Runs each part's scan
+    twice under ``EXPLAIN (ANALYZE, BUFFERS)`` (the second is reported), as an index scan, in a
+    transaction of its own: no row is locked. Raises only database errors.
     """
     from django.db import connection, transaction
 
+    pages = 0
     with transaction.atomic(), connection.cursor() as cursor:
         # The index walk a claim makes with up-to-date statistics, whatever the planner would
         # guess for this one-row query on a table it has not analyzed yet.
         cursor.execute("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)")
-        # Twice: the first scan after jobs left QUEUED also reads their rows, to learn they are
-        # dead, and marks their entries; the workers' claims do that as they go, so a claim in
-        # steady state reads what the second scan reads.
-        cursor.execute(_PROBE_SQL)
-        cursor.execute(_PROBE_SQL)
-        (document,) = cursor.fetchone()
-    plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
-    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+        for sql in _PROBE_SQL:
+            # Twice: the first scan after jobs left QUEUED also reads their rows, to learn they are
+            # dead, and marks their entries; the workers' claims do that as they go, so a claim in
+            # steady state reads what the second scan reads.
+            cursor.execute(sql)
+            cursor.execute(sql)
+            (document,) = cursor.fetchone()
+            plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
+            pages = max(pages, int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0)))
+    return pages
 
 
 def _vacuum_job_table() -> None:

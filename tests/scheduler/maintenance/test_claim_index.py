@@ -35,8 +35,12 @@ def no_autovacuum_on_the_job_table():
         cursor.execute("ALTER TABLE stint_job RESET (autovacuum_enabled)")
 
 
-def finish_jobs(count: int, *, first: int = 0) -> None:
+def finish_jobs(count: int, *, first: int = 0, held: bool = False) -> None:
     """Queue ``count`` jobs (``queue_jobs``), then move them on: each leaves a dead claim-index entry.
+
+    ``held``: the jobs are marked held (``flow_held``) first and a VACUUM removes the entries that
+    left in the index's unheld part, so the dead entries are all in its held part, the one only
+    the limited phase of a flow-limited claim reads.
 
     Returns once every transaction that began before the jobs finished has ended, in any database
     of the server: transaction ids are server-wide, so a snapshot taken while an older one runs (a
@@ -44,8 +48,20 @@ def finish_jobs(count: int, *, first: int = 0) -> None:
     snapshot nor a VACUUM meanwhile could treat the jobs' old rows as dead to everyone.
     """
     queue_jobs(count, first=first)
+    if held:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE stint_job SET flow_held = true WHERE status = 'QUEUED'")
+        _wait_for_older_transactions()
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM (INDEX_CLEANUP ON) stint_job")
     with connection.cursor() as cursor:
         cursor.execute("UPDATE stint_job SET status = 'SUCCESS', finished_at = now() WHERE status = 'QUEUED'")
+    _wait_for_older_transactions()
+
+
+def _wait_for_older_transactions() -> None:
+    """Return once every transaction older than now has ended (``finish_jobs``: why)."""
+    with connection.cursor() as cursor:
         cursor.execute("SELECT txid_current()")  # a transaction id newer than the update's
         (after,) = cursor.fetchone()
         deadline = time.monotonic() + WAIT
@@ -77,6 +93,21 @@ def test_a_claim_reads_past_finished_jobs_until_the_upkeep_vacuums_them_away() -
     (claimed,) = leasing.claim_jobs(worker_id="w-test", limit=5, queues=None)
     assert claimed.id == waiting.id
     assert Job.objects.filter(status=JobStatus.SUCCESS).count() == FINISHED
+
+
+def test_the_held_part_a_limited_claim_reads_past_counts_too() -> None:
+    # A held-back backlog drained by its limit after a VACUUM: the claims of its jobs left their
+    # entries in the index's held part, which the limited phase reads from its start.
+    finish_jobs(FINISHED, held=True)
+    waiting = enqueue("DEMO_TASK")
+    Job.objects.filter(id=waiting.id).update(flow_held=True)  # the next limited claim's job, behind them
+    before = pages_read_by_a_claim()
+    assert before >= 50
+
+    assert ClaimIndexUpkeep(vacuum_pages=before // 2).run_once() == 1
+
+    assert pages_read_by_a_claim() < 10
+    assert Job.objects.get(id=waiting.id).status == JobStatus.QUEUED
 
 
 def test_below_the_threshold_it_only_reports_what_a_claim_reads() -> None:
