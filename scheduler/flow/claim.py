@@ -345,13 +345,12 @@ def _claim_limited(
 
 
 def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
-    """The limited phase's read of governed QUEUED jobs in claim order: the candidates are its first ``%(scan)s``.
+    """The limited phase's read of its candidates: governed QUEUED jobs in claim order.
 
     Rows: id, type, queue, flow_held, priority, scheduled_at, created_at, then the value of each
     of ``partitions`` partition keys (``%(pk0)s``...). Isolated jobs are never held and have their
     own small index: one read of ``%(scan)s`` rows. Otherwise the claim index's unheld and held
-    parts are each read in claim order, up to ``%(scan)s`` rows each, and merged (all of them: the
-    unheld rows past the first ``%(scan)s`` tell whether unheld jobs wait behind held ones).
+    parts are each read in claim order, up to ``%(scan)s`` rows each, and merged.
     """
     governed = "(j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))"
     partition_columns = "".join(f", j.payload ->> %(pk{i})s AS p{i}" for i in range(partitions))
@@ -416,11 +415,10 @@ def _claim_limited_once(
                 **part_params,
             },
         )
-        rows = cursor.fetchall()
-        candidates = rows[:scan]
-        # Unheld jobs past the candidates (the unheld part's read goes up to ``scan`` on its own): a
-        # limit that holds candidates back holds these too, so they count toward marking.
-        unheld_beyond = [row for row in rows[scan:] if not row[3]]
+        # Every row of both parts is a candidate (up to ``scan`` each), in claim order: cut to the
+        # first ``scan``, a held backlog of one full limit would hide the unheld jobs of another
+        # limit with room behind it.
+        candidates = cursor.fetchall()
         if not candidates:
             _state.pending = False
             _state.empty_until = time.monotonic() + EMPTY_MEMO_SECONDS
@@ -507,10 +505,10 @@ def _claim_limited_once(
             chosen = chosen[:earned]
         _state.pending = left_behind
         if refused_keys and not isolated:
-            # Unheld jobs left waiting (refused, left for want of slots, or behind the candidates)
-            # under a limit that held a candidate back: that limit's jobs get marked held.
+            # Unheld jobs left waiting (refused or left for want of slots) under a limit that held
+            # a candidate back: that limit's jobs get marked held.
             taken = set(chosen)
-            left = [row for row in candidates if not row[3] and row[0] not in taken] + unheld_beyond
+            left = [row for row in candidates if not row[3] and row[0] not in taken]
             marking = {k for row in left for k in (f"type:{row[1]}", f"queue:{row[2]}") if k in refused_keys}
             refusing.extend(limits[k] for k in sorted(marking))
         if not chosen:

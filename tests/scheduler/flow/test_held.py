@@ -127,6 +127,27 @@ def test_a_claim_whose_marking_fails_still_returns_the_jobs_it_claimed(settings,
     assert Job.objects.get(id=first.id).status == JobStatus.RUNNING
 
 
+def test_a_full_limits_held_backlog_does_not_hide_another_limit_with_room(settings):
+    # Found by the flow-limits breaker: 150 held HIGH jobs of a full limit filled the limited
+    # phase's candidates, and the LOW job of another limit with room was never looked at.
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "FLOW_LIMITS": [
+            {"scope": "type", "name": LIMITED, "concurrency": 1},
+            {"scope": "type", "name": OTHER, "concurrency": 1},
+        ],
+    }
+    flow_limits.forget_cache()
+    for _ in range(150):
+        enqueue(LIMITED, priority="HIGH")
+    other = enqueue(OTHER, priority="LOW")
+    claimed = []
+    for _ in range(2):  # the first claim marks the full limit's backlog held
+        flow_claim.reset_state()
+        claimed += _claim(5)
+    assert other.id in {j.id for j in claimed}
+
+
 def test_held_and_unheld_jobs_of_a_limit_are_claimed_in_claim_order(settings):
     _limit(settings, scope="type", name=LIMITED, concurrency=1)
     low = enqueue(LIMITED, priority=10)
