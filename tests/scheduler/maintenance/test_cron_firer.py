@@ -206,9 +206,11 @@ def test_edits_apply_at_the_next_tick_and_disabling_is_not_downtime(user, leader
     leading_since(leader, t0 - dt.timedelta(hours=1))
     firer = CronFirer(leadership=leader)
     s = schedule(user, cron="0 0 1 1 *", misfire_policy="catch_up")  # yearly
+    # Recomputed from the clock at the edit (clock_timestamp(), not the transaction's now(): a
+    # minute boundary between the test's start and the edit made the next fire two minutes on).
+    before = schedules.db_now()
     s = schedules.schedule_update(schedule_id=s.id, changes={"cron": "* * * * *"})
-    now = db_now()
-    assert now < s.next_fire_at <= now + MINUTE  # recomputed from now by the edit
+    assert before < s.next_fire_at <= schedules.db_now() + MINUTE
     s = due_at(s, t0)
     assert firer.run_once(now=t0 + dt.timedelta(seconds=1)) == 1
 
@@ -216,10 +218,10 @@ def test_edits_apply_at_the_next_tick_and_disabling_is_not_downtime(user, leader
     assert (s.next_fire_at, schedules.schedule_next_fire_times(s)) == (None, [])
     assert firer.run_once(now=t0 + dt.timedelta(minutes=30)) == 0
     # Re-enabled: even "catch_up" fires nothing for the disabled span; the next fire is the next due time.
+    before = schedules.db_now()
     s = schedules.schedule_update(schedule_id=s.id, changes={"enabled": True})
-    now = db_now()
-    assert now < s.next_fire_at <= now + MINUTE
-    assert firer.run_once(now=now) == 0
+    assert before < s.next_fire_at <= schedules.db_now() + MINUTE
+    assert firer.run_once(now=db_now()) == 0
     assert fire_times_of(s) == [t0]
 
     # A name or template edit leaves the timetable alone and applies from the next fire.
