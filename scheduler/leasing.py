@@ -88,7 +88,7 @@ def claim_jobs(
     one round trip with no BEGIN or COMMIT; inside the caller's ``transaction.atomic`` it joins it.
     While flow limits exist (``scheduler.flow``), ``flow.claim.claim_jobs`` claims instead: the
     unlimited jobs as here, the limited ones under their limits, each in a short transaction.
-    Every few seconds, and when the limits in effect change, a non-isolated claim first clears
+    Every ``flow.claim.RELEASE_EVERY`` seconds, and when the limits in effect change, a non-isolated claim first clears
     the held flag of jobs no limit governs any more (``flow.claim.release_due``).
     """
     # --- flow control (issue 17): the one hook into the claim path ---
