@@ -80,7 +80,8 @@ class Job(models.Model):
     # the limited claim phase that found it waiting. The claim index keys on it first, so ordinary
     # claims read only unheld jobs and never walk past a held-back backlog; the limited phase reads
     # both parts. Every transition and the claim clear it; a job whose limit is gone is cleared by
-    # ``flow.claim.release_held`` (each worker, every few seconds). Meaningless outside QUEUED.
+    # ``flow.claim.release_held`` (each worker process, when its limits change and every
+    # ``RELEASE_EVERY`` seconds). Meaningless outside QUEUED.
     flow_held = models.BooleanField(default=False, db_default=False)
     # The W3C trace context (``traceparent``, ``tracestate``) of the request or cron fire that
     # created the job, while tracing is on (``scheduler.tracing``); each attempt's span links to it.

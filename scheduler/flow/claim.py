@@ -42,7 +42,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +128,15 @@ def reset_state() -> None:
     _state = _PhaseState()
 
 
+def _names_by_scope(limits: Iterable[Limit]) -> tuple[list[str], list[str]]:
+    """The distinct names of ``limits``' type limits and of their queue limits, each sorted. Pure."""
+    limits = list(limits)
+    return (
+        sorted({lim.name for lim in limits if lim.scope == "type"}),
+        sorted({lim.name for lim in limits if lim.scope == "queue"}),
+    )
+
+
 def limits_apply() -> bool:
     """True when any flow limit is in effect (handlers, settings or database; cached about a second)."""
     return bool(effective_limits())
@@ -158,12 +167,8 @@ def release_held(*, batch: int = RELEASE_BATCH) -> int:
     only decides which part of the claim index a job sits in, never whether a limit admits it.
     Raises what the database raises.
     """
-    limits = effective_limits()
-    params = {
-        "types": sorted(lim.name for lim in limits.values() if lim.scope == "type"),
-        "queues": sorted(lim.name for lim in limits.values() if lim.scope == "queue"),
-        "batch": batch,
-    }
+    types, queues = _names_by_scope(effective_limits().values())
+    params = {"types": types, "queues": queues, "batch": batch}
     released = 0
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -187,16 +192,22 @@ def release_held(*, batch: int = RELEASE_BATCH) -> int:
             return released
 
 
-def _mark_held(*, types: Sequence[str], queues: Sequence[str]) -> int:
-    """Mark held the jobs of ``types`` or ``queues`` in the first ``MARK_WINDOW`` unheld QUEUED ones; return how many.
+def _mark_held(refusing: Sequence[Limit]) -> int:
+    """Mark held the jobs ``refusing`` govern in the first ``MARK_WINDOW`` unheld QUEUED ones; return how many.
 
     The window is the front of the claim index's unheld part (non-isolated jobs in claim order):
     the part an unlimited claim walks, so the governed jobs there are the ones that slow it. Its
-    own transaction; rows another session holds locked are skipped. Raises what the database raises.
+    own transaction, after the claim's; rows another session holds locked are skipped. A database
+    error is logged and returns 0, never raised: the jobs just claimed must still run, and a later
+    phase marks these.
     """
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"""
+    if not refusing:
+        return 0
+    types, queues = _names_by_scope(refusing)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"""
             WITH front AS (
                 SELECT id, type, queue FROM stint_job
                 WHERE status = 'QUEUED' AND NOT isolated AND NOT flow_held
@@ -210,9 +221,12 @@ def _mark_held(*, types: Sequence[str], queues: Sequence[str]) -> int:
             )
             UPDATE stint_job j SET flow_held = true FROM governed WHERE j.id = governed.id
             """,  # noqa: S608 - a constant
-            {"types": list(types), "queues": list(queues), "window": MARK_WINDOW},
-        )
-        return cursor.rowcount
+                {"types": types, "queues": queues, "window": MARK_WINDOW},
+            )
+            return cursor.rowcount
+    except DatabaseError:
+        logger.warning("flow limits: marking held-back jobs failed; a later claim retries", exc_info=True)
+        return 0
 
 
 def claim_jobs(
@@ -224,8 +238,7 @@ def claim_jobs(
     phase is its own short transaction. Raises what the database raises.
     """
     limits = effective_limits()
-    types = sorted(lim.name for lim in limits.values() if lim.scope == "type")
-    queue_names = sorted(lim.name for lim in limits.values() if lim.scope == "queue")
+    types, queue_names = _names_by_scope(limits.values())
     unlimited_filter = (
         "AND NOT (type = ANY(%(flow_types)s::text[]) OR queue = ANY(%(flow_queues)s::text[]))",
         {"flow_types": types, "flow_queues": queue_names},
@@ -241,7 +254,7 @@ def claim_jobs(
         ahead = lifecycle.claim_keys_ahead(
             limit=limit, queues=queues, paused=paused, isolated=isolated, flow=unlimited_filter
         )
-        claimed += _claim_limited(
+        admitted, refusing = _claim_limited(
             worker_id=worker_id,
             slots=limit,
             limits=limits,
@@ -251,6 +264,8 @@ def claim_jobs(
             isolated=isolated,
             ahead=ahead,
         )
+        claimed += admitted
+        _mark_held(refusing)
     if limit - len(claimed) > 0:
         with transaction.atomic():
             claimed += lifecycle.claim(
@@ -263,7 +278,7 @@ def claim_jobs(
                 flow=unlimited_filter,
             )
     if not first and relevant and limit - len(claimed) > 0 and time.monotonic() >= _state.empty_until:
-        claimed += _claim_limited(
+        admitted, refusing = _claim_limited(
             worker_id=worker_id,
             slots=limit - len(claimed),
             limits=limits,
@@ -272,6 +287,8 @@ def claim_jobs(
             paused=paused,
             isolated=isolated,
         )
+        claimed += admitted
+        _mark_held(refusing)
     return claimed
 
 
@@ -301,47 +318,6 @@ class _Room:
         self.taken += 1
         if self.limit.partition_key:
             self.by_partition[partition] = self.by_partition.get(partition, 0) + 1
-
-
-def _claim_limited(
-    *,
-    worker_id: str,
-    slots: int,
-    limits: dict[str, Limit],
-    relevant: list[Limit],
-    queues: Sequence[str] | None,
-    paused: Sequence[str],
-    isolated: bool,
-    ahead: Sequence[tuple[int, Any, Any]] | None = None,
-) -> list[Claimed]:
-    """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks.
-
-    ``ahead``: the claim keys (priority, scheduled_at, created_at) of the unlimited jobs the
-    unlimited phase would take next (``lifecycle.claim_keys_ahead``), or None when it has run
-    already; the admitted jobs are then cut to those among the first ``slots`` of both in claim
-    order. Then, when a limit held back an unheld job, mark that limit's jobs held (``_mark_held``).
-    """
-    refusing: list[Limit] = []  # limits that held back an unheld candidate: their jobs get marked held
-    claimed = _claim_limited_once(
-        worker_id=worker_id,
-        slots=slots,
-        limits=limits,
-        relevant=relevant,
-        queues=queues,
-        paused=paused,
-        isolated=isolated,
-        refusing=refusing,
-        ahead=ahead,
-    )
-    if refusing:
-        try:
-            _mark_held(
-                types=sorted({lim.name for lim in refusing if lim.scope == "type"}),
-                queues=sorted({lim.name for lim in refusing if lim.scope == "queue"}),
-            )
-        except DatabaseError:  # the jobs just claimed must still run: a later phase marks them
-            logger.warning("flow limits: marking held-back jobs failed; a later claim retries", exc_info=True)
-    return claimed
 
 
 def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
@@ -379,7 +355,7 @@ def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
     """  # noqa: S608 - only constant SQL is interpolated
 
 
-def _claim_limited_once(
+def _claim_limited(
     *,
     worker_id: str,
     slots: int,
@@ -388,10 +364,18 @@ def _claim_limited_once(
     queues: Sequence[str] | None,
     paused: Sequence[str],
     isolated: bool,
-    refusing: list[Limit],
-    ahead: Sequence[tuple[int, Any, Any]] | None,
-) -> list[Claimed]:
-    """The limited phase's claim transaction; appends to ``refusing`` each limit that held back an unheld job."""
+    ahead: Sequence[tuple[int, Any, Any]] | None = None,
+) -> tuple[list[Claimed], list[Limit]]:
+    """Claim up to ``slots`` flow-limited jobs in one transaction under their limits' locks.
+
+    Returns the claimed jobs and the limits whose jobs the caller marks held (``_mark_held``,
+    after this transaction): those that held back a candidate while unheld jobs of theirs were
+    left waiting. ``ahead``: the claim keys (priority, scheduled_at, created_at) of the unlimited
+    jobs the unlimited phase would take next (``lifecycle.claim_keys_ahead``), or None when it has
+    run already; the admitted jobs are then cut to those among the first ``slots`` of both in
+    claim order.
+    """
+    refusing: list[Limit] = []
     partition_keys = sorted({lim.partition_key for lim in relevant if lim.partition_key})
     part_cols = "".join(f", j.payload ->> %(pk{i})s" for i in range(len(partition_keys)))
     part_params = {f"pk{i}": k for i, k in enumerate(partition_keys)}
@@ -402,13 +386,14 @@ def _claim_limited_once(
         queue_filter = "AND j.queue = ANY(%(wq)s::text[])" if queues else ""
         paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
         scan = max(SCAN_MIN, SCAN_FACTOR * slots)
+        relevant_types, relevant_queues = _names_by_scope(relevant)
         cursor.execute(
             _candidates_sql(
                 isolated=isolated, partitions=len(partition_keys), filters=f"{queue_filter} {paused_filter}"
             ),
             {
-                "types": [lim.name for lim in relevant if lim.scope == "type"],
-                "queues": [lim.name for lim in relevant if lim.scope == "queue"],
+                "types": relevant_types,
+                "queues": relevant_queues,
                 "wq": list(queues or []),
                 "paused": list(paused),
                 "scan": scan,
@@ -422,7 +407,7 @@ def _claim_limited_once(
         if not candidates:
             _state.pending = False
             _state.empty_until = time.monotonic() + EMPTY_MEMO_SECONDS
-            return []
+            return [], []
         # Every claimer takes the locks in the same (sorted) order and holds no row lock yet, and a
         # holder never waits on anything while holding them (its claim is SKIP LOCKED): no deadlock,
         # and the wait is one short claim transaction. (A try-lock left the loser idle until its next
@@ -435,8 +420,7 @@ def _claim_limited_once(
         )
         locked = set(keys)
         rooms = {key: _Room(limits[key]) for key in locked}
-        locked_types = [r.limit.name for r in rooms.values() if r.limit.scope == "type"]
-        locked_queues = [r.limit.name for r in rooms.values() if r.limit.scope == "queue"]
+        locked_types, locked_queues = _names_by_scope(r.limit for r in rooms.values())
         # A new statement, so a new snapshot: it sees every claim the lock's previous holder committed.
         cursor.execute(
             f"""
@@ -510,9 +494,9 @@ def _claim_limited_once(
             taken = set(chosen)
             left = [row for row in candidates if not row[3] and row[0] not in taken]
             marking = {k for row in left for k in (f"type:{row[1]}", f"queue:{row[2]}") if k in refused_keys}
-            refusing.extend(limits[k] for k in sorted(marking))
+            refusing = [limits[k] for k in sorted(marking)]
         if not chosen:
-            return []
+            return [], refusing
         claimed = lifecycle.claim(
             worker_id=worker_id,
             limit=len(chosen),
@@ -548,7 +532,7 @@ def _claim_limited_once(
                 """,
                 [keys, tats],
             )
-        return claimed
+        return claimed, refusing
 
 
 def _earned_slots(limited: Sequence[tuple], unlimited: Sequence[tuple], slots: int) -> int:
