@@ -44,17 +44,18 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse
-from django_redis import get_redis_connection
-from redis.commands.core import Script
-from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
 from core.metrics import rate_limit_backend_errors_total, rate_limit_rejections_total
 from core.rates import Rate, rate_parse
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through DEFAULT_THROTTLE_CLASSES
+    from redis.commands.core import Script
     from rest_framework.request import Request
     from rest_framework.views import APIView
+
+# redis (8.x imports redis.asyncio and OpenTelemetry's metrics SDK, about 0.3 s) is imported on the first
+# rate-limit check, not by every process that loads the admin (workers, scheduler, commands).
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +190,9 @@ def window_hit(*, scope: str, identity: str, rate: Rate) -> RateLimitDecision | 
     if _backend_pause.running():
         _backend_failed(None)
         return None
+    from django_redis import get_redis_connection
+    from redis.exceptions import RedisError
+
     key = caches[CACHE_ALIAS].make_key(f"{KEY_NAMESPACE}:{scope}:{identity}")
     try:
         conn = get_redis_connection(CACHE_ALIAS)
@@ -221,6 +225,8 @@ def rate_limits_clear() -> int:
 
     For operators after a limit change, and for the test suite between tests.
     """
+    from django_redis import get_redis_connection
+
     conn = get_redis_connection(CACHE_ALIAS)
     keys = list(conn.scan_iter(match=caches[CACHE_ALIAS].make_key(f"{KEY_NAMESPACE}:*"), count=500))
     return int(conn.delete(*keys)) if keys else 0

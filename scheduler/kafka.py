@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
 from django.conf import settings
+
+if TYPE_CHECKING:  # confluent_kafka loads librdkafka: imported where a client is made, not by every process
+    from confluent_kafka.admin import AdminClient
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ def ensure_topic(
     default partition count. Doubles as the reachability probe: raises ``KafkaException`` when
     the broker does not answer within ``timeout`` seconds. An existing topic is left as it is.
     """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
     admin = admin or AdminClient(client_config(bootstrap_servers, "stint-admin", logger_name="scheduler.kafka.admin"))
     metadata = admin.list_topics(timeout=timeout)
     existing = metadata.topics.get(topic)
