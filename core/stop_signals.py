@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 logger = logging.getLogger(__name__)
 
@@ -88,3 +90,19 @@ def install_stack_dump() -> bool:
 
 def _acted_on_by_watcher(signum: int, frame: Any) -> None:
     """Replace the default action (exit, KeyboardInterrupt); the watcher thread acts on the signal."""
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process with ``code`` now, after flushing its log handlers and standard streams.
+
+    Not through the interpreter's own exit, which joins every non-daemon thread and runs every
+    ``atexit`` hook: a handler may have left either behind (a thread that never ends, a hook that
+    hangs), and a stopped worker process or pool child would then stay alive until it was killed.
+    Whatever must be done before the exit (closing the pool, exporting spans) is done by then.
+    """
+    for flush in (logging.shutdown, sys.stdout.flush, sys.stderr.flush):
+        try:
+            flush()
+        except Exception:  # noqa: S110 - a stream a handler closed: nothing left to flush to
+            pass
+    os._exit(code)

@@ -10,12 +10,11 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import Any
 
-from core.stop_signals import install_stack_dump
+from core.stop_signals import exit_now, install_stack_dump
 
 logger = logging.getLogger(__name__)
 
@@ -33,22 +32,6 @@ def make_worker_id(pid: int, token: str) -> str:
     supervisor computes it for the process it starts, to find that process's jobs if it dies.
     """
     return f"{socket.gethostname()}:{pid}:{token}"
-
-
-def exit_now(code: int) -> NoReturn:
-    """End this process with ``code`` now, after flushing its log handlers and standard streams.
-
-    Not through the interpreter's own exit, which joins every non-daemon thread and runs every
-    ``atexit`` hook: a handler may have left either behind (a thread that never ends, a hook that
-    hangs), and a stopped worker process or pool child would then stay alive until it was killed.
-    Whatever must be done before the exit (closing the pool, exporting spans) is done by then.
-    """
-    for flush in (logging.shutdown, sys.stdout.flush, sys.stderr.flush):
-        try:
-            flush()
-        except Exception:  # noqa: S110 - a stream a handler closed: nothing left to flush to
-            pass
-    os._exit(code)
 
 
 def worker_process_main(

@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from core.stop_signals import install_stack_dump
+from core.stop_signals import exit_now, install_stack_dump
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
-from scheduler.workers.child import exit_now
 
 logger = logging.getLogger(__name__)
 

@@ -7,11 +7,10 @@ import os
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from audit.consumer import BATCH_SIZE, POLL_TIMEOUT_SECONDS, AuditConsumer
 from core.command_line import configure_verbosity, port, positive_int, seconds_at_least
 from core.stop_signals import install_stop_handlers
+from scheduler.management.long_running import LongRunningCommand
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +27,7 @@ def batch_size(text: str) -> int:
     return value
 
 
-class Command(BaseCommand):
+class Command(LongRunningCommand):
     """Consume ``job-lifecycle-events`` in the ``stint-audit`` group; any number may run (one per partition)."""
 
     help = "Consume job lifecycle events from Kafka into the audit table (each event stored once)."

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from core.command_line import configure_verbosity, port, positive_float, seconds_at_least
 from core.stop_signals import install_stop_handlers
 from scheduler.leadership import DEFAULT_TTL_SECONDS, Leadership
 from scheduler.maintenance import default_services, leader_services
 from scheduler.maintenance.loop import SchedulerLoop
+from scheduler.management.long_running import LongRunningCommand
 
 MAX_LEADER_TTL_SECONDS = 3600  # a failover slower than an hour is no failover
 
 
-class Command(BaseCommand):
+class Command(LongRunningCommand):
     """Run the scheduler's maintenance loop until SIGTERM/SIGINT. Any number may run at once."""
 
     help = "Promote due jobs, rescue expired leases, fire cron schedules (leader only), relay the outbox."

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from core.command_line import configure_verbosity, int_range, non_negative_float, port, seconds_at_least
 from core.stop_signals import install_stop_handlers
 from scheduler.conf import conf
 from scheduler.jobspec import QUEUE_NAME
+from scheduler.management.long_running import LongRunningCommand
 from scheduler.workers.runner import DEFAULT_PROCESS_SLOTS, DEFAULT_THREAD_SLOTS, WorkerOptions, default_concurrency
 from scheduler.workers.supervisor import DEFAULT_ISOLATION_SLOTS, Supervisor, SupervisorOptions, default_processes
 
@@ -35,7 +36,7 @@ def queue_list(text: str) -> list[str]:
     return names
 
 
-class Command(BaseCommand):
+class Command(LongRunningCommand):
     """Run a worker supervisor: ``--processes N --concurrency M --queues a,b --pool threads|processes``."""
 
     help = (
