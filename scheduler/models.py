@@ -113,6 +113,18 @@ class Job(models.Model):
                 name="job_claim_scan_desc",
                 condition=Q(status=JobStatus.QUEUED),
             ),
+            # Held jobs by type and by queue, each in claim order: the limited phase reads each limit's
+            # held jobs on their own (scheduler.flow.claim). Only held jobs have entries.
+            models.Index(
+                fields=["type", "-priority", "scheduled_at", "created_at"],
+                name="job_held_by_type",
+                condition=Q(status=JobStatus.QUEUED, flow_held=True),
+            ),
+            models.Index(
+                fields=["queue", "-priority", "scheduled_at", "created_at"],
+                name="job_held_by_queue",
+                condition=Q(status=JobStatus.QUEUED, flow_held=True),
+            ),
             models.Index(
                 fields=["scheduled_at"],
                 name="job_due_scan",

@@ -29,7 +29,8 @@ of that limit among the first ``MARK_WINDOW`` unheld ones in claim order (in a t
 own after the claim). The claim index keys on the flag first, so the unlimited phase (and every
 claim while no limit applies) reads only unheld jobs and no longer walks past a held-back backlog
 that comes first in claim order; the limited phase reads the held and the unheld part, merged in
-claim order. The flag is a shortcut, never a rule:
+claim order (the held part limit by limit, through the held jobs' indexes by type and by queue, so
+that one full limit's held backlog hides nothing of another's). The flag is a shortcut, never a rule:
 the unlimited phase still leaves out every governed job, held or not, so a stale flag can delay a
 job but never let a limit be exceeded. A claim or any transition clears it; ``release_held``
 clears it on QUEUED jobs no limit governs any more (each worker process every
@@ -320,13 +321,18 @@ class _Room:
             self.by_partition[partition] = self.by_partition.get(partition, 0) + 1
 
 
-def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
+def _candidates_sql(*, isolated: bool, partitions: int, filters: str, held_types: int, held_queues: int) -> str:
     """The limited phase's read of its candidates: governed QUEUED jobs in claim order.
 
     Rows: id, type, queue, flow_held, priority, scheduled_at, created_at, then the value of each
     of ``partitions`` partition keys (``%(pk0)s``...). Isolated jobs are never held and have their
-    own small index: one read of ``%(scan)s`` rows. Otherwise the claim index's unheld and held
-    parts are each read in claim order, up to ``%(scan)s`` rows each, and merged.
+    own small index: one read of ``%(scan)s`` rows. Otherwise the claim index's unheld part is read
+    in claim order, up to ``%(scan)s`` rows, and so is the held part of each limit on its own
+    (``held_types`` type names ``%(ht0)s``..., ``held_queues`` queue names ``%(hq0)s``..., through
+    the held jobs' indexes by type and by queue): one full limit's held backlog cannot hide the
+    held jobs of another limit with room behind it. The parts are merged in claim order; a job
+    that two reads return (its type's limit and its queue's) comes twice (``_claim_limited`` keeps
+    its first row: UNION would drop it here but scramble ties in claim order).
     """
     governed = "(j.type = ANY(%(types)s::text[]) OR j.queue = ANY(%(queues)s::text[]))"
     partition_columns = "".join(f", j.payload ->> %(pk{i})s AS p{i}" for i in range(partitions))
@@ -339,18 +345,23 @@ def _candidates_sql(*, isolated: bool, partitions: int, filters: str) -> str:
             LIMIT %(scan)s
         """  # noqa: S608 - only constant filters and placeholders are interpolated
 
-    def part(held: str) -> str:
+    def part(which: str) -> str:
         return f"""(
             SELECT {columns} FROM stint_job j
-            WHERE j.status = 'QUEUED' AND NOT j.isolated AND j.flow_held = {held} AND {governed} {filters}
+            WHERE j.status = 'QUEUED' AND NOT j.isolated AND {which} {filters}
             ORDER BY {lifecycle.CLAIM_ORDER}
             LIMIT %(scan)s
         )"""  # noqa: S608 - only constant filters and placeholders are interpolated
 
+    parts = [
+        part(f"j.flow_held = false AND {governed}"),
+        *(part(f"j.flow_held AND j.type = %(ht{i})s") for i in range(held_types)),
+        *(part(f"j.flow_held AND j.queue = %(hq{i})s") for i in range(held_queues)),
+    ]
     partition_values = "".join(f", c.p{i}" for i in range(partitions))
     return f"""
         SELECT c.id, c.type, c.queue, c.flow_held, c.priority, c.scheduled_at, c.created_at {partition_values}
-        FROM ({part("false")} UNION ALL {part("true")}) c
+        FROM ({" UNION ALL ".join(parts)}) c
         ORDER BY {lifecycle.CLAIM_ORDER}
     """  # noqa: S608 - only constant SQL is interpolated
 
@@ -387,9 +398,14 @@ def _claim_limited(
         paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
         scan = max(SCAN_MIN, SCAN_FACTOR * slots)
         relevant_types, relevant_queues = _names_by_scope(relevant)
+        held_types, held_queues = ([], []) if isolated else (relevant_types, relevant_queues)
         cursor.execute(
             _candidates_sql(
-                isolated=isolated, partitions=len(partition_keys), filters=f"{queue_filter} {paused_filter}"
+                isolated=isolated,
+                partitions=len(partition_keys),
+                filters=f"{queue_filter} {paused_filter}",
+                held_types=len(held_types),
+                held_queues=len(held_queues),
             ),
             {
                 "types": relevant_types,
@@ -397,13 +413,18 @@ def _claim_limited(
                 "wq": list(queues or []),
                 "paused": list(paused),
                 "scan": scan,
+                **{f"ht{i}": name for i, name in enumerate(held_types)},
+                **{f"hq{i}": name for i, name in enumerate(held_queues)},
                 **part_params,
             },
         )
-        # Every row of both parts is a candidate (up to ``scan`` each), in claim order: cut to the
+        # Every row of every part is a candidate (up to ``scan`` each), in claim order: cut to the
         # first ``scan``, a held backlog of one full limit would hide the unheld jobs of another
         # limit with room behind it.
-        candidates = cursor.fetchall()
+        first_rows: dict[uuid.UUID, tuple] = {}
+        for row in cursor.fetchall():  # a job its type's and its queue's held reads both returned: once
+            first_rows.setdefault(row[0], row)
+        candidates = list(first_rows.values())
         if not candidates:
             _state.pending = False
             _state.empty_until = time.monotonic() + EMPTY_MEMO_SECONDS

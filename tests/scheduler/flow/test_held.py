@@ -146,6 +146,87 @@ def test_a_full_limits_held_backlog_does_not_hide_another_limit_with_room(settin
     assert other.id in {j.id for j in claimed}
 
 
+@pytest.mark.parametrize("scope", ["type", "queue"])
+def test_a_held_job_of_a_limit_with_room_is_not_hidden_behind_another_limits_held_backlog(settings, scope):
+    # Left by stop 36 as a design limit: the limited phase read the first ``scan`` held jobs of all
+    # limits together, so 150 held HIGH jobs of a full limit hid the held LOW job of another limit
+    # that had room again, until the full limit's backlog shrank below the read.
+    other_limit = {"scope": "type", "name": OTHER} if scope == "type" else {"scope": "queue", "name": "held-other"}
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "FLOW_LIMITS": [{"scope": "type", "name": LIMITED, "concurrency": 1}, {**other_limit, "concurrency": 1}],
+    }
+    flow_limits.forget_cache()
+    others = [enqueue(OTHER, priority="LOW", queue="held-other") for _ in range(2)]
+    (running_other,) = _claim(5)
+    (waiting_other,) = [j for j in others if j.id != running_other.id]
+    assert _held() == {waiting_other.id}
+    for _ in range(150):
+        enqueue(LIMITED, priority="HIGH")
+    for _ in range(2):  # one runs; the first claim marks the rest held
+        flow_claim.reset_state()
+        _claim(5)
+    assert len(_held()) == 150  # 149 of the full limit, then the other limit's one in claim order
+    _finish(running_other)
+    flow_claim.reset_state()
+    assert waiting_other.id in {j.id for j in _claim(5)}
+
+
+@pytest.mark.parametrize("scope", ["type", "queue"])
+def test_a_limits_few_held_jobs_are_read_through_the_held_index_of_its_scope(settings, scope):
+    # 3,000 held jobs of a full limit come first in claim order; the other limit's one held job is
+    # read through its own scope's held index, not found behind them.
+    if scope == "type":
+        small, full = {"scope": "type", "name": LIMITED}, {"scope": "queue", "name": "held-full"}
+        backlog, few = {"type": OTHER, "queue": "held-full"}, {"type": LIMITED, "queue": "default"}
+    else:
+        small, full = {"scope": "queue", "name": "held-few"}, {"scope": "type", "name": LIMITED}
+        backlog, few = {"type": LIMITED, "queue": "default"}, {"type": OTHER, "queue": "held-few"}
+    limits = [{**small, "concurrency": 1}, {**full, "concurrency": 1}]
+    settings.SCHEDULER = {**settings.SCHEDULER, "FLOW_LIMITS": limits}
+    flow_limits.forget_cache()
+    first = enqueue(backlog["type"], priority="HIGH", queue=backlog["queue"])
+    Job.objects.bulk_create(
+        [
+            Job(**backlog, status=JobStatus.QUEUED, priority=50, scheduled_at=first.scheduled_at, flow_held=True)
+            for _ in range(3000)
+        ]
+    )
+    enqueue(few["type"], priority="LOW", queue=few["queue"])
+    Job.objects.filter(status=JobStatus.QUEUED).update(flow_held=True)
+    types, queues = ([small["name"]], [full["name"]]) if scope == "type" else ([full["name"]], [small["name"]])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE stint_job")
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) "
+            + flow_claim._candidates_sql(isolated=False, partitions=0, filters="", held_types=1, held_queues=1),
+            {"types": types, "queues": queues, "ht0": types[0], "hq0": queues[0], "scan": 100},
+        )
+        plan = cursor.fetchone()[0]
+    nodes = _nodes((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
+    scans = [n for n in nodes if "Scan" in n["Node Type"]]
+    assert [n["Actual Rows"] for n in scans if n.get("Index Name") == f"job_held_by_{scope}"] == [1]
+    assert sorted(n["Actual Rows"] for n in scans) == [0, 1, 100]  # unheld part, the few, the first 100 of 3,001
+    assert not any(n["Node Type"] == "Seq Scan" for n in nodes)
+    assert sum(n.get("Rows Removed by Filter", 0) for n in nodes) == 0
+
+
+def test_a_held_job_under_a_type_and_a_queue_limit_is_one_candidate(settings):
+    # Its type's and its queue's held reads both return it: counted twice, it filled the second
+    # slot the limits had room for, and the claim took one job where two were admissible.
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "FLOW_LIMITS": [
+            {"scope": "type", "name": LIMITED, "concurrency": 2},
+            {"scope": "queue", "name": "held-both", "concurrency": 2},
+        ],
+    }
+    flow_limits.forget_cache()
+    jobs = [enqueue(LIMITED, queue="held-both", priority=p) for p in (30, 20, 10)]
+    Job.objects.filter(id__in=[j.id for j in jobs]).update(flow_held=True)
+    assert [j.id for j in _claim(5)] == [j.id for j in jobs[:2]]
+
+
 def test_held_and_unheld_jobs_of_a_limit_are_claimed_in_claim_order(settings):
     _limit(settings, scope="type", name=LIMITED, concurrency=1)
     low = enqueue(LIMITED, priority=10)
