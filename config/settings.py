@@ -469,7 +469,13 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        # Django's default config gives "django" a console handler of its own (DEBUG only) and an
+        # AdminEmailHandler (no ADMINS here): naming it drops both, so its lines reach the root's
+        # handler alone, once each, with the request id, instead of twice under `make run`.
+        "django": {"handlers": []},
+        "django.db.backends": {"level": "WARNING"},
+    },
 }
 
 # Metrics (docs/observability.md). The web process serves /metrics (scheduler.metrics_view); when

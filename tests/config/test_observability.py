@@ -240,6 +240,24 @@ def test_djangos_own_error_lines_carry_the_request_id(client, json_lines: io.Str
     assert line["status_code"] == 404
 
 
+def test_a_django_log_line_is_written_once_under_debug(settings) -> None:
+    """Django's own console handler (DEBUG only) would print each of its lines a second time beside the root's."""
+    settings.DEBUG = True
+    record = logging.LogRecord("django.request", logging.WARNING, __file__, 1, "Bad Request: %s", ("/x",), None)
+    writers = []
+    logger: logging.Logger | None = logging.getLogger("django.request")
+    while logger is not None:
+        writers += [
+            h
+            for h in logger.handlers
+            if not type(h).__module__.startswith("_pytest") and record.levelno >= h.level and h.filter(record)
+        ]
+        logger = logger.parent if logger.propagate else None
+
+    assert len(writers) == 1, writers
+    assert writers[0] in logging.getLogger().handlers
+
+
 def test_explicit_extra_fields_win_over_bound_ones(json_lines: io.StringIO) -> None:
     log = logging.getLogger("tests.observability")
 
