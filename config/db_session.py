@@ -3,6 +3,11 @@
 Every Stint connection (``config.settings`` puts these into the database ``OPTIONS``, which
 Django passes to libpq as connection parameters) carries:
 
+- ``connect_timeout`` (libpq, ``STINT_DB_CONNECT_TIMEOUT_SECONDS``, default 5 s): a new
+  connection to a server that accepts and never answers (a frozen, SIGSTOPped PostgreSQL: the
+  kernel completes the handshake) gives up after this, instead of psycopg's default 130 s. A
+  server that is alive but slower than this to authenticate a session is refused too: raise it
+  for such a server (a pooler far away, a loaded host); libpq's minimum is 2 s;
 - client-side TCP keepalives and ``tcp_user_timeout`` (libpq): a process cut off from the
   database host notices within about ``KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT``
   seconds (25 s) when idle, ``TCP_USER_TIMEOUT_MS`` (30 s) when data it sent stays
@@ -36,22 +41,29 @@ KEEPALIVE_INTERVAL_SECONDS = 5  # seconds between probes
 KEEPALIVE_COUNT = 3  # unanswered probes before the connection is dead
 TCP_USER_TIMEOUT_MS = 30_000  # ms data may stay unacknowledged before the connection is dead
 DEFAULT_IDLE_IN_TRANSACTION_SECONDS = 60.0
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 5  # libpq connect_timeout: whole seconds, at least 2
 
 
 def session_options(
-    *, idle_in_transaction_seconds: float, server_options: bool = True, existing_options: str = ""
+    *,
+    idle_in_transaction_seconds: float,
+    connect_timeout_seconds: int = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+    server_options: bool = True,
+    existing_options: str = "",
 ) -> dict[str, Any]:
     """Return libpq connection parameters that bound a session's life after its client vanished or stalled.
 
     ``idle_in_transaction_seconds`` (seconds, > 0; 0 or less: no bound) becomes the server's
-    ``idle_in_transaction_session_timeout``; ``server_options`` False leaves out the startup
+    ``idle_in_transaction_session_timeout``; ``connect_timeout_seconds`` (whole seconds; 0: psycopg's
+    default, 130 s) becomes libpq's ``connect_timeout``; ``server_options`` False leaves out the startup
     ``options`` (server-side keepalives and that timeout) for poolers that refuse them;
     ``existing_options`` (a libpq ``options`` string already configured, e.g. from
     ``DATABASE_URL``) is kept in front of ours. Returns a dict for ``psycopg.connect(**...)`` or a
-    Django database's ``OPTIONS``: ``keepalives``, ``keepalives_idle``, ``keepalives_interval``,
+    Django database's ``OPTIONS``: ``connect_timeout``, ``keepalives``, ``keepalives_idle``, ``keepalives_interval``,
     ``keepalives_count``, ``tcp_user_timeout`` and (with ``server_options``) ``options``.
     """
     params: dict[str, Any] = {
+        "connect_timeout": connect_timeout_seconds,
         "keepalives": 1,
         "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
         "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,

@@ -189,14 +189,24 @@ DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
     "application_name", _db_role.default_application_name(sys.argv, os.environ)
 )
 # A client that vanished (a partition) or stalled mid-transaction cannot hold a session and its row
-# locks for long: TCP keepalives both ways and an idle-in-transaction bound (config.db_session).
+# locks for long: TCP keepalives both ways and an idle-in-transaction bound (config.db_session); a
+# connection attempt to a frozen server gives up (connect_timeout; one in DATABASE_URL is kept).
+_url_connect_timeout = DATABASES["default"]["OPTIONS"].get("connect_timeout")
 DATABASES["default"]["OPTIONS"] |= _db_session.session_options(
     idle_in_transaction_seconds=env.float(
         "STINT_DB_IDLE_IN_TRANSACTION_SECONDS", default=_db_session.DEFAULT_IDLE_IN_TRANSACTION_SECONDS
     ),
+    connect_timeout_seconds=_bounded(
+        "STINT_DB_CONNECT_TIMEOUT_SECONDS",
+        env.int("STINT_DB_CONNECT_TIMEOUT_SECONDS", default=_db_session.DEFAULT_CONNECT_TIMEOUT_SECONDS),
+        0,
+        3600,
+    ),
     server_options=env.bool("STINT_DB_SERVER_OPTIONS", default=True),
     existing_options=DATABASES["default"]["OPTIONS"].get("options", ""),
 )
+if _url_connect_timeout is not None:
+    DATABASES["default"]["OPTIONS"]["connect_timeout"] = _url_connect_timeout
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)  # seconds
