@@ -136,6 +136,7 @@ INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack
     "core.request_id.RequestIdMiddleware",  # X-Request-ID in, on every log line, and out
+    "core.failsafe.DatabaseDeadlineMiddleware",  # a frozen database: 503 after STINT_REQUEST_DB_TIMEOUT_SECONDS
     "scheduler.tracing_middleware.TraceRequestMiddleware",  # a span per request while tracing is on
     "core.body_limit.RequestBodyLimitMiddleware",  # 413 for an oversized body, before anything reads it
     "core.failsafe.BadTextMiddleware",  # 400 for NUL or a lone surrogate in a query string or form
@@ -191,6 +192,11 @@ DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
 # A client that vanished (a partition) or stalled mid-transaction cannot hold a session and its row
 # locks for long: TCP keepalives both ways and an idle-in-transaction bound (config.db_session); a
 # connection attempt to a frozen server gives up (connect_timeout; one in DATABASE_URL is kept).
+# A request waits on a database that does not answer (a frozen server) at most this long, then 503
+# (core.failsafe.DatabaseDeadlineMiddleware); below gunicorn's timeout (docker/gunicorn.conf.py, 60 s).
+STINT_REQUEST_DB_TIMEOUT_SECONDS = _bounded(
+    "STINT_REQUEST_DB_TIMEOUT_SECONDS", env.float("STINT_REQUEST_DB_TIMEOUT_SECONDS", default=30.0), 0, 86400
+)
 _url_connect_timeout = DATABASES["default"]["OPTIONS"].get("connect_timeout")
 DATABASES["default"]["OPTIONS"] |= _db_session.session_options(
     idle_in_transaction_seconds=env.float(

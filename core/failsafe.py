@@ -7,14 +7,36 @@ and forms take their values straight from the request. ``DatabaseUnavailableMidd
 a connection-level database error raised by a view (``OperationalError``, ``InterfaceError``)
 into a 503 that says so, JSON under ``/api/`` (DESIGN.md's error shape), instead of Django's 500
 page. Both answer JSON under ``/api/`` and a short text page elsewhere.
+
+``DatabaseDeadlineMiddleware`` bounds how long a request waits on a database that does not answer
+(``STINT_REQUEST_DB_TIMEOUT_SECONDS``, default 30; 0: no bound). A frozen PostgreSQL (SIGSTOPped,
+a stalled storage, a paused VM) keeps its sockets open and its kernel acknowledging, so neither
+TCP keepalives nor ``tcp_user_timeout`` end the wait, and its ``statement_timeout`` is its own:
+every request waited as long as the freeze, until gunicorn killed its worker (60 s) and every
+request the worker held. Past the bound, one watchdog thread per process shuts down the socket of
+each database connection of the request's thread: the query it waits on fails at once as a lost
+connection, which ``DatabaseUnavailableMiddleware`` answers 503, and the request's thread closes
+those connections (the next request opens new ones). A request that then connects again (Django's
+health check of a persistent connection does) waits at most one more connect timeout
+(``STINT_DB_CONNECT_TIMEOUT_SECONDS``). A request slower than the bound for any
+other reason (a query that takes that long) is cut the same way: raise the bound for such a
+deployment, below gunicorn's ``timeout``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
+import os
+import socket
+import threading
+import time
 from collections.abc import Callable
 
-from django.db import InterfaceError, OperationalError
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest, HttpResponse, QueryDict
 
 from core.dberrors import db_error_summary
@@ -67,3 +89,87 @@ class DatabaseUnavailableMiddleware:
             response["Retry-After"] = "5"
             return response
         return None
+
+
+class _DeadlineWatchdog:
+    """One daemon thread that cuts the database sockets of requests past their deadline (see the module)."""
+
+    TICK_SECONDS = 0.25  # how late past its deadline a request may be cut
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._armed: dict[int, tuple[float, list[BaseDatabaseWrapper]]] = {}
+        self._fired: set[int] = set()
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, deadline: float, wrappers: list[BaseDatabaseWrapper]) -> int:
+        """Watch ``wrappers`` (a request thread's connections) until ``deadline`` (monotonic); return a token."""
+        with self._lock:
+            token = next(self._tokens)
+            self._armed[token] = (deadline, wrappers)
+            if self._thread is None or not self._thread.is_alive():  # none yet, or lost in a fork
+                self._thread = threading.Thread(target=self._run, name="db-deadline", daemon=True)
+                self._thread.start()
+            return token
+
+    def disarm(self, token: int) -> bool:
+        """Stop watching ``token``; return True if its connections were cut."""
+        with self._lock:
+            self._armed.pop(token, None)
+            if token in self._fired:
+                self._fired.discard(token)
+                return True
+            return False
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.TICK_SECONDS)
+            now = time.monotonic()
+            with self._lock:  # cut under the lock: a request that disarms meanwhile waits, then closes
+                for token, (deadline, wrappers) in list(self._armed.items()):
+                    if deadline <= now:
+                        del self._armed[token]
+                        self._fired.add(token)
+                        for wrapper in wrappers:
+                            _cut(wrapper)
+
+
+def _cut(wrapper: BaseDatabaseWrapper) -> None:
+    """Shut down the socket of ``wrapper``'s open connection (if any): a read or write on it fails at once."""
+    raw = wrapper.connection
+    if raw is None:
+        return
+    with contextlib.suppress(Exception):  # closed meanwhile, or no socket: nothing to cut
+        with socket.socket(fileno=os.dup(raw.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+_watchdog = _DeadlineWatchdog()
+
+
+class DatabaseDeadlineMiddleware:
+    """Cut a request's database connections once it has run ``STINT_REQUEST_DB_TIMEOUT_SECONDS`` (see the module)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        seconds = float(getattr(settings, "STINT_REQUEST_DB_TIMEOUT_SECONDS", 0))
+        if seconds <= 0:
+            return self.get_response(request)
+        wrappers = [connections[alias] for alias in connections]  # this thread's
+        token = _watchdog.arm(time.monotonic() + seconds, wrappers)
+        try:
+            return self.get_response(request)
+        finally:
+            if _watchdog.disarm(token):
+                logger.error(
+                    "%s %s ran past %.0f s (STINT_REQUEST_DB_TIMEOUT_SECONDS): its database connections were cut",
+                    request.method,
+                    request.path,
+                    seconds,
+                )
+                for wrapper in wrappers:
+                    with contextlib.suppress(DatabaseError):
+                        wrapper.close()
