@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Sequence
 
 from django.db import connection, transaction
 
 from scheduler import lifecycle, metrics
+from scheduler.conf import conf
 from scheduler.leasing import retry_delay
 from scheduler.retry import after_failed_attempt, attempts_left
 from scheduler.selectors import worker_alive_sql, worker_dead_after_seconds
@@ -99,19 +101,32 @@ class LeaseRescuer:
     CANCELLED, fenced by the expired lease token. Delivery is therefore at-least-once. Its
     ``isolated`` flag is left as it was: an expired lease says the worker went silent (a host
     lost, a process killed from outside), not that the job killed it.
+
+    A database that stalls (frozen by SIGSTOP, a paused VM or stalled storage) holds the workers'
+    heartbeats and this query alike while its clock runs on: when it answers again, every lease
+    it held past its end looks expired, though its workers are alive. So a run whose query
+    waited ``stall_seconds`` or more rescues nothing, and the rescuer holds off for one and a
+    half heartbeat intervals, time for every live worker to renew its leases; a worker silent
+    after that is rescued as before. Rescue of a dead host is delayed by at most that much
+    after a stall.
     """
 
     name = "rescuer"
     interval_seconds = 1.0  # seconds
     leader_only = False
+    stall_seconds = 2.0  # a rescue query that waited this long met a stalled database
 
     def __init__(self, *, batch: int = BATCH) -> None:
         self.batch = batch
+        self._hold_until = 0.0  # monotonic: no rescue before this (after a stall)
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Rescue every expired lease, ``batch`` at a time; return how many jobs moved."""
+        """Rescue every expired lease, ``batch`` at a time; return how many jobs moved (0 while holding off)."""
+        if time.monotonic() < self._hold_until:
+            return 0
         total = 0
         while True:
+            started = time.monotonic()
             with transaction.atomic():
                 with connection.cursor() as cursor:
                     cursor.execute(
@@ -126,6 +141,17 @@ class LeaseRescuer:
                         [now, self.batch],
                     )
                     rows = cursor.fetchall()
+                waited = time.monotonic() - started
+                if rows and waited >= self.stall_seconds:
+                    hold = 1.5 * conf().heartbeat_seconds
+                    self._hold_until = time.monotonic() + hold
+                    logger.warning(
+                        "rescue query waited %.1f s for the database: rescuing no lease for %.1f s, "
+                        "while live workers heartbeat",
+                        waited,
+                        hold,
+                    )
+                    break  # nothing changed; the rows' locks go with the transaction
                 if not rows:
                     break
                 total += len(rescue(rows, error=EXPIRED_ERROR, reason="lease_expired"))

@@ -7,9 +7,12 @@ The concurrency tests run several services at once on threads, each with its own
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from collections import Counter
 
 import pytest
+from django.db import connection
 from django.db.models import F
 
 from scheduler import leasing
@@ -33,6 +36,7 @@ from tests.support.jobs import (
     running_job,
     status,
 )
+from tests.support.net import FreezableProxy
 
 pytestmark = pytest.mark.usefixtures("maintenance_settings")
 
@@ -253,3 +257,40 @@ def test_reaper_marks_only_silent_workers_gone() -> None:
 
     nodes = {n.id: n.stopped_at for n in WorkerNode.objects.all()}
     assert nodes == {silent.id: now, quiet.id: None, gone.id: gone_before}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rescuer_gives_live_workers_a_heartbeat_after_the_database_froze_past_their_leases(settings) -> None:
+    """A frozen database (SIGSTOP, a paused VM) stops heartbeats and the rescue query alike.
+
+    Its clock runs on, so when it answers again every lease looks expired, and the rescuer's
+    query, sent during the freeze, runs first: measured on the dev stack, a 45 s SIGSTOP of
+    PostgreSQL made the rescuer take two jobs from a live worker whose outcomes were waiting to be
+    written (LOST, run twice). A rescuer whose query waited that long rescues nothing until the
+    workers had a heartbeat's time; a worker that stays silent is rescued after it.
+    """
+    settings.SCHEDULER = {**settings.SCHEDULER, "LEASE_SECONDS": 1, "HEARTBEAT_SECONDS": 0.5}
+    job, claimed = running_job()
+    saved = dict(connection.settings_dict)
+    with FreezableProxy((saved["HOST"] or "127.0.0.1", int(saved["PORT"] or 5432))) as proxy:
+        connection.close()
+        connection.settings_dict.update(HOST="127.0.0.1", PORT=str(proxy.port))
+        try:
+            rescuer = LeaseRescuer()
+            assert rescuer.run_once() == 0  # connected through the proxy; the lease is live
+            proxy.freeze()
+            thaw = threading.Timer(LeaseRescuer.stall_seconds + 0.5, proxy.thaw)
+            thaw.start()
+            assert rescuer.run_once() == 0  # its query ran after the thaw, past the 1 s lease: held off
+            thaw.join()
+        finally:
+            connection.close()
+            connection.settings_dict.clear()
+            connection.settings_dict.update(saved)
+    assert status(job) == JobStatus.RUNNING
+    held, _ = leasing.heartbeat(worker_id=WORKER, jobs=[(claimed.id, claimed.lease_token)])
+    assert held == {claimed.id}  # the live worker keeps its job
+    assert rescuer.run_once() == 0
+    time.sleep(1.5 * 0.5 + 1.2)  # past the hold and the renewed lease, with no heartbeat
+    assert rescuer.run_once() == 1  # a worker silent after the freeze is rescued as before
+    assert attempts(job) == [(1, AttemptStatus.LOST)]
