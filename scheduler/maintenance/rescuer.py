@@ -107,8 +107,10 @@ class LeaseRescuer:
     it held past its end looks expired, though its workers are alive. So a run whose query
     waited ``stall_seconds`` or more rescues nothing, and the rescuer holds off for one and a
     half heartbeat intervals, time for every live worker to renew its leases; a worker silent
-    after that is rescued as before. Rescue of a dead host is delayed by at most that much
-    after a stall.
+    after that is rescued as before. Once per stall: the runs after the hold rescue even if their
+    queries are slow too (a database under load, not frozen, would otherwise hold rescue off for
+    ever), until a query answers within ``stall_seconds`` again. Rescue of a dead host is delayed
+    by at most that much after a stall.
     """
 
     name = "rescuer"
@@ -119,6 +121,7 @@ class LeaseRescuer:
     def __init__(self, *, batch: int = BATCH) -> None:
         self.batch = batch
         self._hold_until = 0.0  # monotonic: no rescue before this (after a stall)
+        self._stall_held = False  # held off for the current stall already
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Rescue every expired lease, ``batch`` at a time; return how many jobs moved (0 while holding off)."""
@@ -142,7 +145,10 @@ class LeaseRescuer:
                     )
                     rows = cursor.fetchall()
                 waited = time.monotonic() - started
-                if rows and waited >= self.stall_seconds:
+                if waited < self.stall_seconds:
+                    self._stall_held = False  # a prompt answer: the next stall holds off again
+                elif rows and not self._stall_held:
+                    self._stall_held = True  # once per stall: a database that stays slow still gets its rescues
                     hold = 1.5 * conf().heartbeat_seconds
                     self._hold_until = time.monotonic() + hold
                     logger.warning(

@@ -294,3 +294,20 @@ def test_rescuer_gives_live_workers_a_heartbeat_after_the_database_froze_past_th
     time.sleep(1.5 * 0.5 + 1.2)  # past the hold and the renewed lease, with no heartbeat
     assert rescuer.run_once() == 1  # a worker silent after the freeze is rescued as before
     assert attempts(job) == [(1, AttemptStatus.LOST)]
+
+
+@pytest.mark.django_db
+def test_a_database_that_stays_slow_delays_rescue_once_not_for_ever(monkeypatch) -> None:
+    """Rescue queries that all wait ``stall_seconds`` (a database under load, not a freeze) hold it off once.
+
+    The hold after a stall gives live workers a heartbeat's time; a run after it rescues even if
+    its query was slow again, until a query answers quickly and a new stall can hold again.
+    """
+    job, _ = running_job()
+    Job.objects.filter(id=job.id).update(lease_expires_at=F("lease_expires_at") - dt.timedelta(hours=1))
+    rescuer = LeaseRescuer()
+    monkeypatch.setattr(rescuer, "stall_seconds", 0.0)  # every query counts as one that waited
+    assert rescuer.run_once() == 0  # the first slow query: held off while live workers heartbeat
+    rescuer._hold_until = 0.0  # the hold has run out
+    assert rescuer.run_once() == 1  # slow again: rescued all the same
+    assert status(job) == JobStatus.RETRYING
