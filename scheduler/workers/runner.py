@@ -206,7 +206,7 @@ class Worker:
         self._listener.ensure()  # starts opening it; the claim loop adopts it (and claims) when it is open
         self._threads = [self._start_thread("flush"), self._start_thread("heartbeat")]
         logger.info(
-            "worker %s started: %d %s slots, queues %s%s",
+            "worker %s started: %d slots (--pool %s), queues %s%s",
             self.id,
             self.options.concurrency,
             self.pool.kind,

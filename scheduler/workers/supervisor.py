@@ -164,7 +164,7 @@ class Supervisor:
         """Start the worker processes and keep them running until stopped; return 0."""
         self._serve_metrics()
         logger.info(
-            "supervisor %s: %d worker processes of %d %s slots, queues %s",
+            "supervisor %s: %d worker processes of %d slots (--pool %s), queues %s",
             self.pid,
             self.options.processes,
             self.options.worker.concurrency,
