@@ -326,8 +326,9 @@ def _candidates_sql(*, isolated: bool, partitions: int, filters: str, held_types
 
     Rows: id, type, queue, flow_held, priority, scheduled_at, created_at, then the value of each
     of ``partitions`` partition keys (``%(pk0)s``...). Isolated jobs are never held and have their
-    own small index: one read of ``%(scan)s`` rows. Otherwise the claim index's unheld part is read
-    in claim order, up to ``%(scan)s`` rows, and so is the held part of each limit on its own
+    own small index: one read of ``%(scan)s`` rows (``held_types`` and ``held_queues`` unused).
+    Otherwise the claim index's unheld part is read in claim order, up to ``%(scan)s`` rows, and
+    so is the held part of each limit on its own
     (``held_types`` type names ``%(ht0)s``..., ``held_queues`` queue names ``%(hq0)s``..., through
     the held jobs' indexes by type and by queue): one full limit's held backlog cannot hide the
     held jobs of another limit with room behind it. The parts are merged in claim order; a job
@@ -398,14 +399,13 @@ def _claim_limited(
         paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
         scan = max(SCAN_MIN, SCAN_FACTOR * slots)
         relevant_types, relevant_queues = _names_by_scope(relevant)
-        held_types, held_queues = ([], []) if isolated else (relevant_types, relevant_queues)
         cursor.execute(
             _candidates_sql(
                 isolated=isolated,
                 partitions=len(partition_keys),
                 filters=f"{queue_filter} {paused_filter}",
-                held_types=len(held_types),
-                held_queues=len(held_queues),
+                held_types=len(relevant_types),
+                held_queues=len(relevant_queues),
             ),
             {
                 "types": relevant_types,
@@ -413,8 +413,8 @@ def _claim_limited(
                 "wq": list(queues or []),
                 "paused": list(paused),
                 "scan": scan,
-                **{f"ht{i}": name for i, name in enumerate(held_types)},
-                **{f"hq{i}": name for i, name in enumerate(held_queues)},
+                **{f"ht{i}": name for i, name in enumerate(relevant_types)},
+                **{f"hq{i}": name for i, name in enumerate(relevant_queues)},
                 **part_params,
             },
         )
