@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import select
-import socket
 import threading
 import time
 
@@ -20,6 +19,7 @@ from scheduler.states import JobStatus
 from scheduler.workers import runner
 from scheduler.workers.runner import Worker, WorkerOptions
 from scheduler.workers.wakeup import Listener, WaitSet, Waker
+from tests.support.net import SilentServer
 from tests.support.processes import WAIT, wait_until
 
 
@@ -149,11 +149,8 @@ def test_a_worker_whose_listen_connection_was_killed_listens_again_and_picks_up_
 @pytest.fixture
 def unanswering_server():
     """A TCP port that accepts connections (the kernel's backlog) and never answers: a stalled connect."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    yield server.getsockname()[1]
-    server.close()
+    with SilentServer() as server:
+        yield server.port
 
 
 @pytest.mark.django_db(transaction=True)
