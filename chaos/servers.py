@@ -134,6 +134,40 @@ def os_killpg(pid: int, sig: int) -> None:
     os.killpg(pid, sig)
 
 
+def os_kill(pid: int, sig: int) -> None:
+    """Signal the process ``pid``; nothing when it is gone meanwhile."""
+    import os
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Return the pids of every process under ``pid`` (children, their children...), parents first.
+
+    Read from the parent pid of each ``proc``/<pid>/stat (proc(5), the fourth field, after the
+    parenthesized command name); a process that exits during the walk is skipped. Linux only.
+    """
+    parents: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_bytes()
+        except OSError:  # exited meanwhile
+            continue
+        fields = text[text.rfind(b")") + 1 :].split()
+        if len(fields) > 1:
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        children = sorted(parents.get(todo.pop(0), []))
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
 class Postgres(Server):
     """A throwaway PostgreSQL 16 cluster.
 
@@ -192,6 +226,33 @@ class Postgres(Server):
     def ready(self) -> bool:
         """``SELECT 1`` succeeds."""
         return self.devstack.probe(self.url)
+
+    def pause(self) -> None:
+        """SIGSTOP the postmaster, then every process under it (each backend leads a session of its own).
+
+        Stopping the process group would stop the postmaster alone: every open connection would
+        keep answering. The postmaster goes first, so it forks nothing meanwhile; its children are
+        then stopped until a walk of ``/proc`` finds none left running (an auxiliary process forked
+        just before the postmaster stopped is caught by the next walk).
+        """
+        if self.proc is None or self.paused:
+            return
+        os_kill(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
+        stopped: set[int] = set()
+        while fresh := [pid for pid in descendants(self.proc.pid) if pid not in stopped]:
+            for pid in fresh:
+                os_kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+
+    def resume(self) -> None:
+        """SIGCONT every process under the postmaster, however new, then the postmaster (no-op unless paused)."""
+        if self.proc is None or not self.paused:
+            return
+        for pid in descendants(self.proc.pid):
+            os_kill(pid, signal.SIGCONT)
+        os_kill(self.proc.pid, signal.SIGCONT)
+        self.paused = False
 
     def restart_immediate(self) -> None:
         """Stop with SIGQUIT (immediate shutdown: no checkpoint, crash recovery on start), then start again."""
