@@ -28,6 +28,9 @@ MIN_GAP = 1.5  # seconds between two faults of one scenario (a restarted process
 # RELEASE_BOUND_SECONDS nothing of the cut-off host may hold a session, a row lock or a job.
 RELEASE_BOUND_SECONDS = 35.0
 PARTITION_LONG_SECONDS = 45.0  # the check runs 3 s before the heal
+# pg-freeze's hold in the soak (scaled by the profile, at least two leases): past the API's 30 s
+# database deadline and the worker reaper's 60 s (STINT_WORKER_DEAD_AFTER_SECONDS, default).
+PG_FREEZE_SOAK_SECONDS = 75.0
 OUTBOX_LOCK_HOLD_SECONDS = 10  # STINT_OUTBOX_LOCK_HOLD_SECONDS
 RECONCILE_AFTER_SECONDS = 20  # STINT_AUDIT_RECONCILE_AFTER_SECONDS
 
@@ -147,6 +150,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(name="pg-restart", summary="PostgreSQL restart (immediate stop, crash recovery)"),
     Scenario(name="pg-terminate", summary="pg_terminate_backend of every client connection, twice"),
+    Scenario(name="pg-freeze", summary="PostgreSQL postmaster and every backend SIGSTOPped, then SIGCONT"),
     Scenario(name="redis-down", summary="Redis down, then back", schedules=("skip",)),
     Scenario(name="redis-flushall", summary="Redis FLUSHALL (leader lock and counters gone)", schedules=("skip",)),
     Scenario(name="broker-pause", summary="Kafka broker SIGSTOP, then SIGCONT"),
@@ -197,6 +201,20 @@ def recovery_bound(name: str, profile: Profile) -> float:
     return profile.recovery_bound_seconds
 
 
+def pg_freeze_hold(profile: Profile) -> float:
+    """Return how long pg-freeze keeps PostgreSQL stopped under ``profile``, in seconds.
+
+    Always past two leases (``LEASE_SECONDS``), so that every lease held at the freeze has
+    expired by the database's clock when it answers again (the rescuer must not take jobs from
+    live workers: ``LeaseRescuer``'s hold-off after a stalled query); otherwise
+    ``PG_FREEZE_SOAK_SECONDS`` scaled by the profile. The soak's hold also outlasts the API's
+    database deadline (``STINT_REQUEST_DB_TIMEOUT_SECONDS``, 30 s: requests answer 503) and the
+    worker reaper's ``WORKER_DEAD_AFTER_SECONDS`` (60 s: every worker is marked gone on the
+    resume, and marks itself alive again at its next heartbeat).
+    """
+    return max(2 * LEASE_SECONDS + 2, round(PG_FREEZE_SOAK_SECONDS * profile.scale, 1))
+
+
 def scenario(name: str) -> Scenario:
     """Return the scenario called ``name``; raise KeyError listing the names when there is none."""
     for s in SCENARIOS:
@@ -217,7 +235,8 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
     Every fault starts inside the load window; holds meet what the scenario needs to mean
     something: a SIGSTOP or a partition outlasts a lease (``LEASE_SECONDS``), a stopped leader
     outlasts its TTL (``LEADER_TTL_SECONDS``), the schedulers stay down across three fires of
-    ``CRON_INTERVAL_SECONDS``. Raises KeyError for an unknown scenario.
+    ``CRON_INTERVAL_SECONDS``, a frozen PostgreSQL outlasts two leases (``pg_freeze_hold``).
+    Raises KeyError for an unknown scenario.
     """
     scenario(name)
     rng = rng_for(seed, "faults", name, profile.name)
@@ -251,6 +270,8 @@ def fault_schedule(name: str, profile: Profile, seed: int) -> list[Fault]:
         return [Fault(at=early, action="down", target="scheduler@all", hold=3.5 * CRON_INTERVAL_SECONDS + 1)]
     if name == "pg-restart":
         return [Fault(at=early, action="restart", target="postgres")]
+    if name == "pg-freeze":
+        return [Fault(at=early, action="sigstop", target="postgres", hold=pg_freeze_hold(profile))]
     if name == "pg-terminate":
         first, second = spread(2)
         return [

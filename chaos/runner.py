@@ -587,11 +587,14 @@ class Run:
     ) -> None:
         from chaos.snapshot import backlog
 
-        try:
-            b = self.sql(lambda conn: backlog(conn, owner_id), tries=1)
-            shown = f"unfinished={b['unfinished']} unpublished={b['unpublished']} unaudited={b['unaudited']}"
-        except psycopg.Error:
-            shown = "database unreachable"
+        if self.pg.paused:  # a query would wait for the heal, and so would this loop, which heals
+            shown = "database frozen"
+        else:
+            try:
+                b = self.sql(lambda conn: backlog(conn, owner_id), tries=1)
+                shown = f"unfinished={b['unfinished']} unpublished={b['unpublished']} unaudited={b['unaudited']}"
+            except psycopg.Error:
+                shown = "database unreachable"
         faults = sum(1 for i in injected if i.started is not None)
         say(
             f"[{scenario.name}] t={elapsed:5.1f}s offered={load.offered} created={len(load.created)} "
@@ -717,6 +720,9 @@ class Run:
             started = time.monotonic()
             self.pg.restart_immediate()
             return f"PostgreSQL immediate stop + start (down {time.monotonic() - started:.1f} s)"
+        if f.target == "postgres" and f.action == "sigstop":
+            self.pg.pause()
+            return f"PostgreSQL postmaster and every backend SIGSTOPped for {f.hold:.0f} s"
         if f.target == "postgres":
             n = self.scalar(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
@@ -779,6 +785,8 @@ class Run:
                 self.redis.start()
             elif f.target == "broker" and f.action == "sigstop":
                 self.broker.resume()
+            elif f.target == "postgres" and f.action == "sigstop":
+                self.pg.resume()
             elif f.target == "broker" and f.action == "restart":
                 self.broker.start()
                 self._provision_lost_topic(errors)

@@ -46,6 +46,23 @@ def test_holds_outlast_what_they_must(profile, seed):
     assert long_cut.hold - runner.RELEASE_CHECK_BEFORE_HEAL_SECONDS > plan.RELEASE_BOUND_SECONDS
 
 
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("seed", [1, 2, 3, 99])
+def test_a_postgres_freeze_outlasts_two_leases_and_heals_inside_the_window(profile, seed):
+    p = PROFILES[profile]
+    (freeze,) = fault_schedule("pg-freeze", p, seed)
+    assert (freeze.action, freeze.target) == ("sigstop", "postgres")
+    assert freeze.hold > 2 * plan.LEASE_SECONDS
+    assert freeze.at < p.load_seconds
+
+
+def test_the_soak_freezes_postgres_past_the_api_deadline_and_the_worker_reaper(settings):
+    """The soak's freeze shows what happens past both bounds (the runner leaves them at their defaults)."""
+    (freeze,) = fault_schedule("pg-freeze", PROFILES["soak"], 1)
+    assert freeze.hold > settings.STINT_REQUEST_DB_TIMEOUT_SECONDS
+    assert freeze.hold > settings.SCHEDULER["WORKER_DEAD_AFTER_SECONDS"]
+
+
 def test_the_release_bound_outlasts_the_keepalive_bounds():
     keepalives = db_session.KEEPALIVE_IDLE_SECONDS + db_session.KEEPALIVE_INTERVAL_SECONDS * db_session.KEEPALIVE_COUNT
     assert plan.RELEASE_BOUND_SECONDS > max(keepalives, db_session.TCP_USER_TIMEOUT_MS / 1000)
