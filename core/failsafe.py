@@ -46,7 +46,12 @@ from core.parsers import has_lone_surrogate
 logger = logging.getLogger(__name__)
 
 BAD_TEXT_MESSAGE = "The request's parameters contain a NUL character or an unpaired surrogate, which cannot be stored."
-UNAVAILABLE_MESSAGE = "The database is unavailable; nothing was changed by this request. Try again shortly."
+# Not "nothing was changed": a connection cut after its COMMIT was sent (the deadline below, a lost
+# link) may have committed. A job retried with the same Idempotency-Key is the same job (DESIGN.md).
+UNAVAILABLE_MESSAGE = (
+    "The database is unavailable, so this request may or may not have taken effect. Try again shortly;"
+    " a job submitted again with the same Idempotency-Key header is not created twice."
+)
 
 
 def _answer(request: HttpRequest, *, status: int, message: str) -> HttpResponse:

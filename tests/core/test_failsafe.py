@@ -43,6 +43,22 @@ def test_an_api_call_while_the_database_is_down_is_a_json_503(client, database_d
     assert response["Retry-After"] == "5"
 
 
+def test_the_503_does_not_promise_that_nothing_changed(client, database_down):
+    """A connection cut after its COMMIT was sent (the deadline, a lost link) may have committed it.
+
+    So the answer says the request may have taken effect and how to retry safely: the same
+    ``Idempotency-Key`` (DESIGN.md, POST /api/jobs) makes a retried submission the same job.
+    """
+    response = client.post(
+        "/api/auth/login", {"username": "alice", "password": "x" * 12}, content_type="application/json"
+    )
+    assert response.status_code == 503
+    message = response.json()["error"]["message"]
+    assert "nothing was changed" not in message
+    assert "may or may not have taken effect" in message
+    assert "same Idempotency-Key" in message
+
+
 def test_a_page_while_the_database_is_down_is_a_503_that_says_so(client, database_down):
     response = client.post("/login/", {"username": "alice", "password": "x" * 12})
     assert response.status_code == 503
