@@ -106,11 +106,13 @@ class LeaseRescuer:
     heartbeats and this query alike while its clock runs on: when it answers again, every lease
     it held past its end looks expired, though its workers are alive. So a run whose query
     waited ``stall_seconds`` or more rescues nothing, and the rescuer holds off for one and a
-    half heartbeat intervals, time for every live worker to renew its leases; a worker silent
-    after that is rescued as before. Once per stall: the runs after the hold rescue even if their
-    queries are slow too (a database under load, not frozen, would otherwise hold rescue off for
-    ever), until a query answers within ``stall_seconds`` again. Rescue of a dead host is delayed
-    by at most that much after a stall.
+    half heartbeat intervals, time for every live worker to renew its leases, even when that
+    query found no expired lease (another scheduler's rescuer, holding off, had them locked,
+    and a heartbeat skips locked rows); a worker silent after that is rescued as before. Once
+    per stall: the runs after the hold rescue even if their queries are slow too (a database
+    under load, not frozen, would otherwise hold rescue off for ever), until a query answers
+    within ``stall_seconds`` again. Rescue of a dead host is delayed by at most that much after
+    a stall.
     """
 
     name = "rescuer"
@@ -147,7 +149,9 @@ class LeaseRescuer:
                 waited = time.monotonic() - started
                 if waited < self.stall_seconds:
                     self._stall_held = False  # a prompt answer: the next stall holds off again
-                elif rows and not self._stall_held:
+                elif not self._stall_held:
+                    # Rows or none: another scheduler's rescuer may hold the expired rows locked while it
+                    # holds off (SKIP LOCKED gave us none), and this one's next query would be prompt.
                     self._stall_held = True  # once per stall: a database that stays slow still gets its rescues
                     hold = 1.5 * conf().heartbeat_seconds
                     self._hold_until = time.monotonic() + hold

@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 from django.db.models import F
 
+from core.pg_connect import pg_connect
 from scheduler import leasing
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.job_actions import job_cancel
@@ -311,3 +312,34 @@ def test_a_database_that_stays_slow_delays_rescue_once_not_for_ever(monkeypatch)
     rescuer._hold_until = 0.0  # the hold has run out
     assert rescuer.run_once() == 1  # slow again: rescued all the same
     assert status(job) == JobStatus.RETRYING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stalled_rescue_query_that_found_the_leases_locked_by_another_rescuer_holds_off_too(
+    monkeypatch, settings
+) -> None:
+    """Every scheduler runs a rescuer; after a freeze each one's query has stalled, not only the one that got rows.
+
+    The first rescuer to answer locks the expired rows (``FOR UPDATE``) while it decides to hold
+    off, so another's stalled query skips them (``SKIP LOCKED``) and gets none; a live worker's
+    heartbeat meanwhile skips them too. That other rescuer, not held, would take the live workers'
+    jobs on its next, prompt query a second later, unless their next heartbeat beat it (a race
+    read in the code after pg-freeze's logs showed one scheduler of two holding off; no run lost
+    an attempt to it).
+    """
+    settings.SCHEDULER = {**settings.SCHEDULER, "HEARTBEAT_SECONDS": 10.0}  # a hold of 15 s: both runs fall in it
+    job, claimed = running_job()
+    Job.objects.filter(id=job.id).update(lease_expires_at=F("lease_expires_at") - dt.timedelta(hours=1))
+    other = LeaseRescuer()
+    with pg_connect(autocommit=False) as first:  # the rescuer that got the rows, holding off
+        first.execute("SELECT id FROM stint_job WHERE id = %s FOR UPDATE", [job.id])
+        monkeypatch.setattr(other, "stall_seconds", 0.0)  # its query waited out the freeze
+        assert other.run_once() == 0  # nothing: the rows were locked
+        first.rollback()  # the first rescuer held off: nothing changed
+    monkeypatch.setattr(other, "stall_seconds", LeaseRescuer.stall_seconds)  # the next query answers at once
+    assert other.run_once() == 0  # held off all the same: the live worker gets its heartbeat
+    held, _ = leasing.heartbeat(worker_id=WORKER, jobs=[(claimed.id, claimed.lease_token)])
+    assert held == {claimed.id}
+    other._hold_until = 0.0  # the hold has run out
+    assert other.run_once() == 0  # the lease is live again: the worker keeps its job
+    assert status(job) == JobStatus.RUNNING
