@@ -12,15 +12,43 @@ from rest_framework_simplejwt import serializers as jwt_serializers
 from accounts.models import User
 
 
+def json_type_name(value: Any) -> str:
+    """Return how JSON names the type of parsed ``value``: "a number", "a boolean", "an array", "an object"."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "a string" if isinstance(value, str) else "null"
+
+
 class StrictSerializer(serializers.Serializer):
-    """Reject fields the endpoint does not know instead of silently dropping them."""
+    """Reject fields the endpoint does not know, and strings given as other JSON types.
+
+    DRF drops unknown keys and its CharField turns the numbers 5 and 7.5 into "5" and "7.5", so a
+    ``"timezone": 5`` used to read back as "Unknown time zone '5'", which hid the mistake: a text
+    field (``CharField`` and its subclasses) given a number, boolean, array or object is a 400
+    that says a string is expected.
+    """
 
     def to_internal_value(self, data: Any) -> Any:
-        """Validate as usual, then refuse any key that is not a writable field."""
+        """Refuse unknown keys and non-string values of text fields, then validate as usual."""
         if isinstance(data, dict):
-            unknown = sorted(set(data) - {name for name, f in self.fields.items() if not f.read_only})
+            writable = {name: f for name, f in self.fields.items() if not f.read_only}
+            unknown = sorted(set(data) - set(writable))
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+            not_strings = {
+                name: [f"A string is expected, not {json_type_name(data[name])}."]
+                for name, f in writable.items()
+                if isinstance(f, serializers.CharField) and name in data and data[name] is not None
+                if not isinstance(data[name], str)
+            }
+            if not_strings:
+                raise serializers.ValidationError(not_strings)
         return super().to_internal_value(data)
 
 

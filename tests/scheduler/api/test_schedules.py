@@ -434,3 +434,26 @@ def test_the_default_minimum_is_a_minute(user_api):
         user_api.post("/api/schedules", {"name": "s", "interval_seconds": 60, "job": job}, format="json").status_code
         == 201
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "change", "field", "kind"),
+    [
+        ("/api/schedules", {"timezone": 5}, "timezone", "a number"),
+        ("/api/schedules", {"timezone": ["UTC"]}, "timezone", "an array"),
+        ("/api/schedules", {"name": 7.5}, "name", "a number"),
+        ("/api/schedules", {"cron": 5}, "cron", "a number"),
+        ("/api/schedules/preview", {"timezone": 5}, "timezone", "a number"),
+        ("/api/schedules/preview", {"cron": {"m": 0}}, "cron", "an object"),
+    ],
+)
+def test_a_string_field_given_another_json_type_is_a_400_that_says_a_string_is_expected(
+    user_api, path, change, field, kind
+):
+    # DRF's CharField turns 5 into "5": the zone then read "Unknown time zone '5'", which hid the mistake.
+    body = {**NIGHTLY, **change} if path == "/api/schedules" else {"cron": "0 * * * *", **change}
+    resp = user_api.post(path, body, format="json")
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["details"][field] == [f"A string is expected, not {kind}."]
+    assert not CronSchedule.objects.exists()

@@ -823,3 +823,11 @@ def test_a_cursor_time_with_an_offset_postgresql_refuses_is_read_in_utc_not_a_50
     resp = user_api.get(f"{JOBS}?cursor={token}")
 
     assert resp.status_code == status, resp.content
+
+
+def test_a_job_whose_type_or_queue_is_not_a_string_is_a_400_that_says_a_string_is_expected(user_api):
+    resp = user_api.post("/api/jobs", {"type": "DEMO_TASK", "queue": 5, "name": True}, format="json")
+    assert resp.status_code == 400, resp.content
+    details = resp.json()["error"]["details"]
+    assert details["queue"] == ["A string is expected, not a number."]
+    assert details["name"] == ["A string is expected, not a boolean."]
