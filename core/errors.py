@@ -82,6 +82,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             details = extra or None
         if response.status_code == status.HTTP_401_UNAUTHORIZED and _says_expired(detail):
             message = _expired_message(context)
+        if isinstance(exc, exceptions.NotAuthenticated):
+            code, message = _not_authenticated(context)
     response.data = error_body(code=code, message=message, details=details)
     return response
 
@@ -106,6 +108,26 @@ def _expired_message(context: dict[str, Any]) -> str:
         "Token expired: the access token is past its lifetime; get a new one from POST /api/auth/refresh "
         "with your refresh token (or sign in again)."
     )
+
+
+BEARER_HINT = "send 'Authorization: Bearer <access token>', a JWT from POST /api/auth/login"
+
+
+def _not_authenticated(context: dict[str, Any]) -> tuple[str, str]:
+    """Return the 401 code and message for a request that carried no usable credentials.
+
+    SimpleJWT ignores an Authorization header whose scheme is not one of ``AUTH_HEADER_TYPES``
+    (``Token ...``, ``Basic ...``, a bare token), so DRF said "credentials were not provided",
+    which does not tell a client who did send a header what is wrong with it: name its scheme
+    (code ``bad_authorization_header``, SimpleJWT's own code for a malformed header).
+    """
+    request = context.get("request")
+    header = str(getattr(request, "META", {}).get("HTTP_AUTHORIZATION", "")).strip()
+    if not header:
+        return "not_authenticated", f"Authentication credentials were not provided: {BEARER_HINT}."
+    scheme = header.split()[0][:40]
+    message = f"The Authorization header must use the Bearer scheme, not {scheme!r}: {BEARER_HINT}."
+    return "bad_authorization_header", message
 
 
 def json_or_page(request: HttpRequest, status_code: int, message: str, default: Any) -> HttpResponse:

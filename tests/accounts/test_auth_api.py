@@ -302,3 +302,31 @@ def test_racing_registrations_of_alice_and_Alice_give_one_201_and_one_400(api):
     assert list(User.objects.values_list("username", flat=True)) == ["Alice"]
     later = api.post("/api/auth/register", {"username": "ALICE", "password": PASSWORD}, format="json")
     assert later.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("header", "scheme"),
+    [
+        ("Token abc123", "Token"),
+        ("Basic dXNlcjpwYXNz", "Basic"),
+        ("JWT abc.def.ghi", "JWT"),
+        ("abc.def.ghi", "abc.def.ghi"),
+    ],
+)
+def test_a_header_with_another_scheme_is_a_401_that_says_bearer_jwt_is_expected(api, user, header, scheme):
+    # SimpleJWT ignores a header whose scheme is not Bearer, so DRF said "credentials were not provided".
+    api.credentials(HTTP_AUTHORIZATION=header)
+    resp = api.get("/api/auth/me")
+    assert resp.status_code == 401
+    assert resp["WWW-Authenticate"].startswith("Bearer")
+    error = resp.json()["error"]
+    assert error["code"] == "bad_authorization_header"
+    assert "Authorization: Bearer <access token>" in error["message"]
+    assert f"not {scheme!r}" in error["message"]
+    assert "POST /api/auth/login" in error["message"]
+
+
+def test_no_credentials_at_all_says_how_to_send_them(api):
+    error = api.get("/api/auth/me").json()["error"]
+    assert error["code"] == "not_authenticated"
+    assert "Authorization: Bearer <access token>" in error["message"]
