@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
-from rest_framework.exceptions import APIException, ParseError
+from django.utils.http import parse_header_parameters
+from rest_framework.exceptions import APIException, ParseError, UnsupportedMediaType
 from rest_framework.parsers import JSONParser
 
 MAX_JSON_DEPTH = 64  # levels of nested arrays/objects accepted in a request body
@@ -233,6 +234,34 @@ def body_too_large(declared: int | None = None) -> RequestBodyTooLarge:
     return RequestBodyTooLarge(f"The request body is over the limit of {limit} bytes.")
 
 
+def declared_charset(request: Any) -> str | None:
+    """Return the ``charset`` of ``request``'s Content-Type (None when it names none); raise 415 if unusable.
+
+    Unusable: no codec of that name (``charset=bogus``, which Django silently drops, so the body
+    used to be read as UTF-8 whatever the client meant), or a codec that is no text encoding
+    (``rot13``, ``base64``). Both are ``UnsupportedMediaType`` (415, as Express's body-parser
+    answers an unsupported charset): the body cannot be read as the client says it is written.
+    """
+    header = str(getattr(request, "META", {}).get("CONTENT_TYPE") or "")
+    charset = parse_header_parameters(header)[1].get("charset")
+    if charset is None:
+        return None
+    try:
+        # LookupError for no codec, and for one that is no text encoding (rot13): str.decode checks
+        # that before decoding, but only for a non-empty input. What a text codec makes of the
+        # probe does not matter here: the body itself is decoded later, with its own messages.
+        b"\x00\x00\x00\x00".decode(charset)
+    except LookupError:
+        raise UnsupportedMediaType(
+            header.split(";")[0].strip()[:100],
+            detail=f"Unsupported charset {charset[:40]!r} in Content-Type: send UTF-8, or name a text encoding "
+            "such as latin-1.",
+        ) from None
+    except Exception:  # noqa: S110 - a text codec's complaint about the probe bytes, see above
+        pass
+    return charset
+
+
 class SafeJSONParser(JSONParser):
     """DRF's JSON parser, bounded to ``api_body_limit()`` (413), refusing with 400 a body nested
     deeper than ``MAX_JSON_DEPTH`` or holding a lone surrogate, and parsing with ``json_bytes_load``
@@ -257,7 +286,7 @@ class SafeJSONParser(JSONParser):
         body = stream.read(limit + 1) if stream is not None else b""
         if len(body) > limit:
             raise body_too_large()
-        encoding = (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
+        encoding = declared_charset(request) or (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
         try:
             data = json_bytes_load(body, encoding=encoding)
         except JSONTextError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -188,21 +189,36 @@ def test_core_imports_nothing_of_the_apps():
     assert arrows == []
 
 
-@pytest.mark.parametrize("charset", ["rot13", "base64", "bz2_codec", "hex"])
-def test_a_body_declared_in_a_charset_that_is_no_text_encoding_is_a_400_not_a_500(user_api, charset):
+@pytest.mark.parametrize("charset", ["rot13", "base64", "bz2_codec", "hex", "nope", "latin-2000", "BOGUS"])
+def test_a_body_declared_in_a_charset_that_is_no_text_encoding_we_know_is_a_415_that_names_it(user_api, charset):
+    # An unknown charset used to be read as UTF-8 (Django drops it): a body in the encoding the client
+    # meant was then misread, or refused as "not valid UTF-8". As Express's body-parser does, refuse it.
     resp = user_api.post("/api/jobs", b'{"type": "DEMO_TASK"}', content_type=f"application/json; charset={charset}")
-    assert resp.status_code == 400, resp.content
-    assert (
-        resp.json()["error"]["message"] == f"JSON parse error: the declared charset {charset!r} is not a text encoding."
-    )
+    assert resp.status_code == 415, resp.content
+    assert resp.json()["error"] == {
+        "code": "unsupported_media_type",
+        "message": f"Unsupported charset {charset!r} in Content-Type: send UTF-8, or name a text encoding "
+        "such as latin-1.",
+        "details": None,
+    }
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize("charset", ["nope", "latin-2000"])
-def test_a_body_declared_in_an_unknown_charset_is_read_as_utf8(user_api, charset):
-    # Django drops a charset that names no codec (HttpRequest.encoding stays None): UTF-8, RFC 8259's.
-    resp = user_api.post("/api/jobs", b'{"type": "DEMO_TASK"}', content_type=f"application/json; charset={charset}")
+@pytest.mark.parametrize(
+    ("charset", "codec", "name"),
+    [
+        ("utf-8", "utf-8", "caf\u00e9"),
+        ('"UTF8"', "utf-8", "caf\u00e9"),
+        ("latin-1", "latin-1", "caf\u00e9"),
+        ("iso-8859-1", "latin-1", "caf\u00e9"),
+        ("ascii", "ascii", "cafe"),
+    ],
+)
+def test_a_body_in_a_declared_text_encoding_is_read_in_it(user_api, charset, codec, name):
+    body = json.dumps({"type": "DEMO_TASK", "name": name}, ensure_ascii=False).encode(codec)
+    resp = user_api.post("/api/jobs", body, content_type=f"application/json; charset={charset}")
     assert resp.status_code == 201, resp.content
+    assert resp.json()["name"] == name
 
 
 def test_a_body_that_a_codecs_own_check_refuses_is_said_to_be_not_valid_in_it(user_api):
