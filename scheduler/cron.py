@@ -223,12 +223,31 @@ class CronSpec:
         except OverflowError:
             return None
 
+    def _first_fire(self) -> dt.datetime | None:
+        """Return the first fire time of a zone whose calendar starts after UTC's (one west of UTC in year 1).
+
+        Its first wall time is 0001-01-01 00:00 (``datetime.min``): ``Pacific/Kiritimati``, UTC-10:29:20
+        then (local mean time), reaches it at 0001-01-01 10:29:20 UTC, and no earlier instant has a
+        local time. croniter cannot say whether ``datetime.min`` itself matches (it steps back from
+        it), so that is read at 0401-01-01, the same weekday and day of the 400-year Gregorian cycle.
+        """
+        first = dt.datetime.min.replace(tzinfo=self.zone).astimezone(UTC)
+        same = dt.datetime.min.replace(year=401)
+        if _next_wall(self.expression, same - _ONE_SECOND) == same:
+            return first
+        return self._next_after(first)
+
     def _next_after(self, t: dt.datetime) -> dt.datetime | None:
         t = t.astimezone(UTC)
         if self.zone.key == "UTC":
             wall = _next_wall(self.expression, t.replace(tzinfo=None))
             return wall.replace(tzinfo=UTC) if wall is not None else None
-        local = t.astimezone(self.zone)
+        try:
+            local = t.astimezone(self.zone)
+        except OverflowError:
+            if t.year > 1:
+                raise  # past year 9999 in this zone: no more fire times
+            return self._first_fire()  # before year 1 in this zone
         wall = local.replace(tzinfo=None, fold=0)
         nxt = _next_wall(self.expression, wall)
         if local.fold == 0:

@@ -509,3 +509,21 @@ def test_no_fire_time_past_year_9999(expr, zone, start):
     spec = cron_spec(expr, zone)
     assert spec.next_after(utc(start)) is None or spec.next_after(utc(start)).year == 9999
     assert all(t.year == 9999 for t in fire_times(spec, start=utc(start), count=5))
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        # Pacific/Kiritimati kept local mean time, UTC-10:29:20, until 1901: its 0001-01-01 00:00 is 10:29:20 UTC.
+        ("0 0 * * *", ["0001-01-01T10:29:20", "0001-01-02T10:29:20", "0001-01-03T10:29:20"]),
+        ("0 0 1 1 *", ["0001-01-01T10:29:20", "0002-01-01T10:29:20", "0003-01-01T10:29:20"]),
+        ("0 0 * * mon", ["0001-01-01T10:29:20", "0001-01-08T10:29:20", "0001-01-15T10:29:20"]),  # a Monday
+        ("0 0 * * tue", ["0001-01-02T10:29:20", "0001-01-09T10:29:20", "0001-01-16T10:29:20"]),
+        ("30 12 * * *", ["0001-01-01T22:59:20", "0001-01-02T22:59:20", "0001-01-03T22:59:20"]),
+    ],
+)
+def test_a_zone_west_of_utc_in_year_1_fires_from_its_first_local_midnight(expr, expected):
+    # Its local calendar starts 10 h after UTC's: fire times from 0001-01-01 UTC used to be none at all.
+    spec = cron_spec(expr, "Pacific/Kiritimati")
+    got = fire_times(spec, start=dt.datetime(1, 1, 1, tzinfo=dt.UTC), count=3)
+    assert [t.replace(tzinfo=None).isoformat() for t in got] == expected

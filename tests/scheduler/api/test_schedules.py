@@ -457,3 +457,34 @@ def test_a_string_field_given_another_json_type_is_a_400_that_says_a_string_is_e
     error = resp.json()["error"]
     assert error["details"][field] == [f"A string is expected, not {kind}."]
     assert not CronSchedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "first", "last", "count"),
+    [
+        (
+            {"cron": "0 0 * * *", "timezone": "Pacific/Kiritimati", "start": "0001-01-01T00:00:00Z", "count": 100},
+            "0001-01-01T10:29:20Z",
+            "0001-04-10T10:29:20Z",
+            100,
+        ),
+        (
+            {"cron": "* * * * *", "timezone": "Etc/GMT+12", "start": "9999-12-31T23:00:00Z", "count": 100},
+            "9999-12-31T23:01:00Z",
+            "9999-12-31T23:59:00Z",
+            59,
+        ),
+        (
+            {"cron": "0 0 29 2 *", "timezone": "Etc/GMT+12", "start": "9000-01-01T00:00:00Z", "count": 100},
+            "9004-02-29T12:00:00Z",  # 9000, 9100 and 9300 are not leap years; 9200 is
+            "9412-02-29T12:00:00Z",
+            100,
+        ),
+    ],
+    ids=["year-1-west-of-utc", "year-9999-end", "sparse-count-100"],
+)
+def test_preview_at_both_ends_of_the_calendar_lists_fire_times(user_api, body, first, last, count):
+    resp = user_api.post("/api/schedules/preview", body, format="json")
+    assert resp.status_code == 200, resp.content
+    times = resp.json()["fire_times"]
+    assert (len(times), times[0], times[-1]) == (count, first, last)
