@@ -45,7 +45,7 @@ serve:
 	@# Ctrl-C ends honcho with 130: that is a clean stop, not an error.
 	@eval "$$($(PY) -m devstack metrics-ports --web-port $(PORT))" || exit 1; \
 	echo "Stint: http://127.0.0.1:$(PORT)/  (API under /api/, documented at /api/docs/; admin /admin/)"; \
-	echo "Metrics: scheduler :$$STINT_SCHEDULER_METRICS_PORT, workers :$$STINT_WORKERS_METRICS_PORT, audit consumer :$$STINT_AUDIT_METRICS_PORT (make observe PORT=$(PORT) SCHEDULER_METRICS_PORT=$$STINT_SCHEDULER_METRICS_PORT WORKERS_METRICS_PORT=$$STINT_WORKERS_METRICS_PORT AUDIT_METRICS_PORT=$$STINT_AUDIT_METRICS_PORT)"; \
+	echo "Metrics: scheduler :$$STINT_SCHEDULER_METRICS_PORT, workers :$$STINT_WORKERS_METRICS_PORT, audit consumer :$$STINT_AUDIT_METRICS_PORT (make observe PORT=$(PORT) $(if $(filter environment command line,$(origin OBSERVE_PORT)),OBSERVE_PORT=$(OBSERVE_PORT) )SCHEDULER_METRICS_PORT=$$STINT_SCHEDULER_METRICS_PORT WORKERS_METRICS_PORT=$$STINT_WORKERS_METRICS_PORT AUDIT_METRICS_PORT=$$STINT_AUDIT_METRICS_PORT)"; \
 	STINT_WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 130 ] || exit $$rc
 
 # The main suite runs in two pytest-xdist workers (each with its own test database and Redis

@@ -10,6 +10,7 @@ Prometheus config, the alert rules and every dashboard expression.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -426,3 +427,32 @@ def test_make_observe_writes_a_config_promtool_accepts(promtool: str, tmp_path: 
     ):
         assert re.search(rf"manage\.py {command} .*--metrics-port \$\{{{variable}:-{port}\}}", procfile), command
     assert config["rule_files"] == [str(ALERTS)]
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_make_runs_observe_hint_carries_an_observe_port_that_was_set(how: str) -> None:
+    # `make run` prints the `make observe ...` line to paste; it dropped OBSERVE_PORT, so the pasted
+    # line started Prometheus on 9090 instead of the port the user had chosen.
+    args = ["make", "--no-print-directory", "-n", "serve"]
+    env = {**os.environ, "OBSERVE_PORT": "9311"} if how == "environment" else None
+    made = subprocess.run(
+        [*args, "OBSERVE_PORT=9311"] if how == "argument" else args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "make observe PORT=8000 OBSERVE_PORT=9311 SCHEDULER_METRICS_PORT=" in made.stdout
+    unset = subprocess.run(
+        args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "OBSERVE_PORT"},
+    )
+    assert "OBSERVE_PORT" not in unset.stdout  # the default (9090) needs no mention
