@@ -45,6 +45,8 @@ ENUMERATE_LIMIT = 1000  # missed fires walked one by one before a plan jumps by 
 MAX_INTERVAL_SECONDS = 366 * 86400  # seconds
 MAX_EXPRESSION_LENGTH = 200  # characters
 MISFIRE_POLICIES = ("skip", "catch_up", "none")
+FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
+FIELD_SIZES = (60, 24, 31, 12, 7)  # values each field holds (day of week: 0-6, 7 is 0 again)
 _FIELD_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ*/,-#")
 _ONE_SECOND = dt.timedelta(seconds=1)
 
@@ -108,13 +110,50 @@ def _reversed_range(field: str, *, names: dict[str, int]) -> str | None:
     return None
 
 
+def _step_too_large(field: str, *, size: int) -> tuple[str, int] | None:
+    """Return the first ``(part, step)`` of ``field`` whose step exceeds the field's ``size`` values, or None.
+
+    Such a step reaches no second value: ``*/1000`` in the minute field is minute 0 alone and
+    ``0 */99 * * *`` midnight alone, never "every 1000 minutes" or "every 99 hours" (cron cannot
+    say that; ``interval_seconds`` can). Vixie cron and Celery take it silently, Oban refuses
+    steps over 99; we refuse it. A step equal to the size (``*/60``, ``0 */24``) is kept: its one
+    value per cycle is what it says.
+    """
+    for part in field.split(","):
+        _, _, step = part.partition("/")
+        if step.isdigit() and int(step) > size:
+            return part, int(step)
+    return None
+
+
+def _day_extension_problem(dom: str, dow: str) -> str | None:
+    """Return why the day fields use a croniter extension that we do not compute correctly, or None.
+
+    ``W`` (nearest weekday, Quartz) is refused: croniter moves ``31W`` to the 28th or 29th in short
+    months, which no documented rule says. An nth (``1#2``) or last (``L5``) weekday is refused
+    beside a day of month other than ``*``: croniter then finds no date at all (``0 0 1 * 1#2``)
+    or drops the day of month (``0 0 L * L5`` fired on last Fridays only).
+    """
+    if "w" in dom.lower():
+        return "'W' (nearest weekday) is not supported: name the days, e.g. 1-5 in the day-of-week field."
+    nth = any("#" in part or part.lower().startswith("l") for part in dow.split(","))
+    if nth and dom != "*":
+        return (
+            f"An nth or last weekday ({dow!r}) cannot be combined with a day of month ({dom!r}): "
+            "use * as the day of month, or a second schedule."
+        )
+    return None
+
+
 def normalize_cron(expression: str) -> str:
     """Return ``expression`` as five space-separated fields (macros expanded); raise InvalidSchedule.
 
-    Accepts the 5-field syntax croniter implements (numbers, names, ``*``, ``/``, ``,``, ``-``,
-    ``L``, ``#``) and the ``@hourly``-style macros; refuses seconds/year fields, ``@reboot``,
-    croniter's hashed (``H``) and random (``R``) extensions, and reversed ranges
-    (``_reversed_range``), as ISC cron does.
+    Accepts Vixie cron's 5 fields (numbers, names, ``*``, ``/``, ``,``, ``-``), the ``@hourly``-style
+    macros, and croniter's ``L`` (last day of the month; ``L5``: last Friday) and ``n#k`` (k-th
+    weekday n of the month, k 1-5) extensions (README "Schedules"). Refuses seconds/year fields,
+    ``@reboot``, croniter's hashed (``H``), random (``R``) and nearest-weekday (``W``) extensions,
+    a step larger than its field (``_step_too_large``), an nth or last weekday beside a day of
+    month (``_day_extension_problem``), and reversed ranges (``_reversed_range``), as ISC cron does.
     """
     bad = InvalidSchedule
     if not isinstance(expression, str) or not expression.strip():
@@ -134,6 +173,23 @@ def normalize_cron(expression: str) -> str:
         if set(field) - _FIELD_CHARS or any(t.upper() in ("H", "R") for t in tokens):
             raise bad(f"Invalid cron field {field!r}.", details={"cron": [f"Invalid field {field!r}."]})
     for index, field in enumerate(fields):
+        too_large = _step_too_large(field, size=FIELD_SIZES[index])
+        if too_large is not None:
+            part, step = too_large
+            name, size = FIELD_NAMES[index], FIELD_SIZES[index]
+            raise bad(
+                f"The step {step} in {part!r} is larger than the {name} field's {size} values.",
+                details={
+                    "cron": [
+                        f"The step in {part!r} is larger than the {name} field's {size} values: it would fire "
+                        "only at the start of its range. For a fixed period, use interval_seconds."
+                    ]
+                },
+            )
+    problem = _day_extension_problem(fields[2], fields[4])
+    if problem is not None:
+        raise bad(f"Invalid cron expression: {problem}", details={"cron": [problem]})
+    for index, field in enumerate(fields):
         reversed_range = _reversed_range(field, names=_FIELD_NAMES[index])
         if reversed_range is not None:
             raise bad(
@@ -145,6 +201,17 @@ def normalize_cron(expression: str) -> str:
     except (CroniterError, ValueError, KeyError) as exc:
         raise bad(f"Invalid cron expression: {exc}", details={"cron": [str(exc)]}) from exc
     return text
+
+
+def _day_or(expression: str) -> bool:
+    """True when a day matches by day of month OR day of week, as Vixie/ISC cron decides it.
+
+    Both fields must be restricted, and cron calls a field unrestricted when it starts with ``*``
+    (``DOM_STAR``/``DOW_STAR`` in its entry.c), steps included: ``0 0 */2 * 1`` is odd days that
+    are Mondays. croniter reads ``*/2`` as restricted and would OR them (odd days, and Mondays).
+    """
+    _, _, dom, _, dow = expression.split(" ")
+    return not (dom.startswith("*") or dow.startswith("*"))
 
 
 def _next_wall(expression: str, wall: dt.datetime) -> dt.datetime | None:
@@ -160,7 +227,7 @@ def _next_wall(expression: str, wall: dt.datetime) -> dt.datetime | None:
     if it is None:
         if len(cache) > 512:
             cache.clear()
-        it = cache[expression] = croniter(expression, wall)
+        it = cache[expression] = croniter(expression, wall, day_or=_day_or(expression))
     else:
         it.set_current(wall, force=True)
     try:

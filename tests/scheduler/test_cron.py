@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 from zoneinfo import ZoneInfo
 
@@ -527,3 +528,139 @@ def test_a_zone_west_of_utc_in_year_1_fires_from_its_first_local_midnight(expr, 
     spec = cron_spec(expr, "Pacific/Kiritimati")
     got = fire_times(spec, start=dt.datetime(1, 1, 1, tzinfo=dt.UTC), count=3)
     assert [t.replace(tzinfo=None).isoformat() for t in got] == expected
+
+
+# -- croniter's day extensions (L, n#k, Ln) and Vixie's day rule, against their own oracle ------
+
+DOW_NAMES = {name: n for n, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
+
+
+def values(part: str, low: int, high: int) -> set[int]:
+    """The values of one plain list element (``*``, ``a``, ``a-b``, each with an optional ``/step``)."""
+    span, _, step = part.partition("/")
+    if span == "*":
+        a, b = low, high
+    elif "-" in span:
+        a, b = (int(DOW_NAMES.get(x, x)) for x in span.split("-"))
+    else:
+        a = int(DOW_NAMES.get(span, span))
+        b = high if step else a
+    return set(range(a, b + 1, int(step or 1)))
+
+
+def day_matcher(dom: str, month: str, dow: str):
+    """Return date -> bool, written from the README's words and Vixie's rule, not from croniter.
+
+    ``L`` in day of month: the month's last day. ``n#k``: the k-th weekday n of the month. ``Ln``:
+    the last weekday n of the month. Both day fields restricted (neither starts with ``*``): either
+    matches; otherwise both must.
+    """
+    months = set().union(*(values(p, 1, 12) for p in month.split(",")))
+
+    def dom_match(d: dt.date, last: int) -> bool:
+        return any(d.day == last if p == "L" else d.day in values(p, 1, 31) for p in dom.split(","))
+
+    def dow_match(d: dt.date, last: int) -> bool:
+        weekday = (d.weekday() + 1) % 7
+        for p in dow.lower().split(","):
+            if "#" in p:
+                n, k = p.split("#")
+                if weekday == int(DOW_NAMES.get(n, n)) % 7 and (d.day - 1) // 7 + 1 == int(k):
+                    return True
+            elif p.startswith("l"):
+                if weekday == int(p[1:]) % 7 and d.day + 7 > last:
+                    return True
+            elif weekday in {v % 7 for v in values(p, 0, 7)}:
+                return True
+        return False
+
+    either = not (dom.startswith("*") or dow.startswith("*"))
+
+    def match(d: dt.date) -> bool:
+        last = calendar.monthrange(d.year, d.month)[1]
+        a, b = dom_match(d, last), dow_match(d, last)
+        return d.month in months and ((a or b) if either else (a and b))
+
+    return match
+
+
+def day_oracle(expr: str, zone_name: str, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """Fire times in (start, end]: the minute-by-minute oracle's DST rules, on the days ``day_matcher`` picks."""
+    minute_field, hour_field, dom, month, dow = expr.split(" ")
+    on_day = day_matcher(dom, month, dow)
+    zone = ZoneInfo(zone_name)
+    real_time = minute_field.startswith("*") or hour_field.startswith("*")
+    minutes = set().union(*(values(p, 0, 59) for p in minute_field.split(",")))
+    hours = set().union(*(values(p, 0, 23) for p in hour_field.split(",")))
+
+    def match(wall: dt.datetime) -> bool:
+        return wall.minute in minutes and wall.hour in hours and on_day(wall.date())
+
+    step = dt.timedelta(minutes=1)
+    u = start.replace(second=0, microsecond=0) + step
+    out = []
+    while u <= end:
+        here = u.astimezone(zone)
+        wall = here.replace(tzinfo=None, fold=0)
+        fire = match(wall) and (real_time or here.fold == 0)
+        jump = here.utcoffset() - (u - step).astimezone(zone).utcoffset()
+        if not real_time and not fire and jump > dt.timedelta(0):
+            fire = any(match(wall - jump + k * step) for k in range(int(jump / step)))
+        if fire:
+            out.append(u)
+        u += step
+    return out
+
+
+@pytest.mark.parametrize(
+    ("expr", "zone", "start"),
+    [
+        ("30 2 * * 0#2", "America/New_York", "2024-02-20 00:00"),  # US DST starts on the 2nd Sunday of March
+        ("30 2 * * sun#2", "America/New_York", "2024-02-20 00:00"),
+        ("30 1 * * L0", "Europe/London", "2024-09-20 00:00"),  # Europe's ends on the last Sunday of October
+        ("*/30 1 * * L0", "Europe/London", "2024-10-26 00:00"),  # real time: both passes of 01:xx
+        ("0 0 L * *", "Europe/London", "2023-12-15 00:00"),  # 31, 29 (leap), 31
+        ("0 0 15,L * *", "UTC", "2024-01-20 00:00"),
+        ("0 9 * * 1#1,5#3", "Australia/Lord_Howe", "2024-03-25 00:00"),
+        ("0 0 * * 1#5", "UTC", "2024-01-02 00:00"),  # months without a 5th Monday are skipped
+        ("0 18 * * L5", "America/New_York", "2024-01-01 00:00"),
+        ("0 12 L * 5", "UTC", "2024-01-20 00:00"),  # both restricted: the last day or a Friday
+        ("0 0 */2 * 1", "UTC", "2024-01-01 00:00"),  # a day field starting with *: odd days AND Mondays
+        ("0 0 1 * */3", "UTC", "2024-01-01 00:00"),  # the 1st, when a Sunday, Wednesday or Saturday
+        ("0 0 1,15 * mon-wed", "UTC", "2024-01-01 00:00"),  # both restricted: either
+        ("0 0 * 2 L0", "UTC", "2024-01-01 00:00"),
+    ],
+)
+def test_day_extensions_and_vixies_day_rule_agree_with_their_oracle(expr, zone, start):
+    got = fire_times(cron_spec(expr, zone), start=utc(start), count=4)
+    assert len(got) == 4
+    assert got == day_oracle(expr, zone, utc(start), got[-1])
+
+
+@pytest.mark.parametrize(
+    ("expression", "says"),
+    [
+        ("*/1000 * * * *", "larger than the minute field's 60 values"),
+        ("0 */99 * * *", "larger than the hour field's 24 values"),
+        ("5/61 * * * *", "larger than the minute field's 60 values"),
+        ("10-20/100 * * * *", "larger than the minute field's 60 values"),
+        ("0 0 */32 * *", "larger than the day-of-month field's 31 values"),
+        ("0 0 1 */13 *", "larger than the month field's 12 values"),
+        ("0 0 * * */8", "larger than the day-of-week field's 7 values"),
+        ("0 0 15W * *", "'W' (nearest weekday) is not supported"),
+        ("0 0 1 * 1#2", "cannot be combined with a day of month"),  # croniter found no date at all
+        ("0 0 L * L5", "cannot be combined with a day of month"),  # croniter fired on last Fridays only
+        ("0 0 1-7 * mon#2", "cannot be combined with a day of month"),
+    ],
+)
+def test_what_we_do_not_compute_as_cron_means_it_is_refused_with_the_reason(expression, says):
+    with pytest.raises(InvalidSchedule) as exc:
+        cron_spec(expression, "UTC")
+    assert says in exc.value.details["cron"][0]
+
+
+@pytest.mark.parametrize(
+    "expression", ["*/60 * * * *", "0 */24 * * *", "0 0 */31 * *", "0 0 1 */12 *", "0 0 * * */7", "0 0 * * 7#1"]
+)
+def test_a_step_as_large_as_its_field_is_kept(expression):
+    assert cron_spec(expression, "UTC").next_after(utc("2024-01-01 00:00")) is not None

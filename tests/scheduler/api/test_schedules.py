@@ -356,6 +356,9 @@ def test_preview_of_an_expression_that_never_fires_is_the_400_of_create(user_api
     ("body", "field"),
     [
         ({"cron": "not cron"}, "cron"),
+        ({"cron": "*/1000 * * * *"}, "cron"),  # a step past the field: minute 0 alone
+        ({"cron": "0 0 15W * *"}, "cron"),
+        ({"cron": "0 0 L * L5"}, "cron"),
         ({"cron": "* * * * *", "timezone": "Europe/Atlantis"}, "timezone"),
         ({"cron": "* * * * *", "count": 0}, "count"),
         ({"cron": "* * * * *", "count": 101}, "count"),
