@@ -222,3 +222,44 @@ def queues_with_counts(queues: QuerySet[Queue]) -> QuerySet[Queue]:
 def queue_names() -> list[str]:
     """Return the name of every known queue (a ``stint_queue`` row), sorted."""
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
+
+
+def flow_name_in_use(*, scope: str, name: str) -> bool:
+    """True when a flow limit or pause on ``scope`` ("queue" or "type") ``name`` can match a job.
+
+    A queue is in use when it is the default queue, a live worker serves it, or it has a
+    ``stint_queue`` row (made by the first job, schedule or pause that named it; pruned once
+    unused). A type is in use when a handler or Django task runs it, or a schedule creates it.
+    A limit or pause on a name nothing uses is kept (as Oban lets a queue be paused before its
+    first job), and the API says so: a typo would otherwise never match, silently.
+    """
+    from scheduler.exceptions import UnknownJobType
+    from scheduler.models import DEFAULT_QUEUE, CronSchedule
+    from scheduler.registry import resolve
+
+    if scope == "queue":
+        return (
+            name == DEFAULT_QUEUE
+            or Queue.objects.filter(name=name).exists()
+            or WorkerNode.objects.filter(stopped_at__isnull=True, queues__contains=[name]).exists()
+        )
+    try:
+        resolve(name)
+    except UnknownJobType:
+        return CronSchedule.objects.filter(job_type=name).exists()
+    return True
+
+
+def flow_name_warning(*, scope: str, name: str, in_use: bool) -> str | None:
+    """Return the warning the API shows for a limit or pause on a name nothing uses, or None."""
+    if in_use:
+        return None
+    if scope == "queue":
+        return (
+            f"No job, schedule or worker uses the queue {name!r} yet: check the name. The setting is kept "
+            "and applies to the queue's first jobs."
+        )
+    return (
+        f"No handler runs the job type {name!r} and no schedule creates it: check the name. The limit is "
+        "kept and applies to jobs of that type if one is registered."
+    )

@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from core.openapi import ERROR_REF
 from core.query_params import check_known
+from scheduler import selectors
 from scheduler.api.views import IsAdminRole
 from scheduler.exceptions import JobNotFound
 from scheduler.flow import limits as flow_limits
@@ -65,13 +66,19 @@ class FlowLimitSerializer(serializers.Serializer):
     admitted_in_window = serializers.IntegerField(
         allow_null=True, help_text="Claims in the current rate window (null without a rate limit)."
     )
+    in_use = serializers.BooleanField(
+        help_text="False when no job, schedule, worker or handler uses the name (a typo never matches)."
+    )
+    warning = serializers.CharField(allow_null=True, help_text="Why ``in_use`` is false, or null.")
 
 
 LIMIT_READ = FlowLimitSerializer
 
 
 def _read(limit: flow_limits.Limit) -> dict[str, Any]:
-    return {**limit.as_dict(), **limit_usage(limit)}
+    in_use = selectors.flow_name_in_use(scope=limit.scope, name=limit.name)
+    warning = selectors.flow_name_warning(scope=limit.scope, name=limit.name, in_use=in_use)
+    return {**limit.as_dict(), **limit_usage(limit), "in_use": in_use, "warning": warning}
 
 
 class LimitListView(APIView):

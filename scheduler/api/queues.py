@@ -6,6 +6,8 @@ from it within one poll interval; resuming lets them run. Both are idempotent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import permissions, serializers
@@ -14,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.openapi import ERROR_REF
-from scheduler import queues
+from scheduler import queues, selectors
 from scheduler.api.views import IsAdminRole
 from scheduler.models import Queue
 
@@ -41,11 +43,33 @@ def _queue_schema(summary: str, description: str, operation_id: str) -> extend_s
         parameters=[QUEUE_NAME_PARAM],
         request=None,
         responses={
-            200: QueueSerializer,
+            200: QueueStateSerializer,
             400: OpenApiResponse(ERROR_REF, description="Not a valid queue name."),
             403: OpenApiResponse(ERROR_REF, description="Not an ADMIN."),
         },
     )
+
+
+class QueueStateSerializer(QueueSerializer):
+    """A queue after a pause or resume: the queue, and whether anything used its name before."""
+
+    in_use = serializers.BooleanField(
+        read_only=True, help_text="False when no job, schedule or worker had named the queue (a typo never matches)."
+    )
+    warning = serializers.CharField(read_only=True, allow_null=True, help_text="Why ``in_use`` is false, or null.")
+
+    class Meta(QueueSerializer.Meta):
+        fields = [*QueueSerializer.Meta.fields, "in_use", "warning"]
+        read_only_fields = fields
+
+
+def _changed(name: str, change: Callable[..., Queue]) -> Response:
+    """Apply ``change`` to queue ``name``; answer the queue with ``in_use`` as it was before the change."""
+    in_use = selectors.flow_name_in_use(scope="queue", name=name)
+    queue = change(name=name)
+    queue.in_use = in_use
+    queue.warning = selectors.flow_name_warning(scope="queue", name=name, in_use=in_use)
+    return Response(QueueStateSerializer(queue).data)
 
 
 class QueuePauseView(APIView):
@@ -61,7 +85,7 @@ class QueuePauseView(APIView):
     )
     def post(self, request: Request, name: str) -> Response:
         """Pause the queue and return it."""
-        return Response(QueueSerializer(queues.queue_pause(name=name)).data)
+        return _changed(name, queues.queue_pause)
 
 
 class QueueResumeView(APIView):
@@ -76,4 +100,4 @@ class QueueResumeView(APIView):
     )
     def post(self, request: Request, name: str) -> Response:
         """Resume the queue and return it."""
-        return Response(QueueSerializer(queues.queue_resume(name=name)).data)
+        return _changed(name, queues.queue_resume)

@@ -33,6 +33,9 @@ def test_an_admin_sets_reads_lists_and_removes_a_queue_limit(admin_api):
         "source": "database",
         "running": 0,
         "admitted_in_window": 0,
+        "in_use": False,  # no job has used the queue yet
+        "warning": "No job, schedule or worker uses the queue 'invoices' yet: check the name. The setting is "
+        "kept and applies to the queue's first jobs.",
     }
     assert admin_api.get("/api/admin/queues/invoices/limits").json()["concurrency"] == 5
     assert [item["key"] for item in admin_api.get("/api/admin/limits").json()] == ["queue:invoices"]
@@ -124,3 +127,27 @@ def test_a_query_parameter_on_the_limit_reads_is_a_400_naming_it(admin_api, path
     response = admin_api.get(path, {"x": "1"})
     assert response.status_code == 400
     assert "x" in response.json()["error"]["details"]
+
+
+def test_a_limit_or_pause_on_a_name_nothing_uses_is_kept_and_says_so(admin_api, user_api):
+    # As in Oban, a queue may be limited or paused before its first job; but a typo that never
+    # matches is a trap, so the answer says when nothing (job, schedule, worker, handler) uses the name.
+    typo = admin_api.put("/api/admin/queues/reprots/limits", {"concurrency": 3}, format="json")
+    assert typo.status_code == 200, typo.content
+    assert typo.json()["in_use"] is False
+    assert "No job, schedule or worker uses the queue 'reprots'" in typo.json()["warning"]
+    unknown_type = admin_api.put("/api/admin/types/DEMO_TAKS/limits", {"concurrency": 3}, format="json").json()
+    assert unknown_type["in_use"] is False
+    assert "No handler runs the job type 'DEMO_TAKS'" in unknown_type["warning"]
+    paused = admin_api.post("/api/admin/queues/nightyl/pause").json()
+    assert (paused["paused"], paused["in_use"]) == (True, False)
+    assert "No job, schedule or worker uses the queue 'nightyl'" in paused["warning"]
+
+    assert user_api.post("/api/jobs", {"type": "DEMO_TASK", "queue": "reports"}, format="json").status_code == 201
+    known = admin_api.put("/api/admin/queues/reports/limits", {"concurrency": 3}, format="json").json()
+    assert (known["in_use"], known["warning"]) == (True, None)
+    handler = admin_api.put("/api/admin/types/DEMO_TASK/limits", {"concurrency": 3}, format="json").json()
+    assert (handler["in_use"], handler["warning"]) == (True, None)
+    assert admin_api.post("/api/admin/queues/default/pause").json()["in_use"] is True
+    listed = {limit["key"]: limit["in_use"] for limit in admin_api.get("/api/admin/limits").json()}
+    assert listed == {"queue:reprots": False, "type:DEMO_TAKS": False, "queue:reports": True, "type:DEMO_TASK": True}
