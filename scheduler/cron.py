@@ -145,7 +145,7 @@ def _day_extension_problem(dom: str, dow: str) -> str | None:
     return None
 
 
-def normalize_cron(expression: str) -> str:
+def normalize_cron(expression: str, *, stored: bool = False) -> str:
     """Return ``expression`` as five space-separated fields (macros expanded); raise InvalidSchedule.
 
     Accepts Vixie cron's 5 fields (numbers, names, ``*``, ``/``, ``,``, ``-``), the ``@hourly``-style
@@ -154,6 +154,10 @@ def normalize_cron(expression: str) -> str:
     ``@reboot``, croniter's hashed (``H``), random (``R``) and nearest-weekday (``W``) extensions,
     a step larger than its field (``_step_too_large``), an nth or last weekday beside a day of
     month (``_day_extension_problem``), and reversed ranges (``_reversed_range``), as ISC cron does.
+
+    ``stored`` True (a schedule read back from the database) skips the step and day-extension
+    refusals, which came after such rows could be written: a stored ``*/1000 * * * *`` keeps the
+    timetable croniter gave it (minute 0 of every hour), so an upgrade stops no schedule.
     """
     bad = InvalidSchedule
     if not isinstance(expression, str) or not expression.strip():
@@ -173,7 +177,7 @@ def normalize_cron(expression: str) -> str:
         if set(field) - _FIELD_CHARS or any(t.upper() in ("H", "R") for t in tokens):
             raise bad(f"Invalid cron field {field!r}.", details={"cron": [f"Invalid field {field!r}."]})
     for index, field in enumerate(fields):
-        too_large = _step_too_large(field, size=FIELD_SIZES[index])
+        too_large = None if stored else _step_too_large(field, size=FIELD_SIZES[index])
         if too_large is not None:
             part, step = too_large
             name, size = FIELD_NAMES[index], FIELD_SIZES[index]
@@ -186,7 +190,7 @@ def normalize_cron(expression: str) -> str:
                     ]
                 },
             )
-    problem = _day_extension_problem(fields[2], fields[4])
+    problem = None if stored else _day_extension_problem(fields[2], fields[4])
     if problem is not None:
         raise bad(f"Invalid cron expression: {problem}", details={"cron": [problem]})
     for index, field in enumerate(fields):
@@ -392,9 +396,12 @@ def _latest_before(spec: FireSpec, t: dt.datetime, *, floor: dt.datetime) -> dt.
     return latest
 
 
-def cron_spec(expression: str, timezone: str = "UTC") -> CronSpec:
-    """Parse ``expression`` (5 fields or a macro) in IANA zone ``timezone``; raise InvalidSchedule."""
-    return _cron_spec(normalize_cron(expression), timezone)
+def cron_spec(expression: str, timezone: str = "UTC", *, stored: bool = False) -> CronSpec:
+    """Parse ``expression`` (5 fields or a macro) in IANA zone ``timezone``; raise InvalidSchedule.
+
+    ``stored``: ``expression`` was read from a stored schedule (``normalize_cron``).
+    """
+    return _cron_spec(normalize_cron(expression, stored=stored), timezone)
 
 
 @lru_cache(maxsize=4096)
@@ -417,10 +424,16 @@ def interval_spec(seconds: int, *, anchor: dt.datetime) -> IntervalSpec:
     return IntervalSpec(seconds=seconds, anchor=anchor.astimezone(UTC))
 
 
-def spec_of(*, cron: str | None, interval_seconds: int | None, timezone: str, anchor: dt.datetime) -> FireSpec:
-    """Return the fire-time spec of a schedule: its cron expression, or its interval grid through ``anchor``."""
+def spec_of(
+    *, cron: str | None, interval_seconds: int | None, timezone: str, anchor: dt.datetime, stored: bool = False
+) -> FireSpec:
+    """Return the fire-time spec of a schedule: its cron expression, or its interval grid through ``anchor``.
+
+    ``stored``: the schedule was read from the database, not written now (``normalize_cron``).
+    Raises InvalidSchedule.
+    """
     if cron is not None:
-        return cron_spec(cron, timezone)
+        return cron_spec(cron, timezone, stored=stored)
     if interval_seconds is None:
         raise InvalidSchedule(
             "A schedule needs cron or interval_seconds.", details={"cron": ["Give cron or interval_seconds."]}

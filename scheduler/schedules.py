@@ -84,7 +84,11 @@ def schedule_spec(schedule: CronSchedule) -> FireSpec:
     """Return the fire-time spec of a stored schedule (an interval's grid runs through ``next_fire_at``)."""
     anchor = schedule.next_fire_at or schedule.created_at
     return spec_of(
-        cron=schedule.cron, interval_seconds=schedule.interval_seconds, timezone=schedule.timezone, anchor=anchor
+        cron=schedule.cron,
+        interval_seconds=schedule.interval_seconds,
+        timezone=schedule.timezone,
+        anchor=anchor,
+        stored=True,
     )
 
 
@@ -229,8 +233,13 @@ def _job_template(schedule: CronSchedule) -> dict[str, Any]:
     }
 
 
-def _validate(schedule: CronSchedule) -> None:
-    """Check every field of ``schedule`` (normalizing ``cron``); raise InvalidSchedule."""
+def _validate(schedule: CronSchedule, *, stored_cron: str | None = None) -> None:
+    """Check every field of ``schedule`` (normalizing ``cron``); raise InvalidSchedule.
+
+    ``stored_cron``: the expression stored before this write; kept as it is, it is checked as a
+    stored one (``normalize_cron``), so a schedule in a form refused since can still be renamed
+    or disabled.
+    """
     name = schedule.name
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX or not is_storable_text(name):
         raise _invalid("name", "1-200 characters of valid Unicode, without U+0000.")
@@ -241,7 +250,8 @@ def _validate(schedule: CronSchedule) -> None:
         )
     zone_for(schedule.timezone)
     if schedule.cron is not None:
-        schedule.cron = cron_spec(schedule.cron, schedule.timezone).expression
+        stored = stored_cron is not None and schedule.cron == stored_cron
+        schedule.cron = cron_spec(schedule.cron, schedule.timezone, stored=stored).expression
     else:
         interval_spec(schedule.interval_seconds, anchor=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
     if not isinstance(schedule.enabled, bool):
@@ -271,7 +281,7 @@ def _check_min_interval(schedule: CronSchedule, *, now: dt.datetime) -> None:
         if schedule.interval_seconds < minimum:
             raise _invalid("interval_seconds", message)
         return
-    gap = smallest_gap(cron_spec(schedule.cron, schedule.timezone), start=now, count=GAP_SAMPLE_FIRES)
+    gap = smallest_gap(cron_spec(schedule.cron, schedule.timezone, stored=True), start=now, count=GAP_SAMPLE_FIRES)
     if gap is not None and gap < dt.timedelta(seconds=minimum):
         raise _invalid("cron", f"{message} This expression fires {int(gap.total_seconds())} seconds apart.")
 
@@ -279,7 +289,7 @@ def _check_min_interval(schedule: CronSchedule, *, now: dt.datetime) -> None:
 def _next_fire_at(schedule: CronSchedule, *, now: dt.datetime) -> dt.datetime | None:
     """Return the first fire time after ``now`` (None while disabled); raise InvalidSchedule if it never fires."""
     if schedule.cron is not None:
-        nxt = cron_spec(schedule.cron, schedule.timezone).next_after(now)
+        nxt = cron_spec(schedule.cron, schedule.timezone, stored=True).next_after(now)
         if nxt is None:
             raise _invalid("cron", NEVER_FIRES)
     else:  # a new interval grid starts at this whole second
@@ -389,7 +399,7 @@ def schedule_update(
                 raise _invalid("job", "Must be an object.")
             for field, value in _validated_job({**_job_template(schedule), **job}, trusted=trusted).items():
                 setattr(schedule, field, value)
-        _validate(schedule)
+        _validate(schedule, stored_cron=before["cron"])
         queue_ensure(name=schedule.job_queue)
         if any(getattr(schedule, field) != before[field] for field in TIMING_FIELDS):
             now = db_now()

@@ -182,7 +182,11 @@ class CronFirer:
         if plan is None:
             try:
                 spec = spec_of(
-                    cron=row.cron, interval_seconds=row.interval_seconds, timezone=row.timezone, anchor=row.next_fire_at
+                    cron=row.cron,
+                    interval_seconds=row.interval_seconds,
+                    timezone=row.timezone,
+                    anchor=row.next_fire_at,
+                    stored=True,
                 )
                 plan = plan_fires(
                     spec,

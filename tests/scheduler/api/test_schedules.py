@@ -190,6 +190,22 @@ def test_patch_switches_between_cron_and_interval_and_recomputes_the_next_fire(u
     assert CronSchedule.objects.get(id=body["id"]).timezone == "America/New_York"
 
 
+def test_a_schedule_stored_in_a_form_refused_since_can_be_renamed_and_disabled_but_not_set_to_another(user_api):
+    """A stored ``*/1000`` (minute 0, hourly) predates the step check: edits that keep it pass, a new one is a 400."""
+    body = create(user_api)
+    CronSchedule.objects.filter(id=body["id"]).update(cron="*/1000 * * * *")
+
+    renamed = user_api.patch(f"/api/schedules/{body['id']}", {"name": "kept"}, format="json")
+    assert renamed.status_code == 200, renamed.content
+    # next_fire_at stays (no timing change); the times after it follow the stored expression.
+    assert [parse(t).minute for t in renamed.json()["next_fire_times"][1:]] == [0] * 4
+    off = user_api.patch(f"/api/schedules/{body['id']}", {"enabled": False, "timezone": "UTC"}, format="json")
+    assert (off.status_code, off.json()["cron"]) == (200, "*/1000 * * * *")
+    other = user_api.patch(f"/api/schedules/{body['id']}", {"cron": "*/999 * * * *"}, format="json")
+    assert other.status_code == 400
+    assert "larger than the minute field" in other.json()["error"]["details"]["cron"][0]
+
+
 def test_disable_clears_the_timetable_and_enable_restarts_it_from_now(user_api):
     body = create(user_api)
     off = user_api.patch(f"/api/schedules/{body['id']}", {"enabled": False}, format="json").json()

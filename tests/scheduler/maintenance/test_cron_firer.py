@@ -464,3 +464,27 @@ def test_a_leader_frozen_inside_its_fire_transaction_loses_its_session_after_a_l
     assert fire_times_of(s) == [t0]
     (ended,) = outcome  # the old leader, thawed, finds its session gone and writes nothing
     assert isinstance(ended, Exception), ended
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("cron", "fires"),
+    [
+        # A step larger than its field: minute 0 of every hour, as croniter computed it when it was stored.
+        ("*/1000 * * * *", [dt.datetime(2026, 3, 2, h, 0, tzinfo=UTC) for h in (10, 11, 12)]),
+        # 'W' (nearest weekday), refused on write now: 2026-03-01 is a Sunday, so the 2nd; then two weekdays.
+        ("0 0 1W * *", [dt.datetime(2026, m, d, 0, 0, tzinfo=UTC) for m, d in ((3, 2), (4, 1), (5, 1))]),
+    ],
+)
+def test_a_stored_schedule_in_a_form_now_refused_on_write_keeps_firing(user, leader, cron, fires):
+    """A form the API refuses since it was stored keeps its old timetable: an upgrade stops no schedule."""
+    s = schedule(user, cron="0 * * * *")
+    CronSchedule.objects.filter(id=s.id).update(cron=cron)  # stored before the write check existed
+    s = due_at(s, fires[0])
+    leading_since(leader, fires[0] - dt.timedelta(hours=1))
+
+    assert CronFirer(leadership=leader).run_once(now=fires[0] + dt.timedelta(seconds=1)) == 1
+    s.refresh_from_db()
+    assert fire_times_of(s) == [fires[0]]
+    assert s.next_fire_at == fires[1]
+    assert schedules.schedule_next_fire_times(s, count=2) == fires[1:]
