@@ -129,7 +129,7 @@ class Cluster:
         python = sys.executable
         manage = [python, str(ROOT / "manage.py")]
         worker = [*manage, "run_workers", "--concurrency", str(worker_slots), "--pool", "threads", "-v", "1"]
-        if supports_processes(env):
+        if supports_processes():
             worker += ["--processes", str(worker_processes)]
         scheduler = [*manage, "run_scheduler", "--tick-seconds", "0.2", "-v", "1"]
         gunicorn = str(Path(python).parent / "gunicorn")
@@ -329,18 +329,16 @@ def faketime_available() -> bool:
     return Path(FAKETIME_LIB).exists()
 
 
-def supports_processes(env: dict[str, str]) -> bool:
-    """True when ``run_workers`` has ``--processes`` (the supervised worker); checked once per run."""
-    result = subprocess.run(  # noqa: S603 - our own command
-        [sys.executable, str(ROOT / "manage.py"), "run_workers", "--help"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    return "--processes" in result.stdout
+def supports_processes() -> bool:
+    """True when ``run_workers`` has ``--processes`` (the supervised worker), read from its argument parser.
+
+    Read in this process (Django is set up by then): a ``manage.py run_workers --help``
+    subprocess started a whole Django, about 1 s of every run before the cluster could start.
+    """
+    from scheduler.management.commands.run_workers import Command
+
+    parser = Command().create_parser("manage.py", "run_workers")
+    return any("--processes" in action.option_strings for action in parser._actions)
 
 
 def _free_port() -> int:

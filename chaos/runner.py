@@ -49,6 +49,7 @@ TOPIC = "chaos-lifecycle-events"
 PARTITIONS = 6
 WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
+READY_POLL_SECONDS = 0.1  # how often the waits for a ready cluster look again (each look is one query or GET)
 VICTIM_WAIT_SECONDS = 3.0  # how long a worker fault waits for a worker process that holds a job
 RELEASE_CHECK_BEFORE_HEAL_SECONDS = 3.0  # partition-h3-long: when the check of what h3 held runs
 HOLDER_JOBS = 20  # partition-h3-long: jobs chaos.holder locks on h3 before the cut
@@ -189,7 +190,7 @@ class Run:
                 if requests.get(f"{self.cluster.web_url}/api/health", timeout=5).status_code < 600:
                     break
             except requests.RequestException:
-                time.sleep(0.5)
+                time.sleep(READY_POLL_SECONDS)
         from scheduler.enqueuing import enqueue
 
         while time.monotonic() < deadline:
@@ -199,7 +200,7 @@ class Run:
             )
             if workers and workers >= 2:
                 break
-            time.sleep(0.5)
+            time.sleep(READY_POLL_SECONDS)
         job = enqueue("CHAOS", {"mode": "ok"}, name="warm-up")
         while time.monotonic() < deadline:
             events = self.scalar(
@@ -207,7 +208,7 @@ class Run:
             )
             if events:
                 return
-            time.sleep(0.5)
+            time.sleep(READY_POLL_SECONDS)
         raise RuntimeError(f"the cluster did not become ready within {timeout:.0f} s; see {self.workdir / 'logs'}")
 
     def teardown(self) -> None:
@@ -509,7 +510,7 @@ class Run:
             )
             if live and live >= 2:
                 return
-            time.sleep(0.5)
+            time.sleep(READY_POLL_SECONDS)
         say("warning: fewer than two live workers before the scenario")
 
     def make_user(self, name: str) -> tuple[int, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chaos import plan
-from chaos.cluster import is_worker_cmdline
+from chaos.cluster import is_worker_cmdline, supports_processes
 from chaos.hosts import Hosts
 from chaos.servers import Postgres
 
@@ -38,6 +38,11 @@ def test_a_worker_fault_hits_only_a_worker_process_of_the_supervisor():
     assert is_worker_cmdline(spawn)
     assert not is_worker_cmdline(tracker)
     assert not is_worker_cmdline("/venv/bin/python manage.py run_workers --processes 2")
+
+
+def test_the_cluster_runs_supervised_workers_because_run_workers_has_processes():
+    """The in-process reading of ``run_workers``' options finds ``--processes`` (read from its parser)."""
+    assert supports_processes()
 
 
 def test_worker_term_signals_a_supervisor_and_a_whole_process_group():
