@@ -191,14 +191,16 @@ DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
 )
 # A client that vanished (a partition) or stalled mid-transaction cannot hold a session and its row
 # locks for long: TCP keepalives both ways and an idle-in-transaction bound (config.db_session); a
-# connection attempt to a frozen server gives up (connect_timeout; one in DATABASE_URL is kept).
+# connection attempt to a frozen server gives up (connect_timeout).
 # A request waits on a database that does not answer (a frozen server) at most this long, then 503
 # (core.failsafe.DatabaseDeadlineMiddleware); below gunicorn's timeout (docker/gunicorn.conf.py, 60 s).
 STINT_REQUEST_DB_TIMEOUT_SECONDS = _bounded(
     "STINT_REQUEST_DB_TIMEOUT_SECONDS", env.float("STINT_REQUEST_DB_TIMEOUT_SECONDS", default=30.0), 0, 86400
 )
-_url_connect_timeout = DATABASES["default"]["OPTIONS"].get("connect_timeout")
-DATABASES["default"]["OPTIONS"] |= _db_session.session_options(
+# A parameter DATABASE_URL sets (connect_timeout, keepalives_idle, ...) wins over ours; its libpq
+# ``options`` string goes in front of ours.
+_url_options = DATABASES["default"]["OPTIONS"]
+DATABASES["default"]["OPTIONS"] = _db_session.session_options(
     idle_in_transaction_seconds=env.float(
         "STINT_DB_IDLE_IN_TRANSACTION_SECONDS", default=_db_session.DEFAULT_IDLE_IN_TRANSACTION_SECONDS
     ),
@@ -209,10 +211,8 @@ DATABASES["default"]["OPTIONS"] |= _db_session.session_options(
         3600,
     ),
     server_options=env.bool("STINT_DB_SERVER_OPTIONS", default=True),
-    existing_options=DATABASES["default"]["OPTIONS"].get("options", ""),
-)
-if _url_connect_timeout is not None:
-    DATABASES["default"]["OPTIONS"]["connect_timeout"] = _url_connect_timeout
+    existing_options=_url_options.get("options", ""),
+) | {name: value for name, value in _url_options.items() if name != "options"}
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)  # seconds

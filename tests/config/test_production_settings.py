@@ -133,18 +133,33 @@ def test_start_up_refuses_unsafe_settings(overrides, message):
     swapped for the duration): a fresh interpreter per case cost 0.6-1.3 s each. The start-up
     path in a fresh interpreter is covered by ``test_a_refused_setting_stops_start_up_in_a_fresh_interpreter``.
     """
+    with pytest.raises(ImproperlyConfigured) as refused:
+        _settings_in_process(**overrides)
+    assert message in str(refused.value)
+
+
+def _settings_in_process(**overrides: str | None) -> dict:
+    """Run the settings module here under the production environment alone; return its globals."""
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(_production_env(**overrides))
     try:
         # A fresh interpreter prints django-environ's warnings (this suite makes them errors) and goes on.
-        with warnings.catch_warnings(), pytest.raises(ImproperlyConfigured) as refused:
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runpy.run_path(str(PROJECT_ROOT / "config" / "settings.py"), run_name="config_settings_under_test")
+            return runpy.run_path(str(PROJECT_ROOT / "config" / "settings.py"), run_name="config_settings_under_test")
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    assert message in str(refused.value)
+
+
+def test_connection_parameters_in_database_url_win_and_its_options_go_in_front():
+    url = "postgres://stint@db.example:5432/stint?connect_timeout=12&keepalives_idle=30&options=-c%20search_path%3Dx"
+    options = _settings_in_process(DATABASE_URL=url)["DATABASES"]["default"]["OPTIONS"]
+    assert (options["connect_timeout"], options["keepalives_idle"]) == (12, 30)
+    assert options["options"].startswith("-c search_path=x -c tcp_keepalives_idle=")
+    default = _settings_in_process(DATABASE_URL="postgres://stint@db.example:5432/stint")["DATABASES"]["default"]
+    assert (default["OPTIONS"]["connect_timeout"], default["OPTIONS"]["keepalives_idle"]) == (5, 10)
 
 
 def test_a_refused_setting_stops_start_up_in_a_fresh_interpreter():
