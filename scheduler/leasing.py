@@ -182,6 +182,33 @@ def heartbeat(*, worker_id: str, jobs: Sequence[tuple[uuid.UUID, uuid.UUID]]) ->
     return {r[0] for r in rows}, {r[0] for r in rows if r[1]}
 
 
+def extend_leases_held_by(*, worker_id: str, overdue_after: float) -> tuple[int, bool]:
+    """Extend by a lease every RUNNING job's lease that ``worker_id`` holds; return (extended, any overdue).
+
+    For a supervisor whose live worker process cannot heartbeat by itself (a handler holds its
+    GIL: no other thread of it runs). The supervisor knows that process is alive, which is all a
+    lease stands for. Overdue: a held job running longer than its ``timeout_seconds`` plus
+    ``overdue_after`` seconds (database clock), a deadline its starved process cannot enforce.
+    Rows another session holds locked are skipped, as by ``heartbeat``. One statement.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH locked AS (
+                SELECT id FROM stint_job WHERE status = 'RUNNING' AND lease_owner = %s
+                ORDER BY id
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE stint_job j SET lease_expires_at = now() + make_interval(secs => %s)
+            FROM locked WHERE j.id = locked.id
+            RETURNING j.started_at + make_interval(secs => j.timeout_seconds + %s) < now()
+            """,
+            [worker_id, float(conf().lease_seconds), float(overdue_after)],
+        )
+        rows = cursor.fetchall()
+    return len(rows), any(overdue for (overdue,) in rows)
+
+
 def cancel_requested(job_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Return which of ``job_ids`` have ``cancel_requested`` set (one indexed read)."""
     if not job_ids:

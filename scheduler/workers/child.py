@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -23,6 +24,10 @@ logger = logging.getLogger(__name__)
 STOP = "stop"
 FORCE = "force"
 READY = "ready"
+# Seconds between two pulses of a worker process, at most (a quarter of its heartbeat interval
+# when that is shorter): its supervisor reads the pulse to see whether any thread of it runs.
+PULSE_SECONDS = 1.0
+_sleep = time.sleep  # bound at import: a handler that replaces time.sleep must not stop the pulse
 
 
 def make_worker_id(pid: int, token: str) -> str:
@@ -40,10 +45,13 @@ def worker_process_main(
     token: str,
     log_level: int,
     board: tuple[Any, int, int] | None = None,
+    pulse: Any = None,
 ) -> None:
     """Run one ``Worker`` with ``options`` (``WorkerOptions`` fields) until told to stop.
 
     ``board``: (its supervisor's ``ClaimBoard`` array, this process's row, rows), or None.
+    ``pulse``: a shared double (``multiprocessing`` ``RawValue``) that a thread of this process
+    sets to ``time.monotonic()`` every ``pulse_seconds(heartbeat)``, or None (``_pulse``).
 
     Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
     could not be unpickled before Django is set up.
@@ -75,6 +83,9 @@ def worker_process_main(
     from scheduler.workers.claim_board import BoardView
     from scheduler.workers.runner import Worker, WorkerOptions
 
+    if pulse is not None:
+        interval = pulse_seconds(options["heartbeat_seconds"])
+        threading.Thread(target=_pulse, args=(pulse, interval), name="stint-pulse", daemon=True).start()
     worker = Worker(
         WorkerOptions(**options),
         worker_id=make_worker_id(os.getpid(), token),
@@ -87,6 +98,24 @@ def worker_process_main(
 
     tracing.shutdown()  # export the last spans: exit_now skips the atexit hook that would
     exit_now(code)  # WEDGED_EXIT_CODE asks the supervisor for a fresh process
+
+
+def pulse_seconds(heartbeat_seconds: float) -> float:
+    """Seconds between two pulses of a worker process that heartbeats every ``heartbeat_seconds``."""
+    return min(PULSE_SECONDS, heartbeat_seconds / 4)
+
+
+def _pulse(pulse: Any, interval: float) -> None:
+    """Set ``pulse`` to the monotonic time every ``interval`` seconds, for ever.
+
+    Python code only, with no I/O: it stops exactly while some thread of the process holds the GIL
+    without a break (a C call that never releases it: a catastrophic ``re`` backtrack, a long
+    C-extension call) or the process is stopped. A database that hangs does not stop it (a
+    query waits with the GIL released), unlike the heartbeat.
+    """
+    while True:
+        pulse.value = time.monotonic()
+        _sleep(interval)
 
 
 def _obey(control: Connection, worker: Any) -> None:

@@ -22,6 +22,7 @@ supervisor dies, even of SIGKILL, the pipe closes and the process drains and exi
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import multiprocessing
@@ -44,7 +45,7 @@ from scheduler import leasing, metrics
 from scheduler.conf import conf
 from scheduler.maintenance.rescuer import rescue_held_by
 from scheduler.models import WorkerNode
-from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, worker_process_main
+from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, pulse_seconds, worker_process_main
 from scheduler.workers.claim_board import ClaimBoard
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
 from scheduler.workers.runner import WEDGED_EXIT_CODE, WorkerOptions
@@ -63,6 +64,9 @@ RESTART_BACKOFF_MAX = 30.0  # seconds, at most
 STOP_MARGIN_SECONDS = 10.0  # seconds past the grace period (or a forced stop) before a process is killed
 RESCUE_RETRY_SECONDS = 1.0  # seconds between tries of a rescue the database refused
 RESCUE_GIVE_UP_SECONDS = 300.0  # after this the lease rescuer has long taken those jobs over
+# Pulses a worker process may miss (``child.pulse_seconds``) before its supervisor takes it for
+# starved: a handler holds its GIL, so neither its heartbeat nor its deadlines run.
+STARVED_AFTER_PULSES = 3
 
 
 def default_processes() -> int:
@@ -115,6 +119,9 @@ class _Child:
     killed: bool = False  # by the supervisor, past its stop deadline
     stopped_since: float | None = None  # monotonic time it was first seen stopped (SIGSTOP), if it still is
     frozen: bool = False  # killed by the supervisor after it stayed stopped for a lease
+    pulse: Any = None  # shared double: the monotonic time of the process's last pulse (0.0: none yet)
+    starved_since: float | None = None  # its last pulse before it starved, while starved (leases renewed)
+    starved_killed: bool = False  # killed by the supervisor: starved past a job's timeout
 
 
 @dataclass(slots=True, eq=False)
@@ -145,6 +152,9 @@ class Supervisor:
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_writer.setblocking(False)
         self._metrics_dir: str | None = None
+        # How often the pulses of the worker processes are read: a starved one's leases must be
+        # renewed well within a lease of its last heartbeat.
+        self._pulse_check_seconds = pulse_seconds(options.worker.heartbeat_seconds)
         # Where its ordinary processes publish their claims, one row each (slot "0" is row 0...).
         self._board = ClaimBoard(options.processes, self._ctx)
 
@@ -187,7 +197,7 @@ class Supervisor:
     # -- the loop --------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        next_check = 0.0
+        next_check = next_pulse_check = 0.0
         poll = self.options.worker.poll_seconds
         while True:
             if self._stopping.is_set():
@@ -220,10 +230,13 @@ class Supervisor:
                 next_check = now + poll
                 self._start_isolation_if_needed()
                 self._kill_frozen(now)
+            if now >= next_pulse_check:
+                next_pulse_check = now + self._pulse_check_seconds
+                self._keep_starved_leases(now)
 
     def _timeout(self, poll: float) -> float:
         now = time.monotonic()
-        timeout = poll
+        timeout = min(poll, self._pulse_check_seconds)
         for at in self._restart_at.values():
             timeout = min(timeout, at - now)
         if self._deadline is not None:
@@ -248,15 +261,18 @@ class Supervisor:
         ours, theirs = self._ctx.Pipe()
         token = uuid.uuid4().hex[:6]
         board = None if isolation else (self._board.array, int(slot), self._board.rows)
+        pulse = self._ctx.RawValue(ctypes.c_double, 0.0)
         process = self._ctx.Process(
             target=worker_process_main,
-            args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board),
+            args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board, pulse),
             name=f"stint-worker-{slot}",
             daemon=False,  # an isolation process starts pool children of its own
         )
         process.start()
         theirs.close()
-        child = _Child(slot=slot, process=process, control=ours, worker_id=make_worker_id(process.pid, token))
+        child = _Child(
+            slot=slot, process=process, control=ours, worker_id=make_worker_id(process.pid, token), pulse=pulse
+        )
         self._children[slot] = child
         logger.info(
             "supervisor %s: started worker process %s (%s)",
@@ -314,6 +330,75 @@ class Supervisor:
                 child.process.kill()
                 child.frozen = True
 
+    def _keep_starved_leases(self, now: float) -> None:
+        """Renew the leases of each worker process in which no thread runs; kill one starved past a job's timeout.
+
+        A handler that holds the GIL without a break (``re`` backtracking catastrophically, a C
+        extension's long call) stops every other thread of its process: the heartbeat, the claim
+        loop that enforces deadlines, the other jobs' handlers. Its leases expired and the lease
+        rescuer took all its jobs, innocent neighbours included, while their first attempts were
+        still to go on (run twice). The supervisor is another process, never starved, and knows
+        the process is alive: it renews those leases (``leasing.extend_leases_held_by``) while the
+        process misses its pulses. Once a job it holds has run past its timeout (plus a heartbeat
+        interval), a deadline only killing the whole process can enforce, it kills the process:
+        reaped like a crash, its jobs LOST and isolated (README, Operations / crashes).
+        A stopped process (SIGSTOP) is ``_kill_frozen``'s. ``now``: monotonic seconds.
+        """
+        worker = self.options.worker
+        silent_after = STARVED_AFTER_PULSES * self._pulse_check_seconds
+        for child in self._children.values():
+            if not child.ready or child.killed or child.frozen or child.starved_killed:
+                continue
+            last = child.pulse.value
+            if not last or now - last < silent_after or child.process.exitcode is not None:
+                if child.starved_since is not None:
+                    logger.warning(
+                        "supervisor %s: worker process %s runs again (a handler had held its GIL for %.1f s)",
+                        self.pid,
+                        child.process.pid,
+                        last - child.starved_since,
+                        extra={"worker": child.worker_id},
+                    )
+                    child.starved_since = None
+                continue
+            if process_state(child.process.pid) in ("T", "t"):
+                continue
+            try:
+                bound_lock_waits(LOCK_TIMEOUT_MS)
+                held, overdue = leasing.extend_leases_held_by(
+                    worker_id=child.worker_id, overdue_after=worker.heartbeat_seconds
+                )
+            except Exception:  # the database is down: the rescuer's stall guard covers that; again next check
+                logger.warning(
+                    "supervisor %s: could not renew the leases of starved worker process %s",
+                    self.pid,
+                    child.process.pid,
+                    exc_info=True,
+                )
+                connection.close()
+                continue
+            if child.starved_since is None:
+                child.starved_since = last
+                logger.warning(
+                    "supervisor %s: no thread of worker process %s has run for %.1f s (a handler holds its GIL);"
+                    " renewing its %d leases",
+                    self.pid,
+                    child.process.pid,
+                    now - last,
+                    held,
+                    extra={"worker": child.worker_id},
+                )
+            if overdue:
+                logger.error(
+                    "supervisor %s: worker process %s has held its GIL for %.1f s, past a job's timeout; killing it",
+                    self.pid,
+                    child.process.pid,
+                    now - last,
+                    extra={"worker": child.worker_id},
+                )
+                child.process.kill()
+                child.starved_killed = True
+
     def _read_ready(self, child: _Child) -> None:
         try:
             message = child.control.recv()
@@ -350,6 +435,9 @@ class Supervisor:
             error, isolate = "worker process killed by its supervisor: it outlived the shutdown grace period", False
         elif child.frozen:
             error, isolate = "worker process stopped (SIGSTOP) for a whole lease; killed by its supervisor", True
+        elif child.starved_killed:
+            error = "worker process held its GIL (no other thread ran) past a job's timeout; killed by its supervisor"
+            isolate = True
         elif stopped_cleanly:  # told to stop (or an idle isolation slot): it handed its jobs back
             error, isolate = "worker process exited (exit code 0) while running this job", True
         else:  # exit code 0 included: a handler's os._exit(0) kills its neighbours as surely as a crash

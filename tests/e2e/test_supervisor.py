@@ -316,3 +316,50 @@ def test_outcomes_postgresql_refuses_never_block_the_others(hostile: Processes) 
     assert nul_result.last_error == "result holds U+0000, which PostgreSQL cannot store"  # found before the write
     assert attempts(nul_result) == [(1, AttemptStatus.FAILED)]
     assert Job.objects.get(id=nul_result.id).stored_result.result is None
+
+
+# -- a handler that holds its process's GIL ------------------------------------------------------
+
+
+def test_a_handler_holding_the_gil_past_the_lease_costs_its_neighbours_no_attempt(hostile: Processes) -> None:
+    # No other thread of the process runs while a C call holds the GIL: not the heartbeat. The
+    # leases of all its jobs expired under them, the lease rescuer took them (LOST), and the
+    # neighbours ran again while their first attempts were still to go on.
+    worker = hostile.worker(concurrency=3)
+    process = worker_pid(worker)
+    hostile.scheduler()  # its lease rescuer would take any lease that expires
+    ids = enqueue_many(
+        [
+            {"type": "HOSTILE_HOLD_GIL", "payload": {"seconds": 8}},  # the lease is 3 s (FAST)
+            *({"type": "DEMO_TASK", "payload": {"sleep_seconds": 1, "result": n}} for n in range(2)),
+        ]
+    )
+
+    wait_until(lambda: terminal(ids), timeout=40, what="every job finished")
+
+    for job_id in ids:
+        assert attempts(Job.objects.get(id=job_id)) == [(1, AttemptStatus.SUCCEEDED)]
+    assert worker_pid(worker) == process
+    assert "(a handler holds its GIL); renewing its 3 leases" in worker.output()
+
+
+def test_a_handler_holding_the_gil_past_its_timeout_has_its_process_killed_and_its_job_isolated(
+    hostile: Processes,
+) -> None:
+    worker = hostile.worker(concurrency=2)
+    process = worker_pid(worker)
+    holder, neighbour = enqueue_many(
+        [
+            {"type": "HOSTILE_HOLD_GIL", "payload": {"seconds": 3600}, "timeout_seconds": 1, "max_retries": 1},
+            {"type": "DEMO_TASK", "payload": {"sleep_seconds": 1}},
+        ]
+    )
+
+    wait_until(lambda: gone(process), what=f"the starved worker process {process} was killed")
+    wait_until(lambda: terminal([holder, neighbour]), each=promote, timeout=60, what="both jobs finished")
+
+    lost = "worker process held its GIL (no other thread ran) past a job's timeout; killed by its supervisor"
+    for job_id in (holder, neighbour):
+        rows = list(Attempt.objects.filter(job_id=job_id).values_list("status", "error"))
+        assert rows == [(AttemptStatus.LOST, lost), (AttemptStatus.SUCCEEDED, "")]
+    assert "past a job's timeout; killing it" in worker.output()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import gc
 import json
 import multiprocessing.connection
 import os
+import re
 import resource
 import signal
 import sys
@@ -159,6 +161,48 @@ def _running_besides(job_id: Any) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM stint_job WHERE status = 'RUNNING' AND id <> %s", [job_id])
         return cursor.fetchone()[0]
+
+
+@handler("HOSTILE_HOLD_GIL")
+def hold_gil(payload: dict[str, Any], ctx: JobContext) -> str:
+    """On its first attempt, hold its process's GIL without a break: no other thread of the process runs meanwhile.
+
+    ``how`` "sleep" (default): libc's ``usleep`` through ``ctypes.pythonapi``, which keeps the GIL
+    (a C extension's long call), for ``seconds``; "regex": a catastrophically backtracking
+    ``re.match``, which ``_sre`` runs to the end holding the GIL, on ``size`` characters (each one
+    more about doubles its time: 24 took 1 s, 26 took 4 s here). Later attempts return at once.
+    """
+    if ctx.attempt == 1:
+        if payload.get("how", "sleep") == "regex":
+            re.match(r"(a+)+$", "a" * payload["size"] + "b")
+        else:
+            ctypes.pythonapi.usleep(int(payload["seconds"] * 1_000_000))
+    return "held"
+
+
+@handler("HOSTILE_BREAK_CONNECTION")
+def break_connection(payload: dict[str, Any], ctx: JobContext) -> str:
+    """Spoil its thread's Django connection as ``how`` says, then return; the thread's next job gets that connection.
+
+    "close": ``connection.close()``; "raw_close": close the psycopg connection under Django;
+    "no_autocommit": ``set_autocommit(False)`` and a query (a transaction left open);
+    "no_autocommit_idle": ``set_autocommit(False)`` alone; "statement_timeout": ``SET statement_timeout = 1``.
+    """
+    how = payload["how"]
+    connection.ensure_connection()
+    if how == "close":
+        connection.close()
+    elif how == "raw_close":
+        connection.connection.close()
+    elif how.startswith("no_autocommit"):
+        connection.set_autocommit(False)
+        if how == "no_autocommit":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+    elif how == "statement_timeout":
+        with connection.cursor() as cursor:
+            cursor.execute("SET statement_timeout = 1")
+    return how
 
 
 @handler("HOSTILE_HANG")
