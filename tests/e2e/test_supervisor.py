@@ -290,6 +290,23 @@ def test_a_worker_process_that_keeps_dying_at_start_up_is_restarted_with_backoff
     assert worker.wait() == 0
 
 
+def test_a_handler_that_spoils_its_threads_connection_costs_the_next_job_on_that_thread_nothing(
+    hostile: Processes,
+) -> None:
+    worker = hostile.worker(concurrency=1)  # one thread: each next job gets the spoiled connection
+    process = worker_pid(worker)
+    hows = ["close", "raw_close", "no_autocommit", "no_autocommit_idle", "statement_timeout"]
+
+    for how in hows:
+        spoiler = enqueue("HOSTILE_BREAK_CONNECTION", {"how": how})
+        after = enqueue("REPORT", {})  # queries through the same thread's connection
+        wait_until(lambda: terminal([spoiler.id, after.id]), what=f"the job after {how!r} finished")  # noqa: B023
+
+        for job in (spoiler, after):
+            assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)], how
+    assert worker_pid(worker) == process
+
+
 # -- outcomes PostgreSQL refuses ---------------------------------------------------------------
 
 
