@@ -11,6 +11,7 @@ model permissions.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import uuid
 from typing import Any
 
@@ -23,7 +24,7 @@ from django.db.models import (
     QuerySet,
     Value,
 )
-from django.db.models.functions import Cast, Replace
+from django.db.models.functions import Cast, Now, Replace
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -45,6 +46,7 @@ from scheduler.bulk import (
 )
 from scheduler.exceptions import StintError
 from scheduler.ids import short_job_id
+from scheduler.job_search import job_search_parse, jobs_filter_by_search
 from scheduler.models import Attempt, CronSchedule, Job, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
 from scheduler.selectors import (
@@ -56,12 +58,14 @@ from scheduler.selectors import (
     worker_running_jobs,
     workers_with_liveness,
 )
-from scheduler.states import Priority, priority_label
+from scheduler.states import JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
 
 ADMIN_RUNS_SHOWN = 50  # a schedule's latest runs listed on its console page
 BULK_PAGE_PARAM = "p"  # the changelist's page number: meaningless for "every matching job"
 OWNER_CHOICES = 100  # owners offered by the job list's owner filter
+LIST_ERROR_STATUSES = frozenset({JobStatus.FAILED, JobStatus.RETRYING, JobStatus.DEAD})  # rows showing last_error
+FINISHED_WITHIN = {"1h": dt.timedelta(hours=1), "24h": dt.timedelta(days=1), "7d": dt.timedelta(days=7)}
 
 
 class OperatorAdmin(GuardedModelAdmin):
@@ -221,6 +225,30 @@ class OwnerFilter(admin.SimpleListFilter):
             raise IncorrectLookupParameters("owner must be a user id") from None
 
 
+class FinishedWithinFilter(admin.SimpleListFilter):
+    """Jobs that finished within the last hour, day or week, by the database's clock (``?finished_within=1h``).
+
+    Relative, so a bookmarked "what failed in the last hour" stays the last hour; Django's date
+    filter offers only calendar days.
+    """
+
+    title = "finished within"
+    parameter_name = "finished_within"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """The last hour, 24 hours and 7 days."""
+        return [("1h", "the last hour"), ("24h", "the last 24 hours"), ("7d", "the last 7 days")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        """Jobs finished within the span before ``now()``; another value is a bad filter (the admin's 400)."""
+        if self.value() is None:
+            return queryset
+        span = FINISHED_WITHIN.get(self.value())
+        if span is None:
+            raise IncorrectLookupParameters("finished_within is 1h, 24h or 7d")
+        return queryset.filter(finished_at__gte=Now() - span)
+
+
 class PriorityListFilter(admin.ChoicesFieldListFilter):
     """Offer the named priorities (HIGH, MEDIUM, LOW) as ``priority__exact`` choices, without a query.
 
@@ -242,7 +270,7 @@ class JobAdmin(OperatorAdmin):
         "short_id",
         "name",
         "type",
-        "status_badge",
+        "status_and_error",
         "priority_label",
         "queue",
         "owner",
@@ -256,12 +284,17 @@ class JobAdmin(OperatorAdmin):
         QueueFilter,
         TypeFilter,
         OwnerFilter,
+        FinishedWithinFilter,
         "created_at",
         "scheduled_at",
         "finished_at",
     )
-    search_fields = ("name", "=idempotency_key")
-    search_help_text = "A job id (full, or its first 8+ hex digits), part of a name, or an exact idempotency key."
+    search_fields = ("name", "last_error", "=idempotency_key")
+    search_help_text = (
+        "A job id (full, or 8+ hex digits from either end), part of a name or of the last error, an exact "
+        "idempotency key; and qualifiers: args.customer:7 (a payload value; args.user.plan:pro nests), "
+        'error:"timed out".'
+    )
     list_select_related = ("owner",)
     ordering = ("-created_at", "-id")
     list_per_page = 50
@@ -322,23 +355,42 @@ class JobAdmin(OperatorAdmin):
         """The status as a coloured badge."""
         return status_badge(job.status)
 
+    @admin.display(description="status", ordering="status")
+    def status_and_error(self, job: Job) -> SafeString:
+        """The status badge and, for a FAILED, RETRYING or DEAD job, its last error's start (Sidekiq's Dead tab)."""
+        error = job.last_error if job.status in LIST_ERROR_STATUSES else ""
+        return _render("admin/stint/_status_error.html", badge=status_badge(job.status), error=error)
+
     @admin.display(description="priority", ordering="priority")
     def priority_label(self, job: Job) -> str:
         """HIGH, MEDIUM or LOW at a named point, else the integer (``states.priority_label``)."""
         return priority_label(job.priority)
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[Any, bool]:
-        """Search by full id, 8 to 32 hex digits from either end of the id, name (contains) or idempotency key (exact).
+        """Search by qualifiers (``args.<path>:<value>``, ``error:<text>``) and plain text.
 
-        The lists show a job's last 8 digits (``short_job_id``); a pasted start of an id finds it too,
-        with the other jobs made in the same stretch of time (a version 7 id starts with its time).
+        Qualifiers are Oban Web's filter syntax (``scheduler.job_search``): a payload value at a
+        path, part of the last error. The plain text left over is a full id, 8 to 32 hex digits
+        from either end of the id, part of a name or of the last error, or an exact idempotency
+        key. The lists show a job's last 8 digits (``short_job_id``); a pasted start of an id
+        finds it too, with the other jobs made in the same stretch of time (a version 7 id
+        starts with its time). A term that cannot be read matches nothing and says why.
         """
-        term = search_term.strip()
+        search = job_search_parse(search_term)
+        for problem in search.problems:
+            self.message_user(request, f"Search: {problem}", messages.WARNING)
+        if search.qualified:
+            queryset = jobs_filter_by_search(queryset, search)
+        if not search.plain:
+            return queryset, False
+        return self._plain_search(request, queryset, search.plain)
+
+    def _plain_search(self, request: HttpRequest, queryset: QuerySet[Job], term: str) -> tuple[Any, bool]:
         try:
             return queryset.filter(Q(id=uuid.UUID(term)) | Q(idempotency_key=term)), False
         except ValueError:
             pass
-        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        found, may_have_duplicates = super().get_search_results(request, queryset, term)
         digits = term.lower().replace("-", "")
         if 8 <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
             hex_id = Replace(Cast("id", output_field=CharField()), Value("-"), Value(""))

@@ -153,6 +153,67 @@ class TestJobList:
 
         assert [j.id for j in response.context["cl"].result_list] == [job.id]
 
+    def test_qualifiers_find_jobs_by_payload_value_and_error_text(self, operator, user):
+        mine = JobFactory(owner=user, dead=True, payload={"customer": {"id": 7}}, last_error="Timeout: bank said no")
+        JobFactory(owner=user, dead=True, payload={"customer": {"id": 8}}, last_error="Timeout: bank said no")
+        JobFactory(owner=user, dead=True, payload={"customer": {"id": 7}}, last_error="KeyError: 'x'")
+
+        response = operator.get(CHANGELIST, {"q": 'args.customer.id:7 error:"bank said"'})
+
+        assert [j.id for j in response.context["cl"].result_list] == [mine.id]
+
+    def test_plain_search_finds_error_text_and_the_list_shows_a_failed_jobs_error(self, operator, user):
+        dead = JobFactory(owner=user, dead=True, last_error="ConnectionRefused: smtp <b>down</b>")
+        JobFactory(owner=user, succeeded=True, last_error="an old retried error")
+
+        response = operator.get(CHANGELIST, {"q": "smtp"})
+        html = operator.get(CHANGELIST).content.decode()
+
+        assert [j.id for j in response.context["cl"].result_list] == [dead.id]
+        assert "ConnectionRefused: smtp &lt;b&gt;down&lt;/b&gt;" in html  # escaped
+        assert html.count("data-last-error") == 1  # a SUCCESS job's old error is not shown
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "q=args.k",
+            "q=error%3A%22open",
+            "q=args.k%3A1e99999",
+            "q=args.k%3A" + "9" * 6000,
+            "q=args.%ED%A0%80%3A1",  # a lone surrogate's bytes: Django reads U+FFFD
+            "q=args." + ".".join(["k"] * 50) + "%3A1",
+            "q=error%3A" + "%F0%9F%98%80" * 500,
+        ],
+    )
+    def test_a_search_that_cannot_be_read_is_a_message_never_a_500(self, operator, user, query):
+        JobFactory(owner=user, payload={"k": 1})
+
+        response = operator.get(f"{CHANGELIST}?{query}")
+
+        assert response.status_code == 200
+        assert response.context["cl"].result_count in (0, 1)
+
+    def test_a_refused_search_term_says_why(self, operator, user):
+        JobFactory(owner=user, payload={"k": 1})
+
+        response = operator.get(CHANGELIST, {"q": "args.k"})
+
+        assert response.context["cl"].result_count == 0
+        assert any(m.startswith("Search: 'args.k' is not args.<key>") for m in _messages(response))
+
+    def test_finished_within_the_last_hour_by_the_database_clock(self, operator, user):
+        recent = JobFactory(owner=user, dead=True)
+        old = JobFactory(owner=user, dead=True)
+        Job.objects.filter(id=old.id).update(finished_at=timezone.now() - dt.timedelta(hours=2))
+
+        hour = operator.get(CHANGELIST, {"finished_within": "1h"})
+        day = operator.get(CHANGELIST, {"finished_within": "24h"})
+
+        assert [j.id for j in hour.context["cl"].result_list] == [recent.id]
+        assert {j.id for j in day.context["cl"].result_list} == {recent.id, old.id}
+        for bad in ("2h", "%ED%A0%80", "1" * 5000):
+            assert operator.get(f"{CHANGELIST}?finished_within={bad}").status_code == 302  # Django's "?e=1"
+
     def test_detail_shows_attempts_result_and_the_timeline(self, operator, user):
         job = enqueue("DEMO_TASK", {"result": 1}, owner=user)
         JobAttempt.objects.create(
@@ -309,6 +370,17 @@ class TestBulkOnTheFilteredSet:
         assert "Cancelled 1 job; skipped 0 whose state did not allow it." in _messages(response)
         assert _status(named) == JobStatus.CANCELLED
         assert Job.objects.filter(status=JobStatus.QUEUED).count() == 1
+
+    def test_a_qualifier_search_is_the_set_a_bulk_action_takes(self, operator, user):
+        bank = JobFactory(owner=user, dead=True, payload={"customer": 7}, last_error="Timeout: bank")
+        other = JobFactory(owner=user, dead=True, payload={"customer": 7}, last_error="KeyError")
+
+        confirm = operator.get("/admin/scheduler/job/bulk/recover/", {"q": "args.customer:7 error:bank"})
+        response = operator.post("/admin/scheduler/job/bulk/recover/?q=args.customer%3A7+error%3Abank", follow=True)
+
+        assert confirm.context["total"] == 1
+        assert "Recovered 1 job; skipped 0 whose state did not allow it." in _messages(response)
+        assert (_status(bank), _status(other)) == (JobStatus.QUEUED, JobStatus.DEAD)
 
     def test_a_unique_conflict_in_the_set_is_reported_and_the_rest_recovered(self, operator, user):
         a, b, c = finished_unique_and_plain(user, JobStatus.DEAD)

@@ -1,0 +1,160 @@
+"""Parse and apply the operator console's job search qualifiers: ``args.<path>:<value>`` and ``error:<text>``.
+
+The syntax is Oban Web's filter bar's, for the two questions its qualifiers answer that a name
+search cannot: "which jobs were about customer 7" (``args.customer:7``, a path into the payload,
+dotted for nested objects: ``args.user.plan:pro``) and "which jobs failed with this error"
+(``error:timeout``, part of ``last_error``, case-insensitive). Terms are separated by spaces and
+all must hold; a value with spaces is quoted (``error:"No such customer"``). What is left over
+is the plain search (id, name, idempotency key, error text) the console had before.
+
+A payload value matches as JSON containment (``payload @> {...}``): ``args.customer:7`` finds
+``{"customer": 7}``, ``{"customer": "7"}`` and ``{"customer": [7, 8]}``; a quoted value
+(``args.customer:"7"``) is text only. Nothing here raises on odd input: a term that cannot be a
+qualifier (an unbalanced quote, a path of 0 or more than ``MAX_PATH_DEPTH`` keys, text
+PostgreSQL cannot hold) is reported in ``JobSearch.problems`` and matches no job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from core.parsers import is_storable_text
+
+ARGS_PREFIX = "args."
+ERROR_PREFIX = "error:"
+MAX_PATH_DEPTH = 8  # keys in one args path (a payload nests at most core.parsers.MAX_JSON_DEPTH)
+MAX_TERM_CHARS = 1000  # characters of one qualifier's value: longer never matches a 10 KB payload key usefully
+
+
+@dataclass(slots=True, kw_only=True)
+class ArgsTerm:
+    """One ``args.<path>:<value>`` term: the payload keys from the top, and the values that match."""
+
+    path: tuple[str, ...]
+    values: tuple[Any, ...]  # JSON values; a match is any of them at ``path``, or in an array there
+
+
+@dataclass(slots=True, kw_only=True)
+class JobSearch:
+    """A parsed search: qualifier terms, the plain text left over, and terms that could not be read."""
+
+    args: list[ArgsTerm] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # last_error must contain each (case-insensitive)
+    plain: str = ""
+    problems: list[str] = field(default_factory=list)  # why a term was refused; a refused term matches nothing
+
+    @property
+    def qualified(self) -> bool:
+        """True when the search has at least one qualifier term (or a refused one)."""
+        return bool(self.args or self.errors or self.problems)
+
+
+def _scalar(text: str) -> Any:
+    """The JSON number, boolean or null ``text`` spells, else None (meaning: text only)."""
+    if text in ("true", "false", "null"):
+        return json.loads(text)
+    try:
+        number = json.loads(text)
+    except ValueError:  # not JSON, or an integer past Python's digit limit
+        return None
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        return None
+    if isinstance(number, float) and not math.isfinite(number):  # "1e999" is inf: no JSON for it
+        return None
+    return number
+
+
+_TOKEN = re.compile(r'(?P<key>[^\s"]+:)"(?P<quoted>[^"]*)"(?=\s|$)|(?P<bare>\S+)')
+
+
+def _split(term: str) -> list[tuple[str, bool]] | None:
+    """Split ``term`` on spaces, keeping a ``key:"quoted value"`` together; each piece with whether it was quoted.
+
+    None when a qualifier's quote does not close.
+    """
+    pieces: list[tuple[str, bool]] = []
+    for match in _TOKEN.finditer(term):
+        if match["bare"] is None:
+            pieces.append((match["key"] + match["quoted"], True))
+        elif '"' in match["bare"].partition(":")[2][:1]:
+            return None
+        else:
+            pieces.append((match["bare"], False))
+    return pieces
+
+
+def job_search_parse(term: str) -> JobSearch:
+    """Parse the console's search box text into qualifier terms and plain text.
+
+    ``term``: what the operator typed (any text; already stripped or not). Returns a
+    ``JobSearch``; never raises. Rules: the module docstring (Oban Web's filter syntax).
+    """
+    search = JobSearch()
+    if not is_storable_text(term):
+        search.problems.append("The search holds a character PostgreSQL cannot store (NUL or a lone surrogate).")
+        return search
+    if ARGS_PREFIX not in term and ERROR_PREFIX not in term:
+        search.plain = term.strip()
+        return search
+    pieces = _split(term)
+    if pieces is None:
+        search.problems.append("A quote in the search is not closed.")
+        return search
+    plain: list[str] = []
+    for piece, quoted in pieces:
+        if piece.startswith(ERROR_PREFIX):
+            text = piece[len(ERROR_PREFIX) :]
+            if not text or len(text) > MAX_TERM_CHARS:
+                search.problems.append(f"error: wants 1 to {MAX_TERM_CHARS} characters of error text.")
+            else:
+                search.errors.append(text)
+        elif piece.startswith(ARGS_PREFIX):
+            path_text, colon, value = piece[len(ARGS_PREFIX) :].partition(":")
+            path = tuple(path_text.split("."))
+            if not colon or not all(path) or len(path) > MAX_PATH_DEPTH or len(value) > MAX_TERM_CHARS:
+                search.problems.append(
+                    f"{piece[:80]!r} is not args.<key>[.<key>...]:<value> (at most {MAX_PATH_DEPTH} keys, "
+                    f"a value of at most {MAX_TERM_CHARS} characters)."
+                )
+                continue
+            scalar = None if quoted else _scalar(value)
+            values = (value,) if scalar is None and value != "null" else (scalar, value)
+            search.args.append(ArgsTerm(path=path, values=values))
+        else:
+            plain.append(piece)
+    search.plain = " ".join(plain)
+    return search
+
+
+def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for path ("a", "b")."""
+    nested: Any = value
+    for key in reversed(path):
+        nested = {key: nested}
+    return nested
+
+
+def jobs_filter_by_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySet[Any]:
+    """Narrow a ``Job`` queryset to the jobs every qualifier term of ``search`` matches (plain text excluded).
+
+    ``args`` terms are JSON containment on ``payload`` (the value at the path, or in an array
+    there); ``error`` terms are ``last_error`` case-insensitive substrings. A search with
+    ``problems`` matches no job. Neither is indexed: the console pages its results by the
+    ``job_recent`` index, and the count scans the jobs the other filters leave.
+    """
+    if search.problems:
+        return queryset.none()
+    for term in search.args:
+        match = Q()
+        for value in term.values:
+            match |= Q(payload__contains=_nest(term.path, value)) | Q(payload__contains=_nest(term.path, [value]))
+        queryset = queryset.filter(match)
+    for text in search.errors:
+        queryset = queryset.filter(last_error__icontains=text)
+    return queryset

@@ -1,0 +1,95 @@
+"""The console's job search qualifiers (``scheduler.job_search``): Oban Web's ``args.<path>:<value>`` and ``error:``.
+
+Parsing is pure; matching runs against a real database (JSON containment, ``last_error``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.job_search import MAX_PATH_DEPTH, MAX_TERM_CHARS, job_search_parse, jobs_filter_by_search
+from scheduler.models import Job
+from tests.support.factories import JobFactory
+
+
+def test_plain_text_is_left_as_it_was():
+    search = job_search_parse("  quarterly report ")
+
+    assert (search.args, search.errors, search.plain, search.problems) == ([], [], "quarterly report", [])
+    assert not search.qualified
+
+
+def test_qualifiers_and_plain_text_mix():
+    search = job_search_parse('args.user.plan:pro error:"No such customer" nightly')
+
+    assert [(t.path, t.values) for t in search.args] == [(("user", "plan"), ("pro",))]
+    assert search.errors == ["No such customer"]
+    assert search.plain == "nightly"
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("7", (7, "7")),
+        ("2.5", (2.5, "2.5")),
+        ("true", (True, "true")),
+        ("null", (None, "null")),
+        ('"7"', ("7",)),  # quoted: text only
+        ("1e999", ("1e999",)),  # no finite JSON number: text only
+        ("9" * 999, (int("9" * 999), "9" * 999)),
+        ("INV-77", ("INV-77",)),
+    ],
+)
+def test_an_args_value_is_the_json_scalar_it_spells_and_its_text(text, values):
+    (term,) = job_search_parse(f"args.k:{text}").args
+
+    assert term.values == values
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        "args.x",  # no value
+        "args.:1",  # no key
+        "args.a..b:1",  # an empty key
+        "args." + ".".join("k" * (MAX_PATH_DEPTH + 1)) + ":1",
+        "args.k:" + "9" * (MAX_TERM_CHARS + 1),  # also past Python's int digit limit
+        "error:",
+        "error:" + "e" * (MAX_TERM_CHARS + 1),
+        'error:"not closed',
+        "args.k:1 \x00",
+        "error:\ud800",
+    ],
+)
+def test_a_term_that_cannot_be_read_is_a_problem_never_an_exception(term):
+    search = job_search_parse(term)
+
+    assert search.problems and search.qualified
+
+
+@pytest.mark.django_db
+class TestMatching:
+    def _ids(self, term: str) -> set:
+        return set(jobs_filter_by_search(Job.objects.all(), job_search_parse(term)).values_list("id", flat=True))
+
+    def test_an_args_value_matches_as_number_text_or_array_member(self, user):
+        number = JobFactory(owner=user, payload={"customer": 7})
+        text = JobFactory(owner=user, payload={"customer": "7"})
+        listed = JobFactory(owner=user, payload={"customer": [6, 7]})
+        JobFactory(owner=user, payload={"customer": 8, "other": 7})
+
+        assert self._ids("args.customer:7") == {number.id, text.id, listed.id}
+        assert self._ids('args.customer:"7"') == {text.id}
+
+    def test_a_nested_path_and_several_terms_all_hold(self, user):
+        pro = JobFactory(owner=user, payload={"user": {"plan": "pro", "id": 1}}, last_error="Timeout: 30 s")
+        other = JobFactory(owner=user, payload={"user": {"plan": "pro", "id": 2}}, last_error="KeyError")
+        JobFactory(owner=user, payload={"plan": "pro"})
+
+        assert self._ids("args.user.plan:pro") == {pro.id, other.id}
+        assert self._ids("args.user.plan:pro error:timeout") == {pro.id}
+        assert self._ids('error:"timeout: 30"') == {pro.id}
+
+    def test_a_search_with_a_problem_matches_nothing(self, user):
+        JobFactory(owner=user, payload={"k": 1})
+
+        assert self._ids("args.k:1 args.x") == set()
