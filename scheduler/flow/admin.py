@@ -4,19 +4,22 @@ A ``FlowLimit`` is edited through a form whose validation is ``flow.limits.valid
 API's one rule), and saved through ``limit_set``/``limit_delete``. The changelist shows every
 limit stored here with what it counts now; limits from handlers and settings are listed by the
 API (GET /api/admin/limits) and on the queues list's "oldest waiting" panel's page.
+Each limit says whether anything uses its name (the API's ``in_use``/``warning``): one on a
+name nothing uses is kept, with a warning when saved and a mark on both lists.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 
-from scheduler.admin import OperatorAdmin
+from scheduler import selectors
+from scheduler.admin import OperatorAdmin, badge
 from scheduler.exceptions import InvalidLimit
 from scheduler.flow import limits as flow_limits
 from scheduler.flow.aging import oldest_waiting
@@ -51,7 +54,7 @@ class FlowLimitAdmin(OperatorAdmin):
     """Concurrency and rate limits set by ADMINs (they win over handlers' and settings')."""
 
     form = FlowLimitForm
-    list_display = ("scope", "name", "concurrency", "partition", "rate", "running_now", "updated_at")
+    list_display = ("scope", "name", "name_used", "concurrency", "partition", "rate", "running_now", "updated_at")
     list_filter = ("scope",)
     search_fields = ("name",)
     ordering = ("scope", "name")
@@ -78,6 +81,9 @@ class FlowLimitAdmin(OperatorAdmin):
         )
         saved = FlowLimit.objects.get(scope=obj.scope, name=obj.name)
         obj.pk, obj.updated_at = saved.pk, saved.updated_at
+        warning = name_use(scope=obj.scope, name=obj.name)["warning"]
+        if warning:
+            self.message_user(request, warning, messages.WARNING)
 
     def delete_model(self, request: HttpRequest, obj: FlowLimit) -> None:
         """Delete through ``limit_delete``."""
@@ -87,6 +93,14 @@ class FlowLimitAdmin(OperatorAdmin):
         """Delete each through ``limit_delete``."""
         for obj in queryset:
             flow_limits.limit_delete(scope=obj.scope, name=obj.name)
+
+    @admin.display(description="name used")
+    def name_used(self, row: FlowLimit) -> SafeString:
+        """ "yes", or "unused" with the API's warning as its title (a typo never matches a job)."""
+        use = name_use(scope=row.scope, name=row.name)
+        if use["in_use"]:
+            return badge("yes", "#116329", data_name="in-use")
+        return format_html('<span title="{}">{}</span>', use["warning"], badge("unused", "#8a4600", data_name="in-use"))
 
     @admin.display(description="per partition")
     def partition(self, row: FlowLimit) -> str:
@@ -112,11 +126,31 @@ class FlowLimitAdmin(OperatorAdmin):
         """The list, with every limit in effect (any source) and the oldest waiting job per priority."""
         limits = flow_limits.effective_limits(fresh=True)
         extra = {
-            "flow_effective": [{**lim.as_dict(), **limit_usage(lim)} for _, lim in sorted(limits.items())],
+            "flow_effective": [
+                {**lim.as_dict(), **limit_usage(lim), **name_use(scope=lim.scope, name=lim.name)}
+                for _, lim in sorted(limits.items())
+            ],
             "flow_oldest": oldest_waiting(),
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra_context=extra)
+
+
+class NameUse(TypedDict):
+    """Whether a limit's name matches anything: the API's ``in_use`` and ``warning`` fields."""
+
+    in_use: bool
+    warning: str | None
+
+
+def name_use(*, scope: str, name: str) -> NameUse:
+    """Whether a job, schedule, worker or handler uses ``scope`` ("queue"/"type") ``name``, and the warning if not.
+
+    The API's rule and words (``selectors.flow_name_in_use``, ``flow_name_warning``): a limit on a
+    name nothing uses is kept, but a typo would never match, so the console says so.
+    """
+    in_use = selectors.flow_name_in_use(scope=scope, name=name)
+    return {"in_use": in_use, "warning": selectors.flow_name_warning(scope=scope, name=name, in_use=in_use)}
 
 
 def job_flow_html(job: Any) -> Any:

@@ -67,3 +67,26 @@ def test_the_job_page_shows_progress_and_the_waiting_reason(operator, user):
     assert "halfway-ish" in page and 'value="40"' in page
     page = operator.get(f"/admin/scheduler/job/{held.id}/change/").content.decode()
     assert "Concurrency limit of type DEMO_TASK: 1 of 1 running." in page
+
+
+def test_a_limit_on_a_name_nothing_uses_is_saved_with_a_warning_and_marked_on_the_list(operator):
+    response = operator.post(ADD, {"scope": "queue", "name": "reprots", "concurrency": "1"}, follow=True)
+
+    assert FlowLimit.objects.filter(scope="queue", name="reprots").exists()  # kept, as the API keeps it
+    shown = [str(m) for m in response.context["messages"]]
+    assert any("No job, schedule or worker uses the queue 'reprots' yet: check the name." in m for m in shown)
+    page = operator.get(LIST).content.decode()
+    assert 'data-in-use="unused"' in page  # the stored rows' column
+    assert 'data-in-use="no"' in page and "check the name" in page  # the limits-in-effect table
+
+
+def test_a_limit_on_a_used_name_is_marked_used_without_a_warning(operator, user):
+    enqueue("DEMO_TASK", queue="slow", owner=user)
+
+    response = operator.post(ADD, {"scope": "type", "name": "DEMO_TASK", "concurrency": "2"}, follow=True)
+    operator.post(ADD, {"scope": "queue", "name": "slow", "concurrency": "1"})
+
+    assert not any("check the name" in str(m) for m in response.context["messages"])
+    page = operator.get(LIST).content.decode()
+    assert page.count('data-in-use="yes"') == 4  # two rows, each in the list and in the table
+    assert 'data-in-use="unused"' not in page and 'data-in-use="no"' not in page
