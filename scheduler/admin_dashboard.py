@@ -12,11 +12,11 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Count, Min, Q, Sum
-from django.db.models.functions import TruncMinute
+from django.db.models import Count, F, Func, Max, Min, Q, Sum, Value
+from django.db.models.functions import Left, TruncMinute
 
 from scheduler.leadership import DEFAULT_ROLE
-from scheduler.models import Attempt, Job, LeaderFence, OutboxBatch, Queue, WorkerNode
+from scheduler.models import Attempt, Job, JobAttempt, LeaderFence, OutboxBatch, Queue, WorkerNode
 from scheduler.selectors import worker_alive_q
 from scheduler.states import AttemptStatus, JobStatus
 
@@ -26,6 +26,8 @@ CHART_HEIGHT = 160  # SVG user units
 CHART_TOP = 12  # room above the tallest bar for its axis label
 CHART_BOTTOM = 20  # room below the bars for the time axis
 DEAD_SHOWN = 5  # dead jobs listed by name
+ERROR_GROUPS_SHOWN = 5  # groups of the last hour's failed attempts listed (by type and error class)
+ERROR_CLASS_CHARS = 80  # characters of an error kept as its class (the text before its first colon)
 FAILED_ATTEMPTS = (AttemptStatus.FAILED, AttemptStatus.TIMED_OUT, AttemptStatus.LOST)
 
 
@@ -77,6 +79,23 @@ class Leader:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorGroup:
+    """Failed, timed-out or lost attempts of the last hour sharing a job type and error class.
+
+    ``error_class`` is the error's text before its first colon (``RetryableError`` of
+    ``RetryableError: FAILING always fails``), cut to ``ERROR_CLASS_CHARS``; ``sample`` is one
+    whole error of the group; ``search`` is the job list's search for it (``error:<class>``),
+    or "" when the class holds a double quote the search syntax cannot quote.
+    """
+
+    job_type: str
+    error_class: str
+    count: int
+    sample: str
+    search: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Dashboard:
     """What the admin index shows."""
 
@@ -96,6 +115,7 @@ class Dashboard:
     outbox_backlog: int
     outbox_oldest_age_seconds: float | None
     paused_queues: list[str] = field(default_factory=list)
+    error_groups: list[ErrorGroup] = field(default_factory=list)
 
 
 def db_now() -> dt.datetime:
@@ -166,6 +186,41 @@ def _throughput(now: dt.datetime) -> dict[dt.datetime, tuple[int, int]]:
     return {row["minute"]: (row["ok"], row["bad"]) for row in rows}
 
 
+def error_groups(*, now: dt.datetime, limit: int = ERROR_GROUPS_SHOWN) -> list[ErrorGroup]:
+    """Group the attempts that failed in the hour before ``now`` by job type and error class, most first.
+
+    ``now``: the database's time (``db_now``). Returns at most ``limit`` groups. Reads
+    ``stint_job_attempt`` (only attempts that did not succeed are rows there) joined to their jobs.
+    "What failed in the last hour and why", as Sidekiq's Dead tab and Sentry group it.
+    """
+    error_class = Left(Func(F("error"), Value(":"), Value(1), function="split_part"), ERROR_CLASS_CHARS)
+    rows = (
+        JobAttempt.objects.filter(
+            finished_at__gt=now - dt.timedelta(minutes=WINDOW_MINUTES),
+            finished_at__lte=now,
+            status__in=FAILED_ATTEMPTS,
+        )
+        .annotate(error_class=error_class)
+        .values("job__type", "error_class")
+        .annotate(n=Count("id"), sample=Max("error"))
+        .order_by("-n", "job__type", "error_class")[:limit]
+    )
+    groups = []
+    for row in rows:
+        cls = row["error_class"].strip()
+        search = "" if '"' in cls or not cls else (f'error:"{cls}"' if " " in cls else f"error:{cls}")
+        groups.append(
+            ErrorGroup(
+                job_type=row["job__type"],
+                error_class=cls or "(no error text)",
+                count=row["n"],
+                sample=row["sample"],
+                search=search,
+            )
+        )
+    return groups
+
+
 def _leader_lock(fence: LeaderFence) -> str | None:
     """What holds this fence's term now ("redis", "postgres" or None), from the web's health probes."""
     from scheduler.health import health_report, monitor
@@ -231,4 +286,5 @@ def dashboard_data() -> Dashboard:
         outbox_backlog=outbox["n"] or 0,
         outbox_oldest_age_seconds=age_seconds(now, outbox["oldest"]),
         paused_queues=list(Queue.objects.filter(paused=True).order_by("name").values_list("name", flat=True)),
+        error_groups=error_groups(now=now),
     )

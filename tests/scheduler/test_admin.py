@@ -540,6 +540,37 @@ class TestEventsAndDashboard:
         backlog = operator.get("/admin/scheduler/outboxevent/", {"published": "no"}).context["cl"].result_list
         assert len(backlog) == 4
 
+    def test_the_dashboard_groups_the_last_hours_failures_by_type_and_error_class_with_links(self, operator, user):
+        now = timezone.now()
+
+        def failed(job_type: str, error: str, *, at: dt.datetime = now, status: str = AttemptStatus.FAILED):
+            job = JobFactory(owner=user, dead=True, type=job_type, last_error=error)
+            JobAttempt.objects.create(
+                job=job, attempt_number=1, status=status, started_at=at, finished_at=at, error=error
+            )
+            return job
+
+        timeouts = [failed("SYNC", f"TimeoutError: bank took {n} s") for n in (31, 45, 60)]
+        failed("SYNC", "KeyError: 'customer'")
+        failed("EMAIL", "SMTP down", status=AttemptStatus.TIMED_OUT)
+        failed("EMAIL", 'Weird "quoted": class')
+        failed("SYNC", "TimeoutError: an hour ago", at=now - dt.timedelta(minutes=61))
+
+        html = operator.get("/admin/").content.decode()
+        groups = re.findall(r'<li data-error-group="(\w+)"><strong>(\d+)</strong>', html)
+
+        assert groups[0] == ("SYNC", "3")  # most first; the attempt of 61 minutes ago is not counted
+        assert sorted(groups[1:]) == [("EMAIL", "1"), ("EMAIL", "1"), ("SYNC", "1")]
+        link = "/admin/scheduler/job/?type=SYNC&amp;q=error%3ATimeoutError"
+        assert f'<a href="{link}">SYNC: TimeoutError</a>' in html
+        assert 'q=error%3A%22SMTP%20down%22">EMAIL: SMTP down</a>' in html  # quoted: it has a space
+        assert "EMAIL: Weird &quot;quoted&quot;" in html  # no link: the search cannot quote a quote
+        listed = operator.get("/admin/scheduler/job/", {"type": "SYNC", "q": "error:TimeoutError"})
+        assert {j.id for j in listed.context["cl"].result_list} >= {j.id for j in timeouts}
+
+    def test_the_dashboard_says_when_nothing_failed_in_the_last_hour(self, operator):
+        assert "No attempt failed in the last hour." in operator.get("/admin/").content.decode()
+
     def test_dashboard_on_the_index(self, operator, user):
         JobFactory.create_batch(2, owner=user, dead=True, last_error="boom")
         JobFactory(owner=user, scheduled_at=timezone.now() - dt.timedelta(minutes=5))
