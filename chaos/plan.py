@@ -131,7 +131,11 @@ class Scenario:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="worker-kill", summary="worker SIGKILL mid-job", rescued_at_once=True),
-    Scenario(name="worker-stop", summary="worker SIGSTOP past its lease, then SIGCONT (late result discarded)"),
+    Scenario(
+        name="worker-stop",
+        summary="a host's run_workers (supervisor and worker processes) SIGSTOPped past its lease, then SIGCONT"
+        " (late results discarded)",
+    ),
     Scenario(
         name="worker-term",
         summary="supervisor SIGTERM, and SIGTERM twice to a worker host's process group, with long jobs (hand-back)",
