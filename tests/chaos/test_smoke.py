@@ -1,6 +1,6 @@
 """A two-scenario smoke of ``make chaos`` on one host: the harness and Stint's promises end to end, in ``make test``.
 
-The short profile (21 scenarios on three network namespaces, several minutes) does not fit the
+The short profile (22 scenarios on three network namespaces, about 10 minutes) does not fit the
 suite's time; this runs the same harness (``python -m chaos``: its own PostgreSQL, Redis and
 broker, a real cluster, load through the API and ``enqueue_many``, seeded faults, invariants
 I1-I8) with the ``smoke`` profile and two scenarios: a worker process SIGKILLed mid-job (its
