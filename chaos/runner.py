@@ -51,6 +51,7 @@ WORKER_SLOTS = 12
 PROGRESS_SECONDS = 2.0
 READY_POLL_SECONDS = 0.1  # how often the waits for a ready cluster look again (each look is one query or GET)
 VICTIM_WAIT_SECONDS = 3.0  # how long a worker fault waits for a worker process that holds a job
+MID_JOB_MARGIN_SECONDS = 0.2  # a victim's job must have at least this long still to run (its payload's sleep)
 RELEASE_CHECK_BEFORE_HEAL_SECONDS = 3.0  # partition-h3-long: when the check of what h3 held runs
 HOLDER_JOBS = 20  # partition-h3-long: jobs chaos.holder locks on h3 before the cut
 TOPIC_WATCH_SECONDS = 3.0  # after a broker restart: how long the lost topic must stay missing (no re-creation)
@@ -627,8 +628,11 @@ class Run:
         """The worker process of supervisor ``name`` to hit: one that holds leases of RUNNING jobs ("mid-job").
 
         Chosen with the run's seed among the supervisor's worker processes (``Proc.worker_children``),
-        preferring those whose id (``hostname:pid:token``) holds the most RUNNING leases now;
-        raises RuntimeError when the supervisor has no worker process.
+        preferring those whose id (``hostname:pid:token``) holds the most RUNNING leases of jobs that
+        will still be running in ``MID_JOB_MARGIN_SECONDS`` (by their payload's ``sleep``): a lease of
+        a quick job, read a moment before the kill, was often over by then, and the kill hit no job
+        (a smoke run in CI had no LOST attempt). Raises RuntimeError when the supervisor has no
+        worker process.
         """
         proc = self.cluster.procs[name]
         children = proc.worker_children()
@@ -640,7 +644,11 @@ class Run:
                 self.sql(
                     lambda conn: conn.execute(
                         "SELECT split_part(lease_owner, ':', 2)::int, count(*) FROM stint_job"
-                        " WHERE status = 'RUNNING' AND lease_owner <> '' GROUP BY 1"
+                        " WHERE status = 'RUNNING' AND lease_owner <> ''"
+                        "   AND started_at + make_interval(secs => coalesce((payload->>'sleep')::float, 0))"
+                        "       > clock_timestamp() + make_interval(secs => %s)"
+                        " GROUP BY 1",
+                        [MID_JOB_MARGIN_SECONDS],
                     ).fetchall()
                 )
             )
@@ -651,7 +659,7 @@ class Run:
             children = proc.worker_children() or children
         pool = [c for c in children if held.get(c.pid, 0) == most]
         pick = random.Random(self.seed + len(proc.exits) + proc.starts).choice(pool)  # noqa: S311
-        return pick.pid, f"{name} worker process {pick.pid} ({most} jobs running)"
+        return pick.pid, f"{name} worker process {pick.pid} ({most} jobs mid-run)"
 
     def leader(self) -> str:
         """The name of the scheduler process that holds cron leadership (by the fence's holder), or ""."""
