@@ -149,20 +149,27 @@ def _close_open_transactions(job: Claimed) -> None:
     """Close each connection of this thread that the handler left inside a transaction, rolling it back.
 
     A raw ``BEGIN`` without its ``COMMIT`` would otherwise run the thread's next jobs inside that
-    transaction, holding its locks and leaving their writes uncommitted. A connection in an
-    ``atomic`` block belongs to the caller (a test's transaction), not to the handler.
+    transaction, holding its locks and leaving their writes uncommitted. A connection the handler
+    closed or broke under Django (psycopg's status ``UNKNOWN``) is closed too, and logged as such.
+    A connection in an ``atomic`` block belongs to the caller (a test's transaction), not to the
+    handler.
     """
     for conn in connections.all(initialized_only=True):
         raw = conn.connection
         info = getattr(raw, "info", None)
         if info is None or conn.in_atomic_block or info.transaction_status == TransactionStatus.IDLE:
             continue
-        logger.warning(
-            "job %s left a database transaction open (%s); its connection was closed and the transaction rolled back",
-            job.id,
-            info.transaction_status.name,
-            extra={"job_id": str(job.id), "attempt": job.attempt},
-        )
+        extra = {"job_id": str(job.id), "attempt": job.attempt}
+        if info.transaction_status == TransactionStatus.UNKNOWN:
+            logger.warning("job %s left its database connection closed or broken; it was replaced", job.id, extra=extra)
+        else:
+            logger.warning(
+                "job %s left a database transaction open (%s); its connection was closed and the transaction"
+                " rolled back",
+                job.id,
+                info.transaction_status.name,
+                extra=extra,
+            )
         conn.close()
 
 

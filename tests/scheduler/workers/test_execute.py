@@ -42,6 +42,13 @@ def _leaves_a_transaction(payload: Any, ctx: JobContext) -> None:
         cursor.execute("INSERT INTO test_execute_left VALUES (1)")
 
 
+@handler("TEST_EXECUTE_CLOSES_ITS_RAW_CONNECTION")
+def _closes_its_raw_connection(payload: Any, ctx: JobContext) -> None:
+    """Close the psycopg connection under Django's wrapper (its transaction status reads UNKNOWN)."""
+    connection.ensure_connection()
+    connection.connection.close()
+
+
 @handler("TEST_EXECUTE_TRANSACTION_STATUS")
 def _transaction_status(payload: Any, ctx: JobContext) -> str:
     with connection.cursor() as cursor:
@@ -257,6 +264,16 @@ def test_a_transaction_a_handler_left_open_is_rolled_back_before_the_threads_nex
     assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2
     assert reports[1].result == "IDLE table=False"  # not inside the first job's transaction, which is gone
     assert "left a database transaction open (INTRANS)" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_a_handler_closed_under_django_is_replaced_and_logged_as_closed_not_as_a_transaction(caplog):
+    reports = in_a_new_thread("TEST_EXECUTE_CLOSES_ITS_RAW_CONNECTION", "TEST_EXECUTE_TRANSACTION_STATUS")
+
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2
+    assert reports[1].result == "IDLE table=False"
+    assert "left its database connection closed or broken; it was replaced" in caplog.text
+    assert "transaction open" not in caplog.text
 
 
 @pytest.mark.django_db(transaction=True)
