@@ -84,6 +84,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             message = _expired_message(context)
         if isinstance(exc, exceptions.NotAuthenticated):
             code, message = _not_authenticated(context)
+        elif code == "bad_authorization_header" and BEARER_HINT not in message:
+            message = f"{message.rstrip('.')}: {BEARER_HINT}."
     response.data = error_body(code=code, message=message, details=details)
     return response
 

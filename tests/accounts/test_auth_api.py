@@ -330,3 +330,17 @@ def test_no_credentials_at_all_says_how_to_send_them(api):
     error = api.get("/api/auth/me").json()["error"]
     assert error["code"] == "not_authenticated"
     assert "Authorization: Bearer <access token>" in error["message"]
+
+
+@pytest.mark.parametrize("header", ["Bearer", "Bearer  ", "Bearer abc def"])
+def test_a_bearer_header_without_exactly_one_token_says_how_to_send_it(api, user, header):
+    # SimpleJWT's own message, "Authorization header must contain two space-delimited values", said
+    # what was wrong but not what to send.
+    api.credentials(HTTP_AUTHORIZATION=header)
+    resp = api.get("/api/auth/me")
+    assert resp.status_code == 401
+    error = resp.json()["error"]
+    assert error["code"] == "bad_authorization_header"
+    assert "two space-delimited values" in error["message"]
+    assert "Authorization: Bearer <access token>" in error["message"]
+    assert "POST /api/auth/login" in error["message"]
