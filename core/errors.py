@@ -86,6 +86,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             code, message = _not_authenticated(context)
         elif code == "bad_authorization_header" and BEARER_HINT not in message:
             message = f"{message.rstrip('.')}: {BEARER_HINT}."
+        if isinstance(exc, exceptions.UnsupportedMediaType):
+            message = _unsupported_media_type_message(message, context)
     response.data = error_body(code=code, message=message, details=details)
     return response
 
@@ -113,6 +115,24 @@ def _expired_message(context: dict[str, Any]) -> str:
 
 
 BEARER_HINT = "send 'Authorization: Bearer <access token>', a JWT from POST /api/auth/login"
+
+
+JSON_HINT = "send the body as JSON, with the header 'Content-Type: application/json'"
+
+
+def _unsupported_media_type_message(message: str, context: dict[str, Any]) -> str:
+    """Return the 415 message, with what to send when it is DRF's "Unsupported media type" for a body type.
+
+    Every API body is JSON (``REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]``), and the usual cause is
+    ``curl -d '{...}'`` without ``-H 'Content-Type: application/json'``, which sends a form: DRF's
+    message named the type it got but not the one to send. A 415 with a message of its own (an
+    unusable ``charset``, ``core.parsers.declared_charset``) is returned unchanged.
+    """
+    request = context.get("request")
+    default = str(exceptions.UnsupportedMediaType(getattr(request, "content_type", "")).detail)
+    if message != default:
+        return message
+    return f"{message.rstrip('.')}: {JSON_HINT}."
 
 
 def _not_authenticated(context: dict[str, Any]) -> tuple[str, str]:

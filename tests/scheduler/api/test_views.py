@@ -243,10 +243,19 @@ def test_a_body_that_is_not_an_object_is_400(user_api, body):
     _error(resp)
 
 
-def test_a_non_json_body_is_415(user_api):
-    resp = user_api.post(JOBS, "type=DEMO_TASK", content_type="application/x-www-form-urlencoded")
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain"])
+def test_a_non_json_body_is_415_that_says_to_send_json(user_api, content_type):
+    # `curl -d '{...}'` without -H 'Content-Type: application/json' sends a form: the message names
+    # the type it got and the one to send.
+    resp = user_api.post(JOBS, '{"type": "DEMO_TASK"}', content_type=content_type)
     assert resp.status_code == 415
-    assert _error(resp)["code"] == "unsupported_media_type"
+    error = _error(resp)
+    assert error["code"] == "unsupported_media_type"
+    assert error["message"] == (
+        f'Unsupported media type "{content_type}" in request: send the body as JSON, '
+        "with the header 'Content-Type: application/json'."
+    )
+    assert not Job.objects.exists()
 
 
 # --- authentication ---------------------------------------------------------------------------
