@@ -41,7 +41,9 @@ class AttemptStatusField(serializers.ChoiceField):
 
 @_named_enum("Priority", Priority.names)
 class PriorityNameField(serializers.ChoiceField):
-    """HIGH, MEDIUM or LOW."""
+    """HIGH, MEDIUM or LOW; anything else is a 400 that names them."""
+
+    default_error_messages = {"invalid_choice": '"{input}" is not a priority: send HIGH, MEDIUM or LOW.'}
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=Priority.names, **kwargs)

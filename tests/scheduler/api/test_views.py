@@ -149,6 +149,15 @@ def test_create_rejects_an_invalid_field_with_400(user_api, field, value):
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize(("value", "shown"), [("URGENT", "URGENT"), ("high", "high"), (37, "37")])
+def test_a_priority_that_is_no_name_is_a_400_that_names_the_ones_to_send(user_api, value, shown):
+    # DRF's '"URGENT" is not a valid choice.' did not say which are; the Python API's message does.
+    resp = _post(user_api, {"type": "DEMO_TASK", "priority": value})
+
+    assert resp.status_code == 400, resp.content
+    assert _error(resp)["details"] == {"priority": [f'"{shown}" is not a priority: send HIGH, MEDIUM or LOW.']}
+
+
 def test_create_requires_a_type(user_api):
     resp = _post(user_api, {"payload": {}})
     assert resp.status_code == 400
