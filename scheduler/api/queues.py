@@ -69,6 +69,8 @@ def _changed(name: str, change: Callable[..., Queue]) -> Response:
     queue = change(name=name)
     queue.in_use = in_use
     queue.warning = selectors.flow_name_warning(scope="queue", name=name, in_use=in_use)
+    if queue.warning and not queue.paused:  # a resume: nothing is kept for the queue's first jobs
+        queue.warning = f"No job, schedule or worker uses the queue {name!r}: check the name. It is not paused."
     return Response(QueueStateSerializer(queue).data)
 
 

@@ -142,6 +142,11 @@ def test_a_limit_or_pause_on_a_name_nothing_uses_is_kept_and_says_so(admin_api, 
     paused = admin_api.post("/api/admin/queues/nightyl/pause").json()
     assert (paused["paused"], paused["in_use"]) == (True, False)
     assert "No job, schedule or worker uses the queue 'nightyl'" in paused["warning"]
+    resumed = admin_api.post("/api/admin/queues/nigthly/resume").json()
+    assert (resumed["paused"], resumed["in_use"]) == (False, False)
+    assert resumed["warning"] == (
+        "No job, schedule or worker uses the queue 'nigthly': check the name. It is not paused."
+    )
 
     assert user_api.post("/api/jobs", {"type": "DEMO_TASK", "queue": "reports"}, format="json").status_code == 201
     known = admin_api.put("/api/admin/queues/reports/limits", {"concurrency": 3}, format="json").json()
