@@ -179,12 +179,28 @@ def _check_type_name(name: Any) -> None:
         raise ValueError(f"a job type cannot hold a NUL character or a lone surrogate: {name!r:.120}")
 
 
+UNKNOWN_TYPES_NAMED = 10  # registered types an unknown-type error lists
+
+
+def unknown_type_message(name: str, registered: list[str]) -> str:
+    """Return the error for job type ``name``, naming the first ``UNKNOWN_TYPES_NAMED`` of ``registered`` (sorted).
+
+    A typo (``DEMO`` for ``DEMO_TASK``) is then visible in the answer itself.
+    """
+    if not registered:
+        return f"Unknown job type {name!r}. No job type is registered."
+    shown = ", ".join(registered[:UNKNOWN_TYPES_NAMED])
+    more = len(registered) - UNKNOWN_TYPES_NAMED
+    return f"Unknown job type {name!r}. Registered types: {shown}{f' and {more} more' if more > 0 else ''}."
+
+
 def get_handler(name: str) -> HandlerSpec:
-    """Return the spec for ``name``; raise ``UnknownJobType`` when none is registered."""
+    """Return the spec for ``name``; raise ``UnknownJobType`` (naming the registered types) when none is registered."""
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise UnknownJobType(f"Unknown job type {name!r}.", details={"type": [f"Unknown job type {name!r}."]}) from None
+        message = unknown_type_message(name, registered_types())
+        raise UnknownJobType(message, details={"type": [message]}) from None
 
 
 def add_resolver(resolver: Resolver) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler import registry
-from scheduler.registry import handler
+from scheduler.exceptions import UnknownJobType
+from scheduler.registry import get_handler, handler, unknown_type_message
 
 
 @pytest.mark.parametrize(
@@ -32,3 +33,19 @@ def test_a_name_of_100_characters_registers():
         assert registry.resolve(name).name == name
     finally:
         registry._REGISTRY.pop(name, None)
+
+
+def test_an_unknown_type_is_refused_with_the_registered_types_named():
+    with pytest.raises(UnknownJobType) as refused:
+        get_handler("DEMO")
+    assert str(refused.value).startswith("Unknown job type 'DEMO'. Registered types: ")
+    assert "DEMO_TASK" in str(refused.value)
+    assert refused.value.details == {"type": [str(refused.value)]}
+
+
+def test_the_unknown_type_message_names_at_most_ten_types():
+    message = unknown_type_message("DEMO", [f"T{n:02}" for n in range(25)])
+    assert message == (
+        "Unknown job type 'DEMO'. Registered types: T00, T01, T02, T03, T04, T05, T06, T07, T08, T09 and 15 more."
+    )
+    assert unknown_type_message("DEMO", []) == "Unknown job type 'DEMO'. No job type is registered."
