@@ -231,12 +231,17 @@ def flow_name_in_use(*, scope: str, name: str) -> bool:
     ``stint_queue`` row (made by the first job, schedule or pause that named it; pruned once
     unused). A type is in use when a handler or Django task runs it, or a schedule creates it.
     A limit or pause on a name nothing uses is kept (as Oban lets a queue be paused before its
-    first job), and the API says so: a typo would otherwise never match, silently.
+    first job), and the API says so: a typo would otherwise never match, silently. A name no
+    queue or type could have (a NUL, a space: ``flow.limits.NAME``) is in use by nothing; it is
+    not sent to the database, which refuses a NUL (the pause endpoint asks before it checks).
     """
     from scheduler.exceptions import UnknownJobType
+    from scheduler.flow.limits import NAME
     from scheduler.models import DEFAULT_QUEUE, CronSchedule
     from scheduler.registry import resolve
 
+    if not isinstance(name, str) or not NAME.match(name):
+        return False
     if scope == "queue":
         return (
             name == DEFAULT_QUEUE

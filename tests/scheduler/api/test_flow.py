@@ -156,3 +156,14 @@ def test_a_limit_or_pause_on_a_name_nothing_uses_is_kept_and_says_so(admin_api, 
     assert admin_api.post("/api/admin/queues/default/pause").json()["in_use"] is True
     listed = {limit["key"]: limit["in_use"] for limit in admin_api.get("/api/admin/limits").json()}
     assert listed == {"queue:reprots": False, "type:DEMO_TAKS": False, "queue:reports": True, "type:DEMO_TASK": True}
+
+
+@pytest.mark.parametrize("name", ["%00", "a%00b"])
+@pytest.mark.parametrize("action", ["pause", "resume"])
+def test_a_queue_name_postgresql_cannot_hold_is_a_400_on_pause_and_resume(admin_api, name, action):
+    # The in_use check read the queue table with the raw name before the name was checked: a NUL
+    # in the path (which the query-string guard does not see) reached PostgreSQL, a 500.
+    response = admin_api.post(f"/api/admin/queues/{name}/{action}")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "validation_error"
