@@ -22,7 +22,7 @@ from scheduler.conf import conf
 from scheduler.exceptions import IdempotencyConflict, InvalidJob, JobNotFound
 from scheduler.models import Job
 
-IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")
+IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}\Z")
 SETTLE_TRIES = 3  # rounds of the protocol before giving up (a record pruned or expired under us)
 
 

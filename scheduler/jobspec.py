@@ -19,7 +19,7 @@ from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, Priority, priority_valu
 
 MAX_RETRIES_RANGE = (1, 10)
 TIMEOUT_RANGE = (1, 3600)  # seconds
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")  # \Z: "$" also matches before a final newline
 MAX_PAYLOAD_DEPTH = 32  # levels of nested lists/objects in a payload (handlers and pages walk it)
 NAME_MAX = 200  # characters of a job's name
 

@@ -31,8 +31,8 @@ CACHE_SECONDS = 1.0  # seconds a process reuses the database's limits before rea
 MAX_LIMIT = 1_000_000  # the largest concurrency or rate count accepted
 MAX_PERIOD_SECONDS = 86_400.0  # a rate window of at most a day
 MIN_PERIOD_SECONDS = 0.1
-NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")  # a queue name (jobspec.QUEUE_NAME) or a job type
-PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")  # a top-level payload field
+NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")  # a queue name (jobspec.QUEUE_NAME) or a job type
+PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}\Z")  # a top-level payload field
 FIELDS = ("concurrency", "partition_key", "partition_concurrency", "rate_limit", "rate_period_seconds")
 
 

@@ -7,7 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.enqueuing import enqueue
+from scheduler.exceptions import InvalidJob
 from scheduler.flow import limits as flow_limits
+from scheduler.flow.models import FlowLimit
+from scheduler.models import Queue
 
 pytestmark = pytest.mark.django_db
 
@@ -167,3 +170,29 @@ def test_a_queue_name_postgresql_cannot_hold_is_a_400_on_pause_and_resume(admin_
 
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/admin/queues/reports%0A/pause",
+        "/api/admin/queues/reports%0A/resume",
+        "/api/admin/queues/reports%0A/limits",
+        "/api/admin/types/DEMO_TASK%0A/limits",
+    ],
+)
+def test_a_name_with_a_trailing_newline_is_refused(admin_api, path):
+    # '$' also matches before a final newline: "reports\n" passed the name check and made a queue
+    # (or a limit) that no job, named without it, could ever use.
+    method = admin_api.put if path.endswith("/limits") else admin_api.post
+
+    response = method(path, {"concurrency": 3}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert not Queue.objects.filter(name__endswith="\n").exists()
+    assert not FlowLimit.objects.exists()
+
+
+def test_enqueue_refuses_a_queue_name_with_a_trailing_newline(user):
+    with pytest.raises(InvalidJob):
+        enqueue("DEMO_TASK", {}, owner=user, queue="reports\n")
