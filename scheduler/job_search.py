@@ -11,7 +11,8 @@ A payload value matches as JSON containment (``payload @> {...}``): ``args.custo
 ``{"customer": 7}``, ``{"customer": "7"}`` and ``{"customer": [7, 8]}``; a quoted value
 (``args.customer:"7"``) is text only. Nothing here raises on odd input: a term that cannot be a
 qualifier (an unbalanced quote, a path of 0 or more than ``MAX_PATH_DEPTH`` keys, text
-PostgreSQL cannot hold) is reported in ``JobSearch.problems`` and matches no job.
+PostgreSQL cannot hold) is reported in ``JobSearch.problems`` and matches no job, as does a search
+of more than ``MAX_TERMS`` terms.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ ARGS_PREFIX = "args."
 ERROR_PREFIX = "error:"
 MAX_PATH_DEPTH = 8  # keys in one args path (a payload nests at most core.parsers.MAX_JSON_DEPTH)
 MAX_TERM_CHARS = 1000  # characters of one qualifier's value: longer never matches a 10 KB payload key usefully
+MAX_TERMS = 20  # space-separated terms in one search: each is a filter, and 10,000 took minutes to build
 
 
 @dataclass(slots=True, kw_only=True)
@@ -99,6 +101,12 @@ def job_search_parse(term: str) -> JobSearch:
     if not is_storable_text(term):
         search.problems.append("The search holds a character PostgreSQL cannot store (NUL or a lone surrogate).")
         return search
+    if len(term.split()) > MAX_TERMS:  # before splitting: a quoted value's spaces may over-count, never under
+        pieces = _split(term)
+        count = len(pieces) if pieces is not None else len(term.split())
+        if count > MAX_TERMS:
+            search.problems.append(f"A search takes at most {MAX_TERMS} terms; this one has {count}.")
+            return search
     if ARGS_PREFIX not in term and ERROR_PREFIX not in term:
         search.plain = term.strip()
         return search

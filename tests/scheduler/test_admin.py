@@ -183,6 +183,8 @@ class TestJobList:
             "q=args.%ED%A0%80%3A1",  # a lone surrogate's bytes: Django reads U+FFFD
             "q=args." + ".".join(["k"] * 50) + "%3A1",
             "q=error%3A" + "%F0%9F%98%80" * 500,
+            "q=" + "+".join(["args.k%3A1"] * 10_000),  # past MAX_TERMS: refused before any query is built
+            "q=" + "+".join(["word"] * 10_000),
         ],
     )
     def test_a_search_that_cannot_be_read_is_a_message_never_a_500(self, operator, user, query):
