@@ -13,7 +13,13 @@ from rest_framework_simplejwt.tokens import RefreshToken
 from rest_framework_simplejwt.views import TokenObtainPairView, TokenRefreshView
 
 from accounts import services
-from accounts.serializers import LogoutSerializer, RegisterSerializer, TokenRefreshSerializer, UserSerializer
+from accounts.serializers import (
+    LogoutSerializer,
+    RegisterSerializer,
+    TokenObtainPairSerializer,
+    TokenRefreshSerializer,
+    UserSerializer,
+)
 
 
 class RegisterView(APIView):
@@ -38,6 +44,7 @@ class RegisterView(APIView):
 class LoginView(TokenObtainPairView):
     """POST /api/auth/login: exchange username and password for ``access`` and ``refresh``."""
 
+    serializer_class = TokenObtainPairSerializer
     throttle_scope = "auth"
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.password_validation import validate_password
 from rest_framework import serializers
 from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.settings import api_settings
 from rest_framework_simplejwt import serializers as jwt_serializers
 
 from accounts.models import User
@@ -25,30 +26,54 @@ def json_type_name(value: Any) -> str:
     return "a string" if isinstance(value, str) else "null"
 
 
-class StrictSerializer(serializers.Serializer):
-    """Reject fields the endpoint does not know, and strings given as other JSON types.
+def _is_text_field(field: serializers.Field) -> bool:
+    """True for a field whose JSON value is a string: a ``CharField``, or a ``ChoiceField`` of named choices."""
+    if isinstance(field, serializers.CharField):
+        return True
+    if isinstance(field, serializers.ChoiceField) and not isinstance(field, serializers.MultipleChoiceField):
+        return bool(field.choices) and all(isinstance(key, str) for key in field.choices)
+    return False
 
-    DRF drops unknown keys and its CharField turns the numbers 5 and 7.5 into "5" and "7.5", so a
-    ``"timezone": 5`` used to read back as "Unknown time zone '5'", which hid the mistake: a text
-    field (``CharField`` and its subclasses) given a number, boolean, array or object is a 400
-    that says a string is expected.
+
+class StrictTextMixin:
+    """Refuse a body that is no JSON object, and a text field given a number, boolean, array or object.
+
+    DRF's CharField turns the numbers 5 and 7.5 into "5" and "7.5", so a ``"timezone": 5`` used
+    to read back as "Unknown time zone '5'", which hid the mistake; its ChoiceField answered
+    ``"True" is not a valid choice`` and its serializers "Expected a dictionary, but got list":
+    Python's words. A text field (``_is_text_field``) given another JSON type is a 400 that says a
+    string is expected; a body or nested object that is no object says so in JSON's words.
+    Mixed into ``StrictSerializer`` and into simplejwt's serializers (login, refresh).
     """
 
     def to_internal_value(self, data: Any) -> Any:
-        """Refuse unknown keys and non-string values of text fields, then validate as usual."""
+        """Refuse a non-object and non-string values of text fields, then validate as usual."""
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {api_settings.NON_FIELD_ERRORS_KEY: [f"A JSON object is expected, not {json_type_name(data)}."]},
+                code="invalid",
+            )
+        not_strings = {
+            name: [f"A string is expected, not {json_type_name(data[name])}."]
+            for name, f in self.fields.items()
+            if not f.read_only and _is_text_field(f) and name in data and data[name] is not None
+            if not isinstance(data[name], str)
+        }
+        if not_strings:
+            raise serializers.ValidationError(not_strings)
+        return super().to_internal_value(data)
+
+
+class StrictSerializer(StrictTextMixin, serializers.Serializer):
+    """Reject fields the endpoint does not know, and what ``StrictTextMixin`` rejects."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        """Refuse unknown keys, then check text fields (``StrictTextMixin``) and validate as usual."""
         if isinstance(data, dict):
-            writable = {name: f for name, f in self.fields.items() if not f.read_only}
-            unknown = sorted(set(data) - set(writable))
+            writable = {name for name, f in self.fields.items() if not f.read_only}
+            unknown = sorted(set(data) - writable)
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-            not_strings = {
-                name: [f"A string is expected, not {json_type_name(data[name])}."]
-                for name, f in writable.items()
-                if isinstance(f, serializers.CharField) and name in data and data[name] is not None
-                if not isinstance(data[name], str)
-            }
-            if not_strings:
-                raise serializers.ValidationError(not_strings)
         return super().to_internal_value(data)
 
 
@@ -114,7 +139,7 @@ class LogoutSerializer(StrictSerializer):
 # (a 500): an account an operator deletes leaves its refresh tokens valid and unblacklisted
 # (``OutstandingToken.user`` becomes NULL). Such a token is refused as a deactivated account's is.
 # The class keeps simplejwt's name, so the schema's ``TokenRefresh`` components keep theirs.
-class TokenRefreshSerializer(jwt_serializers.TokenRefreshSerializer):
+class TokenRefreshSerializer(StrictTextMixin, jwt_serializers.TokenRefreshSerializer):
     """Body of POST /api/auth/refresh: a refresh token of an active account, rotated; 401 otherwise."""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, str]:
@@ -123,3 +148,10 @@ class TokenRefreshSerializer(jwt_serializers.TokenRefreshSerializer):
             return super().validate(attrs)
         except User.DoesNotExist:
             raise AuthenticationFailed(self.error_messages["no_active_account"], "no_active_account") from None
+
+
+class TokenObtainPairSerializer(StrictTextMixin, jwt_serializers.TokenObtainPairSerializer):
+    """Body of POST /api/auth/login: simplejwt's, refusing a username or password that is no string.
+
+    Named as simplejwt's, so the schema's ``TokenObtainPair`` components keep their names.
+    """

@@ -344,3 +344,19 @@ def test_a_bearer_header_without_exactly_one_token_says_how_to_send_it(api, user
     assert "two space-delimited values" in error["message"]
     assert "Authorization: Bearer <access token>" in error["message"]
     assert "POST /api/auth/login" in error["message"]
+
+
+@pytest.mark.parametrize(("value", "kind"), [(12345, "a number"), (True, "a boolean"), (["12345"], "an array")])
+def test_login_and_refresh_given_a_number_where_a_string_goes_is_a_400_that_says_so(api, value, kind):
+    # simplejwt's CharField read 12345 as "12345" and signed the user "12345" in, while register
+    # refuses that body: the same rule holds for every text field of the API.
+    from tests.support.factories import UserFactory
+
+    UserFactory(username="12345")
+
+    login = api.post("/api/auth/login", {"username": value, "password": PASSWORD}, format="json")
+    refresh = api.post("/api/auth/refresh", {"refresh": value}, format="json")
+
+    for response, field in ((login, "username"), (refresh, "refresh")):
+        assert response.status_code == 400, response.content
+        assert response.json()["error"]["details"][field] == [f"A string is expected, not {kind}."]

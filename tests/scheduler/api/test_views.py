@@ -849,3 +849,44 @@ def test_a_job_whose_type_or_queue_is_not_a_string_is_a_400_that_says_a_string_i
     details = resp.json()["error"]["details"]
     assert details["queue"] == ["A string is expected, not a number."]
     assert details["name"] == ["A string is expected, not a boolean."]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"priority": True}, "priority", "A string is expected, not a boolean."),
+        ({"priority": ["HIGH"]}, "priority", "A string is expected, not an array."),
+    ],
+)
+def test_a_named_choice_given_another_json_type_says_a_string_is_expected(user_api, change, field, message):
+    # DRF's ChoiceField answered '"True" is not a valid choice.' and '"['HIGH']" ...': Python's spelling.
+    resp = user_api.post("/api/jobs", {"type": "DEMO_TASK", **change}, format="json")
+
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["details"][field] == [message]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/api/jobs", [], "A JSON object is expected, not an array."),
+        ("/api/jobs", 5, "A JSON object is expected, not a number."),
+        ("/api/schedules/preview", "0 * * * *", "A JSON object is expected, not a string."),
+        ("/api/auth/register", True, "A JSON object is expected, not a boolean."),
+    ],
+)
+def test_a_body_that_is_no_json_object_says_so_in_json_words(user_api, path, body, message):
+    # DRF said "Invalid data. Expected a dictionary, but got list.": Python's type names.
+    resp = user_api.post(path, json.dumps(body), content_type="application/json")
+
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["details"] == {"non_field_errors": [message]}
+
+
+def test_a_schedules_job_that_is_no_json_object_says_so(user_api):
+    body = {"name": "s", "cron": "0 * * * *", "job": 5}
+
+    resp = user_api.post("/api/schedules", body, format="json")
+
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["details"]["job"] == {"non_field_errors": ["A JSON object is expected, not a number."]}
