@@ -208,7 +208,8 @@ def error_groups(*, now: dt.datetime, limit: int = ERROR_GROUPS_SHOWN) -> list[E
     groups = []
     for row in rows:
         cls = row["error_class"].strip()
-        search = "" if '"' in cls or not cls else (f'error:"{cls}"' if " " in cls else f"error:{cls}")
+        quote = any(c.isspace() for c in cls)  # the search splits on any whitespace, not only spaces
+        search = "" if '"' in cls or not cls else (f'error:"{cls}"' if quote else f"error:{cls}")
         groups.append(
             ErrorGroup(
                 job_type=row["job__type"],

@@ -570,6 +570,27 @@ class TestEventsAndDashboard:
         listed = operator.get("/admin/scheduler/job/", {"type": "SYNC", "q": "error:TimeoutError"})
         assert {j.id for j in listed.context["cl"].result_list} >= {j.id for j in timeouts}
 
+    def test_a_dashboard_error_class_with_a_tab_links_to_a_quoted_search(self, operator, user):
+        # Only a space made the link quote its class: "Bad\tInput" became error:Bad plus a plain
+        # search for "Input", which also matched jobs by name.
+        now = timezone.now()
+        job = JobFactory(owner=user, dead=True, type="SYNC", last_error="Bad\tInput: row 7")
+        JobAttempt.objects.create(
+            job=job,
+            attempt_number=1,
+            status=AttemptStatus.FAILED,
+            started_at=now,
+            finished_at=now,
+            error=job.last_error,
+        )
+        JobFactory(owner=user, dead=True, type="SYNC", name="Input sync", last_error="Bad gateway")
+
+        html = operator.get("/admin/").content.decode()
+
+        assert "q=error%3A%22Bad%09Input%22" in html
+        listed = operator.get("/admin/scheduler/job/", {"type": "SYNC", "q": 'error:"Bad\tInput"'})
+        assert [j.id for j in listed.context["cl"].result_list] == [job.id]
+
     def test_the_dashboard_says_when_nothing_failed_in_the_last_hour(self, operator):
         assert "No attempt failed in the last hour." in operator.get("/admin/").content.decode()
 
