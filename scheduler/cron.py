@@ -110,6 +110,24 @@ def _reversed_range(field: str, *, names: dict[str, int]) -> str | None:
     return None
 
 
+def _collapse_single_ranges(field: str, *, names: dict[str, int]) -> str:
+    """Return ``field`` with each range of one value (``5-5``, ``mon-mon``, ``5-5/2``) written as that value.
+
+    ISC cron reads ``5-5`` as 5; croniter 7 reads it as the whole field, so ``5-5 * * * *``
+    fired every minute and ``0 0 * * 7-7`` daily. A step after such a range reaches no second
+    value, so it goes too. Bounds that are neither numbers nor ``names`` are left as they are.
+    """
+    parts = []
+    for part in field.split(","):
+        bounds = part.split("/")[0].split("-")
+        if len(bounds) == 2:
+            low, high = (int(b) if b.isdigit() else names.get(b.lower()) for b in bounds)
+            if low is not None and low == high:
+                part = bounds[0]
+        parts.append(part)
+    return ",".join(parts)
+
+
 def _step_too_large(field: str, *, size: int) -> tuple[str, int] | None:
     """Return the first ``(part, step)`` of ``field`` whose step exceeds the field's ``size`` values, or None.
 
@@ -154,6 +172,7 @@ def normalize_cron(expression: str, *, stored: bool = False) -> str:
     ``@reboot``, croniter's hashed (``H``), random (``R``) and nearest-weekday (``W``) extensions,
     a step larger than its field (``_step_too_large``), an nth or last weekday beside a day of
     month (``_day_extension_problem``), and reversed ranges (``_reversed_range``), as ISC cron does.
+    A range of one value is written as that value (``_collapse_single_ranges``).
 
     ``stored`` True (a schedule read back from the database) skips the step and day-extension
     refusals, which came after such rows could be written: a stored ``*/1000 * * * *`` keeps the
@@ -200,6 +219,7 @@ def normalize_cron(expression: str, *, stored: bool = False) -> str:
                 f"The cron range {reversed_range!r} is reversed.",
                 details={"cron": [f"The range {reversed_range!r} is reversed: write it from low to high."]},
             )
+    text = " ".join(_collapse_single_ranges(field, names=_FIELD_NAMES[i]) for i, field in enumerate(fields))
     try:
         croniter(text, dt.datetime(2000, 1, 1))  # croniter walks naive wall times
     except (CroniterError, ValueError, KeyError) as exc:

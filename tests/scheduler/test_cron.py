@@ -664,3 +664,24 @@ def test_what_we_do_not_compute_as_cron_means_it_is_refused_with_the_reason(expr
 )
 def test_a_step_as_large_as_its_field_is_kept(expression):
     assert cron_spec(expression, "UTC").next_after(utc("2024-01-01 00:00")) is not None
+
+
+@pytest.mark.parametrize(
+    ("expr", "same_as"),
+    [
+        ("5-5 * * * *", "5 * * * *"),
+        ("0-0 * * * *", "0 * * * *"),
+        ("0 3-3 * * *", "0 3 * * *"),
+        ("0 0 2-2 * *", "0 0 2 * *"),
+        ("0 0 * jan-jan *", "0 0 * 1 *"),
+        ("0 0 * * 7-7", "0 0 * * 0"),
+        ("0 0 * * mon-mon", "0 0 * * 1"),
+        ("5-5/2 * * * *", "5 * * * *"),
+        ("1,5-5 * * * *", "1,5 * * * *"),
+    ],
+)
+def test_a_range_of_one_value_is_that_value(expr, same_as):
+    # croniter reads "n-n" as the whole field: "5-5 * * * *" fired every minute, "0 0 * * 7-7" daily.
+    start = utc("2030-01-01 00:00")
+
+    assert fires(expr, "UTC", start, 6) == fires(same_as, "UTC", start, 6)
