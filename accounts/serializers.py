@@ -35,6 +35,13 @@ def _is_text_field(field: serializers.Field) -> bool:
     return False
 
 
+def _choices_hint(field: serializers.Field) -> str:
+    """``": one of HIGH, MEDIUM, LOW"`` for a field of named choices (what to send instead), else ""."""
+    if isinstance(field, serializers.ChoiceField):
+        return ": one of " + ", ".join(str(key) for key in field.choices)
+    return ""
+
+
 class StrictTextMixin:
     """Refuse a body that is no JSON object, and a text field given a number, boolean, array or object.
 
@@ -54,7 +61,7 @@ class StrictTextMixin:
                 code="invalid",
             )
         not_strings = {
-            name: [f"A string is expected, not {json_type_name(data[name])}."]
+            name: [f"A string is expected, not {json_type_name(data[name])}{_choices_hint(f)}."]
             for name, f in self.fields.items()
             if not f.read_only and _is_text_field(f) and name in data and data[name] is not None
             if not isinstance(data[name], str)

@@ -149,7 +149,7 @@ def test_create_rejects_an_invalid_field_with_400(user_api, field, value):
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize(("value", "shown"), [("URGENT", "URGENT"), ("high", "high"), (37, "37")])
+@pytest.mark.parametrize(("value", "shown"), [("URGENT", "URGENT"), ("high", "high"), ("37", "37")])
 def test_a_priority_that_is_no_name_is_a_400_that_names_the_ones_to_send(user_api, value, shown):
     # DRF's '"URGENT" is not a valid choice.' did not say which are; the Python API's message does.
     resp = _post(user_api, {"type": "DEMO_TASK", "priority": value})
@@ -854,8 +854,9 @@ def test_a_job_whose_type_or_queue_is_not_a_string_is_a_400_that_says_a_string_i
 @pytest.mark.parametrize(
     ("change", "field", "message"),
     [
-        ({"priority": True}, "priority", "A string is expected, not a boolean."),
-        ({"priority": ["HIGH"]}, "priority", "A string is expected, not an array."),
+        ({"priority": True}, "priority", "A string is expected, not a boolean: one of HIGH, MEDIUM, LOW."),
+        ({"priority": ["HIGH"]}, "priority", "A string is expected, not an array: one of HIGH, MEDIUM, LOW."),
+        ({"priority": 37}, "priority", "A string is expected, not a number: one of HIGH, MEDIUM, LOW."),
     ],
 )
 def test_a_named_choice_given_another_json_type_says_a_string_is_expected(user_api, change, field, message):
