@@ -10,7 +10,8 @@ is the plain search (id, name, idempotency key, error text) the console had befo
 A payload value matches as JSON containment (``payload @> {...}``): ``args.customer:7`` finds
 ``{"customer": 7}``, ``{"customer": "7"}`` and ``{"customer": [7, 8]}``; a quoted value
 (``args.customer:"7"``) is text only. Nothing here raises on odd input: a term that cannot be a
-qualifier (an unbalanced quote, a path of 0 or more than ``MAX_PATH_DEPTH`` keys, text
+qualifier (an unbalanced quote, an ``args`` term with no value (``args.customer:``; a quoted
+``""`` is the empty string), a path of 0 or more than ``MAX_PATH_DEPTH`` keys, text
 PostgreSQL cannot hold) is reported in ``JobSearch.problems`` and matches no job, as does a search
 of more than ``MAX_TERMS`` terms.
 """
@@ -112,7 +113,12 @@ def job_search_parse(term: str) -> JobSearch:
         return search
     pieces = _split(term)
     if pieces is None:
-        search.problems.append("A quote in the search is not closed.")
+        if term.count('"') % 2:
+            search.problems.append("A quote in the search is not closed.")
+        else:  # every quote closed: text follows a closing quote (args.x:"a"b)
+            search.problems.append(
+                "A quoted value ends at its closing quote: put a space after it, or quote all of it."
+            )
         return search
     plain: list[str] = []
     for piece, quoted in pieces:
@@ -129,6 +135,11 @@ def job_search_parse(term: str) -> JobSearch:
                 search.problems.append(
                     f"{piece[:80]!r} is not args.<key>[.<key>...]:<value> (at most {MAX_PATH_DEPTH} keys, "
                     f"a value of at most {MAX_TERM_CHARS} characters)."
+                )
+                continue
+            if not value and not quoted:  # typed, not finished: it would match only "" silently
+                search.problems.append(
+                    f'{piece[:80]!r} has no value: write one after the colon ({piece[:80]}"" for the empty string).'
                 )
                 continue
             scalar = None if quoted else _scalar(value)

@@ -66,6 +66,21 @@ def test_a_term_that_cannot_be_read_is_a_problem_never_an_exception(term):
     assert search.problems and search.qualified
 
 
+def test_an_args_term_without_a_value_says_so_and_a_quoted_empty_value_is_the_empty_string():
+    # Typed and not finished, "args.customer:" matched only jobs whose customer is "", silently.
+    assert job_search_parse("args.customer:").problems == [
+        "'args.customer:' has no value: write one after the colon (args.customer:\"\" for the empty string)."
+    ]
+    quoted = job_search_parse('args.customer:""')
+    assert (quoted.problems, [t.values for t in quoted.args]) == ([], [("",)])
+
+
+def test_text_right_after_a_closing_quote_is_named_as_such_not_as_an_unclosed_quote():
+    search = job_search_parse('args.x:"a"b')
+
+    assert search.problems == ["A quoted value ends at its closing quote: put a space after it, or quote all of it."]
+
+
 @pytest.mark.parametrize("word", ["args.customer:7", "error:timeout", "nightly"])
 def test_a_search_of_more_than_max_terms_is_a_problem(word):
     # Each term is a filter on the list and its count: 10,000 of them took the console minutes of
