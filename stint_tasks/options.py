@@ -37,7 +37,9 @@ PERIODIC_KEYS = frozenset(
 )
 MAX_RETRIES_RANGE = (0, 10)  # a task may opt out of retries (Django's own backends never retry)
 TIMEOUT_RANGE = (1, 3600)  # seconds
-MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+MODULE_NAME = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+)  # \Z: "$" also matches before a final newline
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

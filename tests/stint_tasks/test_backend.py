@@ -541,3 +541,13 @@ def test_the_worker_sends_djangos_started_and_finished_signals_and_a_raising_rec
         ("started", failing.id, TaskResultStatus.RUNNING, t.fails.module_path),
         ("finished", failing.id, TaskResultStatus.FAILED, "builtins.ValueError"),
     ]
+
+
+def test_a_module_name_with_a_trailing_newline_is_refused_in_the_options():
+    # "$" matches before a final newline: "stint_tasks.tasks\n" passed the check, to fail at import.
+    from stint_tasks.options import validate
+
+    assert validate({"modules": ["tests.stint_tasks.tasks"]}) == []
+    assert validate({"modules": ["tests.stint_tasks.tasks\n"]}) == [
+        "OPTIONS['modules'] must be a list of dotted module names."
+    ]
