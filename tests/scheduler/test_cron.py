@@ -333,10 +333,19 @@ def matcher(expr: str):
 
 def oracle(expr: str, zone_name: str, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     """Fire times in (start, end] by brute force over UTC minutes, straight from the issue's wording."""
-    zone = ZoneInfo(zone_name)
     fields = normalize_cron(expr).split(" ")
     real_time = fields[0].startswith("*") or fields[1].startswith("*")
-    match = matcher(expr)
+    return walk_minutes(matcher(expr), real_time=real_time, zone_name=zone_name, start=start, end=end)
+
+
+def walk_minutes(match, *, real_time: bool, zone_name: str, start: dt.datetime, end: dt.datetime) -> list:
+    """The UTC minutes in (start, end] at which ``match`` (wall -> bool) fires under the README's DST rules.
+
+    Real time (minute or hour field starting with ``*``): every matching wall time, both passes of
+    a repeated hour. Otherwise: the first pass only, and a wall time skipped by a gap fires at the
+    first instant after it.
+    """
+    zone = ZoneInfo(zone_name)
     minute = dt.timedelta(minutes=1)
     u = start.replace(second=0, microsecond=0) + minute
     out = []
@@ -588,7 +597,6 @@ def day_oracle(expr: str, zone_name: str, start: dt.datetime, end: dt.datetime) 
     """Fire times in (start, end]: the minute-by-minute oracle's DST rules, on the days ``day_matcher`` picks."""
     minute_field, hour_field, dom, month, dow = expr.split(" ")
     on_day = day_matcher(dom, month, dow)
-    zone = ZoneInfo(zone_name)
     real_time = minute_field.startswith("*") or hour_field.startswith("*")
     minutes = set().union(*(values(p, 0, 59) for p in minute_field.split(",")))
     hours = set().union(*(values(p, 0, 23) for p in hour_field.split(",")))
@@ -596,20 +604,7 @@ def day_oracle(expr: str, zone_name: str, start: dt.datetime, end: dt.datetime) 
     def match(wall: dt.datetime) -> bool:
         return wall.minute in minutes and wall.hour in hours and on_day(wall.date())
 
-    step = dt.timedelta(minutes=1)
-    u = start.replace(second=0, microsecond=0) + step
-    out = []
-    while u <= end:
-        here = u.astimezone(zone)
-        wall = here.replace(tzinfo=None, fold=0)
-        fire = match(wall) and (real_time or here.fold == 0)
-        jump = here.utcoffset() - (u - step).astimezone(zone).utcoffset()
-        if not real_time and not fire and jump > dt.timedelta(0):
-            fire = any(match(wall - jump + k * step) for k in range(int(jump / step)))
-        if fire:
-            out.append(u)
-        u += step
-    return out
+    return walk_minutes(match, real_time=real_time, zone_name=zone_name, start=start, end=end)
 
 
 @pytest.mark.parametrize(
