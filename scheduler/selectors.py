@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -255,16 +255,32 @@ def flow_name_in_use(*, scope: str, name: str) -> bool:
     return True
 
 
-def flow_name_warning(*, scope: str, name: str, in_use: bool) -> str | None:
-    """Return the warning the API shows for a limit or pause on a name nothing uses, or None."""
+class FlowNameUse(TypedDict):
+    """Whether a flow limit's or a pause's name matches anything: the API's ``in_use`` and ``warning`` fields."""
+
+    in_use: bool
+    warning: str | None
+
+
+def flow_name_use(*, scope: str, name: str, resumed: bool = False) -> FlowNameUse:
+    """Return ``flow_name_in_use`` for ``scope`` ("queue"/"type") ``name`` and, when False, the warning to show.
+
+    The API (limits, pause and resume) and the console's Flow limits page show the same words.
+    ``resumed``: the name is a queue just resumed, where nothing is kept for its first jobs.
+    """
+    in_use = flow_name_in_use(scope=scope, name=name)
     if in_use:
-        return None
-    if scope == "queue":
-        return (
+        warning = None
+    elif scope == "queue" and resumed:
+        warning = f"No job, schedule or worker uses the queue {name!r}: check the name. It is not paused."
+    elif scope == "queue":
+        warning = (
             f"No job, schedule or worker uses the queue {name!r} yet: check the name. The setting is kept "
             "and applies to the queue's first jobs."
         )
-    return (
-        f"No handler runs the job type {name!r} and no schedule creates it: check the name. The limit is "
-        "kept and applies to jobs of that type if one is registered."
-    )
+    else:
+        warning = (
+            f"No handler runs the job type {name!r} and no schedule creates it: check the name. The limit is "
+            "kept and applies to jobs of that type if one is registered."
+        )
+    return {"in_use": in_use, "warning": warning}

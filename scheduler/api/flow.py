@@ -76,9 +76,7 @@ LIMIT_READ = FlowLimitSerializer
 
 
 def _read(limit: flow_limits.Limit) -> dict[str, Any]:
-    in_use = selectors.flow_name_in_use(scope=limit.scope, name=limit.name)
-    warning = selectors.flow_name_warning(scope=limit.scope, name=limit.name, in_use=in_use)
-    return {**limit.as_dict(), **limit_usage(limit), "in_use": in_use, "warning": warning}
+    return {**limit.as_dict(), **limit_usage(limit), **selectors.flow_name_use(scope=limit.scope, name=limit.name)}
 
 
 class LimitListView(APIView):

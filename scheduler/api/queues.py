@@ -63,14 +63,11 @@ class QueueStateSerializer(QueueSerializer):
         read_only_fields = fields
 
 
-def _changed(name: str, change: Callable[..., Queue]) -> Response:
+def _changed(name: str, change: Callable[..., Queue], *, resumed: bool) -> Response:
     """Apply ``change`` to queue ``name``; answer the queue with ``in_use`` as it was before the change."""
-    in_use = selectors.flow_name_in_use(scope="queue", name=name)
+    use = selectors.flow_name_use(scope="queue", name=name, resumed=resumed)
     queue = change(name=name)
-    queue.in_use = in_use
-    queue.warning = selectors.flow_name_warning(scope="queue", name=name, in_use=in_use)
-    if queue.warning and not queue.paused:  # a resume: nothing is kept for the queue's first jobs
-        queue.warning = f"No job, schedule or worker uses the queue {name!r}: check the name. It is not paused."
+    queue.in_use, queue.warning = use["in_use"], use["warning"]
     return Response(QueueStateSerializer(queue).data)
 
 
@@ -87,7 +84,7 @@ class QueuePauseView(APIView):
     )
     def post(self, request: Request, name: str) -> Response:
         """Pause the queue and return it."""
-        return _changed(name, queues.queue_pause)
+        return _changed(name, queues.queue_pause, resumed=False)
 
 
 class QueueResumeView(APIView):
@@ -102,4 +99,4 @@ class QueueResumeView(APIView):
     )
     def post(self, request: Request, name: str) -> Response:
         """Resume the queue and return it."""
-        return _changed(name, queues.queue_resume)
+        return _changed(name, queues.queue_resume, resumed=True)

@@ -4,13 +4,13 @@ A ``FlowLimit`` is edited through a form whose validation is ``flow.limits.valid
 API's one rule), and saved through ``limit_set``/``limit_delete``. The changelist shows every
 limit stored here with what it counts now; limits from handlers and settings are listed by the
 API (GET /api/admin/limits) and on the queues list's "oldest waiting" panel's page.
-Each limit says whether anything uses its name (the API's ``in_use``/``warning``): one on a
+Each limit says whether anything uses its name (the API's ``in_use``/``warning``, ``selectors.flow_name_use``): one on a
 name nothing uses is kept, with a warning when saved and a mark on both lists.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -81,7 +81,7 @@ class FlowLimitAdmin(OperatorAdmin):
         )
         saved = FlowLimit.objects.get(scope=obj.scope, name=obj.name)
         obj.pk, obj.updated_at = saved.pk, saved.updated_at
-        warning = name_use(scope=obj.scope, name=obj.name)["warning"]
+        warning = selectors.flow_name_use(scope=obj.scope, name=obj.name)["warning"]
         if warning:
             self.message_user(request, warning, messages.WARNING)
 
@@ -97,7 +97,7 @@ class FlowLimitAdmin(OperatorAdmin):
     @admin.display(description="name used")
     def name_used(self, row: FlowLimit) -> SafeString:
         """ "yes", or "unused" with the API's warning as its title (a typo never matches a job)."""
-        use = name_use(scope=row.scope, name=row.name)
+        use = selectors.flow_name_use(scope=row.scope, name=row.name)
         if use["in_use"]:
             return badge("yes", "#116329", data_name="in-use")
         return format_html('<span title="{}">{}</span>', use["warning"], badge("unused", "#8a4600", data_name="in-use"))
@@ -127,30 +127,13 @@ class FlowLimitAdmin(OperatorAdmin):
         limits = flow_limits.effective_limits(fresh=True)
         extra = {
             "flow_effective": [
-                {**lim.as_dict(), **limit_usage(lim), **name_use(scope=lim.scope, name=lim.name)}
+                {**lim.as_dict(), **limit_usage(lim), **selectors.flow_name_use(scope=lim.scope, name=lim.name)}
                 for _, lim in sorted(limits.items())
             ],
             "flow_oldest": oldest_waiting(),
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra_context=extra)
-
-
-class NameUse(TypedDict):
-    """Whether a limit's name matches anything: the API's ``in_use`` and ``warning`` fields."""
-
-    in_use: bool
-    warning: str | None
-
-
-def name_use(*, scope: str, name: str) -> NameUse:
-    """Whether a job, schedule, worker or handler uses ``scope`` ("queue"/"type") ``name``, and the warning if not.
-
-    The API's rule and words (``selectors.flow_name_in_use``, ``flow_name_warning``): a limit on a
-    name nothing uses is kept, but a typo would never match, so the console says so.
-    """
-    in_use = selectors.flow_name_in_use(scope=scope, name=name)
-    return {"in_use": in_use, "warning": selectors.flow_name_warning(scope=scope, name=name, in_use=in_use)}
 
 
 def job_flow_html(job: Any) -> Any:
