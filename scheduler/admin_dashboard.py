@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import Count, F, Func, Max, Min, Q, Sum, Value
 from django.db.models.functions import Left, TruncMinute
 
+from scheduler.job_search import error_term
 from scheduler.leadership import DEFAULT_ROLE
 from scheduler.models import Attempt, Job, JobAttempt, LeaderFence, OutboxBatch, Queue, WorkerNode
 from scheduler.selectors import worker_alive_q
@@ -208,15 +209,13 @@ def error_groups(*, now: dt.datetime, limit: int = ERROR_GROUPS_SHOWN) -> list[E
     groups = []
     for row in rows:
         cls = row["error_class"].strip()
-        quote = any(c.isspace() for c in cls)  # the search splits on any whitespace, not only spaces
-        search = "" if '"' in cls or not cls else (f'error:"{cls}"' if quote else f"error:{cls}")
         groups.append(
             ErrorGroup(
                 job_type=row["job__type"],
                 error_class=cls or "(no error text)",
                 count=row["n"],
                 sample=row["sample"],
-                search=search,
+                search=error_term(cls),
             )
         )
     return groups

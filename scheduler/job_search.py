@@ -151,6 +151,17 @@ def job_search_parse(term: str) -> JobSearch:
     return search
 
 
+def error_term(text: str) -> str:
+    """Return the ``error:`` term that ``job_search_parse`` reads back as ``text``, or "" when none can.
+
+    Quoted when ``text`` holds whitespace (the search splits on any); none for an empty text or
+    one holding a double quote, which the syntax cannot quote.
+    """
+    if not text or '"' in text:
+        return ""
+    return f'{ERROR_PREFIX}"{text}"' if any(c.isspace() for c in text) else f"{ERROR_PREFIX}{text}"
+
+
 def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     """``{"a": {"b": value}}`` for path ("a", "b")."""
     nested: Any = value
