@@ -18,6 +18,7 @@ from accounts.models import User
 from core.parsers import json_text_load
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.exceptions import StintError
+from scheduler.job_search import JobSearchField
 from scheduler.jobspec import MAX_RETRIES_RANGE, TIMEOUT_RANGE
 from scheduler.models import DEFAULT_QUEUE, CronSchedule, OverlapPolicy
 from scheduler.registry import registered_types
@@ -132,6 +133,10 @@ class JobFilterForm(forms.Form):
     type = forms.ChoiceField(choices=(), required=False)
     priority = forms.ChoiceField(choices=[("", "any priority"), *PRIORITY_CHOICES], required=False)
     queue = forms.CharField(max_length=100, required=False)
+    search = JobSearchField(
+        help_text='Part of the name or type; args.customer:42 (a payload value), error:"timed out" (the last error).',
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "name, args.customer:42, error:timeout"}),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -31,6 +31,7 @@ from pages.ratelimit import AUTH_SCOPE, limit_posts
 from scheduler import enqueuing, job_actions, schedules, selectors
 from scheduler.exceptions import JobNotFound, ScheduleNotFound, StintError
 from scheduler.flow.explain import waiting_reason
+from scheduler.job_search import jobs_filter_by_list_search
 from scheduler.models import CronSchedule, Job
 from scheduler.states import CANCELLABLE, FINISHED, JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
@@ -90,7 +91,11 @@ def register_view(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    """My jobs, newest first, with filters and pages; statuses refresh by themselves (``job_status``)."""
+    """My jobs, newest first, with filters, a search (the API's: ``scheduler.job_search``) and pages.
+
+    Statuses refresh by themselves (``job_status``). An invalid filter or search lists no job and
+    says why on its field.
+    """
     form = JobFilterForm(request.GET or None)
     jobs = selectors.job_list_owned(owner=request.user)
     if form.is_bound and form.is_valid():
@@ -103,6 +108,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
             jobs = jobs.filter(priority=int(Priority[data["priority"]]))
         if data["queue"]:
             jobs = jobs.filter(queue=data["queue"])
+        if data["search"]:
+            jobs = jobs_filter_by_list_search(jobs, data["search"])
     elif form.is_bound:
         jobs = jobs.none()
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))

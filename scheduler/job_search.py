@@ -1,4 +1,4 @@
-"""Parse and apply the operator console's job search qualifiers: ``args.<path>:<value>`` and ``error:<text>``.
+"""Parse and apply the job search qualifiers (``args.<path>:<value>``, ``error:<text>``) of the console, API and pages.
 
 The syntax is Oban Web's filter bar's, for the two questions its qualifiers answer that a name
 search cannot: "which jobs were about customer 7" (``args.customer:7``, a path into the payload,
@@ -14,6 +14,12 @@ qualifier (an unbalanced quote, an ``args`` term with no value (``args.customer:
 ``""`` is the empty string), a path of 0 or more than ``MAX_PATH_DEPTH`` keys, text
 PostgreSQL cannot hold) is reported in ``JobSearch.problems`` and matches no job, as does a search
 of more than ``MAX_TERMS`` terms.
+
+``GET /api/jobs?search=``, ``GET /api/admin/jobs?search=`` and the user pages' job list read the
+same syntax through ``JobSearchField`` (at most ``SEARCH_MAX`` characters; a problem is a
+validation error, so the API answers 400 and the page shows it) and apply it with
+``jobs_filter_by_list_search``, whose plain text is part of the name or the type (the console's
+plain text also finds ids, idempotency keys and error text: ``scheduler.admin.JobAdmin``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django import forms
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 from core.parsers import is_storable_text
@@ -33,6 +41,7 @@ ERROR_PREFIX = "error:"
 MAX_PATH_DEPTH = 8  # keys in one args path (a payload nests at most core.parsers.MAX_JSON_DEPTH)
 MAX_TERM_CHARS = 1000  # characters of one qualifier's value: longer never matches a 10 KB payload key usefully
 MAX_TERMS = 20  # space-separated terms in one search: each is a filter, and 10,000 took minutes to build
+SEARCH_MAX = 200  # characters of a search the API and the user pages take (after stripping)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -188,3 +197,42 @@ def jobs_filter_by_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySe
     for text in search.errors:
         queryset = queryset.filter(last_error__icontains=text)
     return queryset
+
+
+def jobs_filter_by_list_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySet[Any]:
+    """Narrow a ``Job`` queryset to the jobs ``search`` finds in the API's job lists and the user pages.
+
+    Every qualifier must hold (``jobs_filter_by_search``) and the plain text, when any, is part of
+    the name or of the type, case-insensitively (``LIKE`` wildcards are literal). A search with
+    ``problems`` matches no job; callers that read it through ``JobSearchField`` never pass one.
+    Visibility is the caller's: ``queryset`` is already the jobs the user may see.
+    """
+    queryset = jobs_filter_by_search(queryset, search)
+    if search.plain:
+        queryset = queryset.filter(Q(name__icontains=search.plain) | Q(type__icontains=search.plain))
+    return queryset
+
+
+class JobSearchField(forms.CharField):
+    """A job search box (API query parameter or page form field), cleaned to a ``JobSearch``, or None when blank.
+
+    At most ``SEARCH_MAX`` characters once stripped. A term ``job_search_parse`` cannot read (an
+    unclosed quote, ``args.`` without a key or a value, more than ``MAX_TERMS`` terms, a NUL or a
+    lone surrogate) is a ``ValidationError`` carrying each of its problems: the API's 400, the
+    page's field error.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", SEARCH_MAX)
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> JobSearch | None:
+        """Check the text as ``CharField`` does, then parse it; None for blank text."""
+        text = super().clean(value)
+        if not text:
+            return None
+        search = job_search_parse(text)
+        if search.problems:
+            raise ValidationError(search.problems, code="invalid")
+        return search

@@ -7,11 +7,19 @@ import re
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
+from scheduler.job_search import (
+    MAX_PATH_DEPTH,
+    MAX_TERMS,
+    SEARCH_MAX,
+    JobSearch,
+    JobSearchField,
+    jobs_filter_by_list_search,
+)
 from scheduler.models import Job
 from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus, priority_value
 
@@ -72,14 +80,30 @@ class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
     field_class = UtcIsoDateTimeField
 
 
-SEARCH_MAX = 200  # characters of a ``search`` term
+SEARCH_HELP = (
+    f"At most {SEARCH_MAX} characters of space-separated terms, all of which must hold (at most {MAX_TERMS}): "
+    "plain text is part of the job's name or type, any case; `args.<key>:<value>` a payload value at a key "
+    f"(`args.user.plan:pro` for a nested one, at most {MAX_PATH_DEPTH} keys; `args.customer:7` also matches "
+    '"7" and [7, 8], a quoted `args.customer:"7"` only text); `error:<text>` part of the last error, any '
+    'case (`error:"timed out"` for text with spaces). A term that cannot be read (an unclosed quote, '
+    "`args.` without a key or a value) is a 400 that says why."
+)
+
+
+# The schema's description is the override's: drf-spectacular reads no help_text beside one.
+@extend_schema_field({"type": "string", "maxLength": SEARCH_MAX, "description": SEARCH_HELP})
+class JobSearchFilter(filters.CharFilter):
+    """The ``search`` parameter: ``scheduler.job_search``'s syntax, cleaned by ``JobSearchField`` to a ``JobSearch``."""
+
+    field_class = JobSearchField
 
 
 class JobFilter(filters.FilterSet):
     """Filters of GET /api/jobs. ``created_after``/``created_before`` form a half-open range [after, before).
 
-    ``search`` matches part of the name or of the type, case-insensitively; ``schedule`` the jobs
-    one schedule fired (its id). Any other query parameter is a 400 (``core.query_params``).
+    ``search`` takes the console's qualifiers (``scheduler.job_search``) and plain text matching
+    part of the name or of the type, case-insensitively; ``schedule`` the jobs one schedule fired
+    (its id). Any other query parameter is a 400 (``core.query_params``).
     """
 
     status = filters.MultipleChoiceFilter(choices=JobStatus.choices, help_text="Repeat to match any of several.")
@@ -87,11 +111,7 @@ class JobFilter(filters.FilterSet):
     priority = PriorityFilter(field_name="priority")
     queue = filters.CharFilter(field_name="queue")
     schedule = IntegerFilter(field_name="schedule_id", help_text="Only the jobs this schedule fired (its id).")
-    search = filters.CharFilter(
-        method="filter_search",
-        max_length=SEARCH_MAX,
-        help_text="Part of the job's name or type, any case (at most 200 characters).",
-    )
+    search = JobSearchFilter(method="filter_search", help_text=SEARCH_HELP)
     created_after = UtcIsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="Created at or after this ISO 8601 time."
     )
@@ -103,12 +123,11 @@ class JobFilter(filters.FilterSet):
         model = Job
         fields = ["status", "type", "priority", "queue", "schedule", "search", "created_after", "created_before"]
 
-    def filter_search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        """Jobs whose name or type contains ``value`` (case-insensitive; ``LIKE`` wildcards are literal)."""
-        term = value.strip()
-        if not term:
+    def filter_search(self, queryset: QuerySet[Job], name: str, value: JobSearch | None) -> QuerySet[Job]:
+        """The jobs the parsed search finds (``job_search.jobs_filter_by_list_search``); all for a blank one."""
+        if value is None:
             return queryset
-        return queryset.filter(Q(name__icontains=term) | Q(type__icontains=term))
+        return jobs_filter_by_list_search(queryset, value)
 
 
 class AdminJobFilter(JobFilter):

@@ -132,6 +132,42 @@ class TestJobList:
         assert response.context["page"].paginator.count == 0
         assert "Select a valid choice" in _html(response)
 
+    def test_search_takes_the_apis_qualifiers_on_my_jobs_only(self, signed_in, user, other_user):
+        mine = JobFactory(owner=user, name="nightly", payload={"customer": 42})
+        failed = JobFactory(owner=user, name="weekly", payload={"customer": 7}, failed=True, last_error="Timeout: 30 s")
+        JobFactory(owner=other_user, payload={"customer": 42}, failed=True, last_error="timeout")
+
+        def ids(term: str) -> set:
+            response = signed_in.get("/", {"search": term})
+            assert response.status_code == 200
+            return {j.id for j in response.context["page"].object_list}
+
+        assert 'name="search"' in _html(signed_in.get("/"))
+        assert ids("args.customer:42") == {mine.id}
+        assert ids("error:timeout") == {failed.id}
+        assert ids("week") == {failed.id}
+        assert ids("args.customer:7 night") == set()
+        assert 'value="args.customer:42"' in _html(signed_in.get("/", {"search": "args.customer:42"}))
+
+    @pytest.mark.parametrize(
+        ("term", "says"),
+        [
+            ("args.customer:", "has no value"),
+            ('error:"open', "not closed"),
+            ("args.:1", "is not args.&lt;key&gt;"),
+            ("x" * 201, "at most 200 characters"),
+            (" ".join(["a"] * 21), "at most 20 terms"),
+        ],
+    )
+    def test_a_search_that_cannot_be_read_lists_nothing_and_says_why(self, signed_in, user, term, says):
+        JobFactory(owner=user, name="a")
+
+        response = signed_in.get("/", {"search": term})
+
+        assert response.status_code == 200
+        assert response.context["page"].paginator.count == 0
+        assert says in _html(response)
+
     def test_status_poll_answers_for_my_jobs_only(self, signed_in, user, other_user):
         mine = JobFactory(owner=user, succeeded=True)
         theirs = JobFactory(owner=other_user)

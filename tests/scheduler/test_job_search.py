@@ -5,8 +5,18 @@ Parsing is pure; matching runs against a real database (JSON containment, ``last
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError
 
-from scheduler.job_search import MAX_PATH_DEPTH, MAX_TERM_CHARS, MAX_TERMS, job_search_parse, jobs_filter_by_search
+from scheduler.job_search import (
+    MAX_PATH_DEPTH,
+    MAX_TERM_CHARS,
+    MAX_TERMS,
+    SEARCH_MAX,
+    JobSearchField,
+    job_search_parse,
+    jobs_filter_by_list_search,
+    jobs_filter_by_search,
+)
 from scheduler.models import Job
 from tests.support.factories import JobFactory
 
@@ -120,3 +130,49 @@ class TestMatching:
         JobFactory(owner=user, payload={"k": 1})
 
         assert self._ids("args.k:1 args.x") == set()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("args.customer:", "has no value"),
+        ("args.:1", "is not args.<key>"),
+        ('error:"open', "not closed"),
+        (" ".join(["x"] * (MAX_TERMS + 1)), f"at most {MAX_TERMS} terms"),
+        ("x" * (SEARCH_MAX + 1), f"at most {SEARCH_MAX} characters"),
+        ("a\x00b", "Null characters"),
+        ("error:\ud800", "cannot store"),
+        ("\ud800", "cannot store"),
+    ],
+)
+def test_the_search_field_refuses_what_the_parser_cannot_read_saying_why(text, says):
+    # The API's ``search`` parameter and the user pages' search box: a problem is a validation error.
+    with pytest.raises(ValidationError) as caught:
+        JobSearchField().clean(text)
+
+    assert any(says in message for message in caught.value.messages), caught.value.messages
+
+
+def test_the_search_field_cleans_to_a_parsed_search_or_none():
+    field = JobSearchField()
+
+    assert field.clean("") is None and field.clean("   ") is None
+    search = field.clean("  args.k:1 nightly ")
+    assert ([t.path for t in search.args], search.plain) == ([("k",)], "nightly")
+    assert field.clean("x" * SEARCH_MAX).plain == "x" * SEARCH_MAX
+
+
+@pytest.mark.django_db
+def test_the_list_search_is_every_qualifier_and_plain_text_in_the_name_or_the_type(user):
+    nightly = JobFactory(owner=user, name="Nightly", payload={"k": 1})
+    report = JobFactory(owner=user, type="REPORT", payload={"k": 1})
+    JobFactory(owner=user, name="nightly too", payload={"k": 2})
+
+    def ids(term: str) -> set:
+        found = jobs_filter_by_list_search(Job.objects.all(), job_search_parse(term))
+        return set(found.values_list("id", flat=True))
+
+    assert ids("args.k:1 NIGHT") == {nightly.id}
+    assert ids("args.k:1 repo") == {report.id}
+    assert ids("args.k:1 %") == set()  # a LIKE wildcard is a literal character
+    assert ids("args.k:1") == {nightly.id, report.id}

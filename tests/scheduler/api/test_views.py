@@ -441,6 +441,97 @@ def test_search_matches_part_of_the_name_or_the_type_in_any_case(user_api, user,
     assert user_api.get(JOBS, {"search": "a\x00b"}).status_code == 400
 
 
+@pytest.mark.parametrize("path", [JOBS, "/api/admin/jobs"])
+def test_search_takes_the_console_qualifiers(user_api, admin_api, user, other_user, path):
+    # The console's syntax (scheduler.job_search); the API matched only name or type, so these found nothing.
+    mine = JobFactory(owner=user, name="nightly", payload={"customer": 42, "user": {"plan": "pro"}})
+    failed = JobFactory(owner=user, name="weekly", payload={"customer": "42"}, failed=True, last_error="Timeout: 30 s")
+    JobFactory(owner=user, name="other", payload={"customer": 7})
+    theirs = JobFactory(owner=other_user, payload={"customer": 42}, failed=True, last_error="timeout")
+    client = user_api if path == JOBS else admin_api
+
+    def ids(term: str) -> set[str]:
+        resp = client.get(path, {"search": term})
+        assert resp.status_code == 200, (term, resp.content)
+        return {r["id"] for r in resp.json()["results"]}
+
+    everyone = {str(theirs.id)} if path != JOBS else set()  # a USER sees only their own jobs
+    assert ids("args.customer:42") == {str(mine.id), str(failed.id)} | everyone
+    assert ids('args.customer:"42"') == {str(failed.id)}  # quoted: text only
+    assert ids("args.user.plan:pro") == {str(mine.id)}
+    assert ids("error:TIMEOUT") == {str(failed.id)} | everyone
+    assert ids('error:"timeout: 30"') == {str(failed.id)}
+    assert ids("args.customer:42 night") == {str(mine.id)}  # plain text: part of the name or type
+    assert ids("args.customer:42 demo_task error:timeout") == {str(failed.id)} | everyone
+
+
+HOSTILE_SEARCHES = [
+    ("args.:1", "args.<key>"),  # no key
+    ("args.", "args.<key>"),
+    ("args.a..b:1", "args.<key>"),
+    ("args.customer:", "has no value"),
+    ("args." + ".".join("k" * 9) + ":1", "at most 8 keys"),
+    ("args." + ".".join(["k"] * 60) + ":1", "at most 8 keys"),
+    ('error:"not closed', "not closed"),
+    ('args.x:"a"b', "closing quote"),
+    ('"', None),  # a lone quote is plain text: no qualifier
+    ("error:", "error: wants"),
+    (" ".join(["error:x"] * 21), "at most 20 terms"),
+    (" ".join(["a"] * 21), "at most 20 terms"),
+    ("x" * 201, "at most 200 characters"),
+    ("x" * 10_000, "at most 200 characters"),
+    ("args.k:" + "9" * 10_000, "at most 200 characters"),
+]
+
+
+@pytest.mark.parametrize("path", [JOBS, "/api/admin/jobs"])
+@pytest.mark.parametrize(("term", "says"), HOSTILE_SEARCHES)
+def test_a_search_that_cannot_be_read_is_a_400_that_says_why(user_api, admin_api, user, path, term, says):
+    JobFactory(owner=user, payload={"k": 1})
+    client = user_api if path == JOBS else admin_api
+
+    resp = client.get(path, {"search": term})
+
+    if says is None:
+        assert resp.status_code == 200, resp.content
+        return
+    assert resp.status_code == 400, resp.content
+    error = _error(resp)
+    assert error["code"] == "validation_error"
+    assert error["message"].startswith("search: ") and says in error["message"], error
+    assert set(error["details"]) == {"search"}
+
+
+@pytest.mark.parametrize("path", [JOBS, "/api/admin/jobs"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "search=%00",  # NUL: refused before any view (core.failsafe)
+        "search=args.k:%00",
+        "search=%ED%A0%80",  # a lone surrogate's UTF-8 bytes: no valid text, read as U+FFFD
+        "search=args.k:%ED%A0%80",
+        "search=error:%ED%A0%80",
+        "search=args.k:%22%5Cud800%22",  # args.k:"\ud800" as a JSON escape: six characters of text
+        "search=args.%5Cud800:1",
+        "search=args.k:%5Cu0000",
+        "search=error:%22",
+        "search=args.k:1e999",
+        "search=args.k:NaN",
+        "search=" + "%22" * 150,
+        "search=" + "args.a" * 33,
+    ],
+)
+def test_hostile_search_text_is_answered_never_a_500(user_api, admin_api, user, path, query):
+    JobFactory(owner=user, payload={"k": 1})
+    client = user_api if path == JOBS else admin_api
+
+    resp = client.get(f"{path}?{query}")
+
+    assert resp.status_code in (200, 400), resp.content
+    if resp.status_code == 400:
+        assert _error(resp)["code"] == "validation_error"
+
+
 def test_the_schedule_filter_lists_the_jobs_one_schedule_fired(user_api, user):
     schedule = user_api.post(
         "/api/schedules",
@@ -798,6 +889,11 @@ def test_schema_documents_every_job_endpoint_and_the_idempotency_headers(api):
         "created_before",
     }
     assert schema["components"]["schemas"]["Priority"]["enum"] == ["HIGH", "MEDIUM", "LOW"]
+    for path in ("/api/jobs", "/api/admin/jobs"):
+        search = next(p for p in paths[path]["get"]["parameters"] if p["name"] == "search")
+        assert search["schema"] == {"type": "string", "maxLength": 200}
+        assert "`args.<key>:<value>`" in search["description"] and "`error:<text>`" in search["description"]
+        assert "is a 400 that says why" in search["description"]
 
 
 @pytest.mark.parametrize(
