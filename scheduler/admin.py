@@ -57,6 +57,7 @@ from scheduler.selectors import (
     queues_with_counts,
     worker_running_jobs,
     workers_with_liveness,
+    workers_with_running_shown,
 )
 from scheduler.states import JobStatus, Priority, priority_label
 from scheduler.templatetags.stint_ui import status_badge
@@ -760,8 +761,8 @@ class WorkerNodeAdmin(OperatorAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerNode]:
-        """Annotate liveness and the number of RUNNING jobs each worker leases."""
-        return workers_with_liveness(super().get_queryset(request))
+        """Annotate liveness, the number of RUNNING jobs each worker leases and the first few of them."""
+        return workers_with_running_shown(workers_with_liveness(super().get_queryset(request)))
 
     @admin.display(description="state", boolean=False, ordering="is_alive")
     def liveness(self, worker: WorkerNode) -> SafeString:
@@ -793,9 +794,24 @@ class WorkerNodeAdmin(OperatorAdmin):
         return f"{worker.busy_slots} / {worker.concurrency}"
 
     @admin.display(description="running jobs", ordering="running")
-    def running_count(self, worker: WorkerNode) -> int:
-        """RUNNING jobs this worker holds the lease of."""
-        return getattr(worker, "running", 0)
+    def running_count(self, worker: WorkerNode) -> SafeString:
+        """How many RUNNING jobs this worker holds, and links to the first few: type, short id, running for how long.
+
+        The jobs come annotated with the page's workers (``selectors.workers_with_running_shown``),
+        oldest start first; "and K more" links to the worker's page, which lists them all.
+        """
+        count = getattr(worker, "running", 0)
+        shown = [
+            {"id": brief["id"], "type": brief["type"], "seconds": max(brief["seconds"] or 0.0, 0.0)}
+            for brief in getattr(worker, "running_shown", None) or []
+        ]
+        return _render(
+            "admin/scheduler/workernode/_running_now.html",
+            count=count,
+            jobs=shown,
+            more=max(count - len(shown), 0),
+            worker_id=worker.id,
+        )
 
     @admin.display(description="queues")
     def queue_list(self, worker: WorkerNode) -> str:

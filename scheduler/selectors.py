@@ -12,6 +12,7 @@ import uuid
 from typing import Any, TypedDict
 
 from django.contrib.auth import get_user_model
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection
 from django.db.models import (
     BooleanField,
@@ -19,6 +20,9 @@ from django.db.models import (
     Count,
     DateTimeField,
     ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
     IntegerField,
     OuterRef,
     Q,
@@ -27,7 +31,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Coalesce, JSONObject, Now
 
 from scheduler.conf import conf
 from scheduler.exceptions import JobNotFound, NoResult
@@ -203,6 +207,40 @@ def workers_with_liveness(workers: QuerySet[WorkerNode]) -> QuerySet[WorkerNode]
         is_alive=Case(When(worker_alive_q(), then=Value(True)), default=Value(False), output_field=BooleanField()),
         running=_count_of(running, "lease_owner"),
     )
+
+
+RUNNING_SHOWN = 3  # running jobs named in each row of the console's worker list; the rest are counted
+
+
+class _EpochSeconds(Func):
+    """``EXTRACT(EPOCH FROM <interval>)``: an interval's length in seconds."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)"
+    output_field = FloatField()
+
+
+class RunningJobBrief(TypedDict):
+    """One running job as a worker's row names it: ``id`` (uuid text), ``type``, ``seconds`` it has run (or None)."""
+
+    id: str
+    type: str
+    seconds: float | None
+
+
+def workers_with_running_shown(workers: QuerySet[WorkerNode], *, limit: int = RUNNING_SHOWN) -> QuerySet[WorkerNode]:
+    """Annotate ``running_shown``: up to ``limit`` RUNNING jobs whose lease each worker holds, oldest start first.
+
+    Each is a ``RunningJobBrief``; ``seconds`` is ``now() - started_at`` by the database clock
+    (which wrote ``started_at``), at the statement's start. The jobs come in the workers' own query
+    (one array subquery per row, as ``running`` counts them): a page of workers costs no query per
+    worker (Sidekiq's Busy page, Flower's workers).
+    """
+    running = (
+        Job.objects.filter(status=JobStatus.RUNNING, lease_owner=OuterRef("id"))
+        .order_by("started_at", "id")
+        .values(brief=JSONObject(id="id", type="type", seconds=_EpochSeconds(Now() - F("started_at"))))[:limit]
+    )
+    return workers.annotate(running_shown=ArraySubquery(running))
 
 
 def worker_running_jobs(*, worker_id: str, limit: int = 100) -> QuerySet[Job]:

@@ -10,8 +10,11 @@ import uuid
 import pytest
 from django.contrib.admin import site
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote as admin_quote
 from django.contrib.messages import get_messages
+from django.db import connection
 from django.db.models import CharField, TextField
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -509,6 +512,51 @@ class TestWorkersAndQueues:
         assert not rows["gone-1"].is_alive and rows["gone-1"].running == 0
         alive_only = operator.get("/admin/scheduler/workernode/", {"alive": "yes"}).context["cl"].result_list
         assert [w.id for w in alive_only] == ["live-1"]
+
+    def test_each_worker_row_links_its_oldest_running_jobs_without_a_query_per_worker(self, operator, user):
+        # Sidekiq's Busy page and Flower's workers name the jobs each worker runs, not only a count.
+        now = timezone.now()
+        common = {"hostname": "h", "pid": 1, "concurrency": 8, "pool": "threads", "started_at": now}
+        ages = [dt.timedelta(hours=2, minutes=5, seconds=30), *(dt.timedelta(minutes=m) for m in (10, 5, 1, 0))]
+
+        def worker_with_jobs(worker_id: str, job_type: str = "DEMO_TASK") -> list[Job]:
+            WorkerNode.objects.create(id=worker_id, last_heartbeat_at=now, **common)
+            return [
+                JobFactory(owner=user, running=True, lease_owner=worker_id, type=job_type, started_at=now - age)
+                for age in ages
+            ]
+
+        hostile = "<script>alert(1)</script>"
+        first = worker_with_jobs("w/1 & <b>", job_type=hostile)
+        WorkerNode.objects.create(id="idle", last_heartbeat_at=now, **common)
+        url = "/admin/scheduler/workernode/"
+
+        with CaptureQueriesContext(connection) as few:
+            response = operator.get(url)
+        html = response.content.decode()
+
+        assert response.status_code == 200
+        oldest = first[0]
+        assert f'href="/admin/scheduler/job/{oldest.id}/change/"' in html
+        assert re.search(
+            rf'data-running-job="{oldest.id}">&lt;script&gt;alert\(1\)&lt;/script&gt; {short_job_id(oldest.id)}</a>, '
+            r"<span [^>]*>2 h 5 min</span>",
+            html,
+        ), html
+        assert hostile not in html
+        shown = re.findall(r'data-running-job="([0-9a-f-]+)"', html)
+        assert shown == [str(j.id) for j in first[:3]]  # oldest start first, at most three
+        worker_page = reverse("admin:scheduler_workernode_change", args=[admin_quote("w/1 & <b>")])
+        assert f'href="{worker_page}" data-running-more="2">and 2 more</a>' in html  # quoted as the admin does
+        assert 'data-running-count="0"' in html  # the idle worker
+
+        for n in range(6):
+            worker_with_jobs(f"more-{n}")
+        with CaptureQueriesContext(connection) as many:
+            response = operator.get(url)
+
+        assert len(re.findall(r'data-running-job="', response.content.decode())) == 7 * 3
+        assert len(many.captured_queries) == len(few.captured_queries), [q["sql"] for q in many.captured_queries]
 
     def test_pause_and_resume_actions_go_through_the_service(self, operator, user):
         queue = queues.queue_resume(name="reports")
