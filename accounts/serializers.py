@@ -11,19 +11,7 @@ from rest_framework.settings import api_settings
 from rest_framework_simplejwt import serializers as jwt_serializers
 
 from accounts.models import User
-
-
-def json_type_name(value: Any) -> str:
-    """Return how JSON names the type of parsed ``value``: "a number", "a boolean", "an array", "an object"."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, list | tuple):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return "a string" if isinstance(value, str) else "null"
+from core.parsers import json_type_name
 
 
 def _is_text_field(field: serializers.Field) -> bool:
@@ -42,32 +30,61 @@ def _choices_hint(field: serializers.Field) -> str:
     return ""
 
 
+def _is_number(value: Any) -> bool:
+    """True for a parsed JSON number (Python's ``True`` is an ``int``, but JSON's true is no number)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _type_error(field: serializers.Field, value: Any) -> str | None:
+    """Return why ``value`` (parsed JSON, not null) is the wrong JSON type for ``field``, or None.
+
+    A text field (``_is_text_field``) takes a string; an ``IntegerField`` or a ``FloatField`` or
+    ``DecimalField`` a number; a ``BooleanField`` true or false. An integer field given a number
+    with a fraction is left to DRF, which takes ``5.0`` as 5 (as JSON Schema's "integer" does) and
+    refuses ``5.5``; a float field takes ``1``. Other fields (JSON, datetimes, nested) are not
+    judged here.
+    """
+    if _is_text_field(field):
+        hint = _choices_hint(field)
+        return None if isinstance(value, str) else f"A string is expected, not {json_type_name(value)}{hint}."
+    if isinstance(field, serializers.IntegerField):
+        return None if _is_number(value) else f"An integer is expected, not {json_type_name(value)}."
+    if isinstance(field, serializers.FloatField | serializers.DecimalField):
+        return None if _is_number(value) else f"A number is expected, not {json_type_name(value)}."
+    if isinstance(field, serializers.BooleanField):
+        return None if isinstance(value, bool) else f"true or false is expected, not {json_type_name(value)}."
+    return None
+
+
 class StrictTextMixin:
-    """Refuse a body that is no JSON object, and a text field given a number, boolean, array or object.
+    """Refuse a body that is no JSON object, and a text, number or boolean field given another JSON type.
 
     DRF's CharField turns the numbers 5 and 7.5 into "5" and "7.5", so a ``"timezone": 5`` used
     to read back as "Unknown time zone '5'", which hid the mistake; its ChoiceField answered
     ``"True" is not a valid choice`` and its serializers "Expected a dictionary, but got list":
-    Python's words. A text field (``_is_text_field``) given another JSON type is a 400 that says a
-    string is expected; a body or nested object that is no object says so in JSON's words.
-    Mixed into ``StrictSerializer`` and into simplejwt's serializers (login, refresh).
+    Python's words. Its IntegerField read ``"5"`` as 5 and its BooleanField ``"yes"``, ``"on"``
+    and ``1`` as true: what a form sends, not JSON. A field given another JSON type (``_type_error``)
+    is a 400 that says which type is expected (``A string is expected, not a number.``, ``An
+    integer is expected, not a string.``, ``true or false is expected, not a number.``); a body or
+    nested object that is no object says so in JSON's words. Null is left to each field's
+    ``allow_null``. Mixed into ``StrictSerializer`` and into simplejwt's serializers (login, refresh).
     """
 
     def to_internal_value(self, data: Any) -> Any:
-        """Refuse a non-object and non-string values of text fields, then validate as usual."""
+        """Refuse a non-object and values of the wrong JSON type (``_type_error``), then validate as usual."""
         if not isinstance(data, dict):
             raise serializers.ValidationError(
                 {api_settings.NON_FIELD_ERRORS_KEY: [f"A JSON object is expected, not {json_type_name(data)}."]},
                 code="invalid",
             )
-        not_strings = {
-            name: [f"A string is expected, not {json_type_name(data[name])}{_choices_hint(f)}."]
+        wrong_types = {
+            name: [message]
             for name, f in self.fields.items()
-            if not f.read_only and _is_text_field(f) and name in data and data[name] is not None
-            if not isinstance(data[name], str)
+            if not f.read_only and name in data and data[name] is not None
+            if (message := _type_error(f, data[name])) is not None
         }
-        if not_strings:
-            raise serializers.ValidationError(not_strings)
+        if wrong_types:
+            raise serializers.ValidationError(wrong_types)
         return super().to_internal_value(data)
 
 

@@ -89,6 +89,23 @@ def is_storable_text(text: str) -> bool:
     return "\x00" not in text and not _has_surrogate(text)
 
 
+def json_type_name(value: Any) -> str:
+    """Return how JSON names the type of parsed ``value``, with its article: "a number", "an object", "null".
+
+    One of "a string", "a number", "a boolean", "an array", "an object" or "null".
+    Python's ``True`` is an ``int``; JSON's true is no number, so a boolean is named first.
+    """
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "a string" if isinstance(value, str) else "null"
+
+
 def json_problem(value: Any) -> str | None:
     """Return why parsed JSON ``value`` is refused (too deep, a lone surrogate), or None when it is fine."""
     if json_depth(value) > MAX_JSON_DEPTH:

@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from core.parsers import json_type_name
 from scheduler.exceptions import InvalidLimit
 from scheduler.flow.models import FlowLimit, LimitScope
 
@@ -59,6 +60,10 @@ class Limit:
         return {**asdict(self), "key": self.key}
 
 
+def _is_json_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_LIMIT
 
@@ -69,8 +74,10 @@ def validated(data: Mapping[str, Any], *, scope: str, name: str, source: str = "
     ``data`` may hold ``concurrency`` (1 to 1,000,000), ``partition_key`` (a top-level payload
     field name) with ``partition_concurrency`` (1 to 1,000,000, default 1), ``rate_limit``
     (1 to 1,000,000) with ``rate_period_seconds`` (0.1 to 86,400); null or absent means unset.
-    At least one of concurrency, partition or rate must be set. Raises ``InvalidLimit`` (400)
-    with a per-field ``details`` map for anything else, unknown fields included.
+    At least one of concurrency, partition or rate must be set. A count given another JSON type
+    is refused as the API's serializers refuse it (``An integer is expected, not a string.``);
+    ``5.0`` is 5. Raises ``InvalidLimit`` (400) with a per-field ``details`` map for anything
+    else, unknown fields included.
     """
     errors: dict[str, list[str]] = {}
     if not isinstance(data, Mapping):
@@ -84,19 +91,24 @@ def validated(data: Mapping[str, Any], *, scope: str, name: str, source: str = "
         errors["non_field_errors"] = [f"Unknown fields: {', '.join(unknown)[:200]}."]
     values = {f: data.get(f) for f in FIELDS}
     for field in ("concurrency", "partition_concurrency", "rate_limit"):
-        if values[field] is not None and not _positive_int(values[field]):
+        value = values[field]
+        if isinstance(value, float) and value.is_integer():
+            value = values[field] = int(value)  # 5.0 is 5, as the API's other integer fields read it
+        if value is not None and not _is_json_number(value):
+            errors[field] = [f"An integer is expected, not {json_type_name(value)}."]
+        elif value is not None and not _positive_int(value):
             errors[field] = [f"Must be a whole number from 1 to {MAX_LIMIT}, or null."]
     key = values["partition_key"]
-    if key is not None and (not isinstance(key, str) or not PARTITION_KEY.match(key)):
+    if key is not None and not isinstance(key, str):
+        errors["partition_key"] = [f"A string is expected, not {json_type_name(key)}."]
+    elif key is not None and not PARTITION_KEY.match(key):
         errors["partition_key"] = ["A payload field name: a letter or '_', then letters, digits or '_' (1-100)."]
     if values["partition_concurrency"] is not None and key is None:
         errors["partition_concurrency"] = ["Needs partition_key."]
     period = values["rate_period_seconds"]
-    if period is not None and (
-        isinstance(period, bool)
-        or not isinstance(period, int | float)
-        or not MIN_PERIOD_SECONDS <= period <= MAX_PERIOD_SECONDS
-    ):
+    if period is not None and not _is_json_number(period):
+        errors["rate_period_seconds"] = [f"A number is expected, not {json_type_name(period)}."]
+    elif period is not None and not MIN_PERIOD_SECONDS <= period <= MAX_PERIOD_SECONDS:
         errors["rate_period_seconds"] = [
             f"Must be a number of seconds from {MIN_PERIOD_SECONDS} to {MAX_PERIOD_SECONDS:g}."
         ]
