@@ -144,6 +144,67 @@ def _step_too_large(field: str, *, size: int) -> tuple[str, int] | None:
     return None
 
 
+def _has_star_in_list(field: str) -> bool:
+    """True when ``field`` is a list one of whose elements is a bare ``*`` (``*,15``, ``1,*``)."""
+    parts = field.split(",")
+    return len(parts) > 1 and "*" in parts
+
+
+def _star_list_problem(fields: list[str]) -> str | None:
+    """Return why a new expression's list holding ``*`` is refused (``_has_star_in_list``), or None.
+
+    ``*`` in a list is the whole field, but cron calls a field unrestricted only when it starts
+    with ``*`` (``DOM_STAR``/``DOW_STAR``, ``MIN_STAR``/``HR_STAR`` in ISC cron's entry.c): ``0 0
+    *,15 * 1`` is Mondays, ``0 0 15,* * 1`` every day, and ``5,* * * * *`` keeps the fixed-time DST
+    rule that ``*,5`` does not. Nobody means that; a new expression says ``*`` or the values.
+    """
+    for index, field in enumerate(fields):
+        if _has_star_in_list(field):
+            return (
+                f"The {FIELD_NAMES[index]} list {field!r} holds * beside other values: write * alone for every "
+                "value, or only the values (cron reads such a list differently as * comes first or not)."
+            )
+    return None
+
+
+def _widen_star_lists(fields: list[str]) -> list[str]:
+    """Return ``fields`` with each list holding ``*`` written as cron reads it: ``*``, or the field's whole range.
+
+    For a stored expression (``normalize_cron``). A list that starts with ``*`` is unrestricted
+    (``*``); any other is restricted to every value (``0-59``, ``1-31``, ``0-6``...), which for
+    the day fields makes ``0 0 15,* * 1`` fire every day (either day field matching), as ISC cron
+    does. croniter read any list holding ``*`` as ``*``, so that one fired on Mondays only.
+    """
+    ranges = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+    return [
+        ("*" if field.startswith("*") else "{}-{}".format(*ranges[index])) if _has_star_in_list(field) else field
+        for index, field in enumerate(fields)
+    ]
+
+
+def _dow_start_step_problem(dow: str, *, names: dict[str, int]) -> str | None:
+    """Return why a day-of-week ``start/step`` (``1/2``) is refused, or None.
+
+    Cron has no ``start/step`` form (ISC and cronie refuse ``1/2``); croniter reads it as
+    ``start-6/step``, whereas cron's day of week runs to 7, which is Sunday again: ``1/2`` would be
+    Mon, Wed, Fri as croniter computes it, or Sun too as ``1-7/2``. Refused only when the two
+    readings differ (``0/2``, ``6/2`` are the same either way); ``1-7/2`` says which is meant.
+    """
+    for part in dow.split(","):
+        start, slash, step = part.partition("/")
+        if not slash or "-" in start or start == "*" or not step.isdigit() or int(step) == 0:
+            continue
+        n = int(start) if start.isdigit() else names.get(start.lower())
+        if n is None or n > 7:
+            continue
+        if set(range(n % 7, 7, int(step))) != {v % 7 for v in range(n, 8, int(step))}:
+            return (
+                f"{part!r} in the day of week is ambiguous (7 is Sunday too): write {start}-7/{step} "
+                f"to include Sunday, or {start}-6/{step}."
+            )
+    return None
+
+
 def _day_extension_problem(dom: str, dow: str) -> str | None:
     """Return why the day fields use a croniter extension that we do not compute correctly, or None.
 
@@ -171,12 +232,15 @@ def normalize_cron(expression: str, *, stored: bool = False) -> str:
     weekday n of the month, k 1-5) extensions (README "Schedules"). Refuses seconds/year fields,
     ``@reboot``, croniter's hashed (``H``), random (``R``) and nearest-weekday (``W``) extensions,
     a step larger than its field (``_step_too_large``), an nth or last weekday beside a day of
-    month (``_day_extension_problem``), and reversed ranges (``_reversed_range``), as ISC cron does.
-    A range of one value is written as that value (``_collapse_single_ranges``).
+    month (``_day_extension_problem``), a list holding ``*`` (``_star_list_problem``), a day-of-week
+    ``start/step`` whose end is ambiguous (``_dow_start_step_problem``), and reversed ranges
+    (``_reversed_range``), as ISC cron does. A range of one value is written as that value
+    (``_collapse_single_ranges``).
 
-    ``stored`` True (a schedule read back from the database) skips the step and day-extension
-    refusals, which came after such rows could be written: a stored ``*/1000 * * * *`` keeps the
-    timetable croniter gave it (minute 0 of every hour), so an upgrade stops no schedule.
+    ``stored`` True (a schedule read back from the database) skips the step, day-extension,
+    ``*``-list and ``start/step`` refusals, which came after such rows could be written: a stored
+    ``*/1000 * * * *`` keeps the timetable croniter gave it (minute 0 of every hour), so an upgrade
+    stops no schedule. A stored list holding ``*`` is read as cron reads it (``_widen_star_lists``).
     """
     bad = InvalidSchedule
     if not isinstance(expression, str) or not expression.strip():
@@ -209,9 +273,18 @@ def normalize_cron(expression: str, *, stored: bool = False) -> str:
                     ]
                 },
             )
-    problem = None if stored else _day_extension_problem(fields[2], fields[4])
+    problem = (
+        None
+        if stored
+        else (
+            _day_extension_problem(fields[2], fields[4])
+            or _star_list_problem(fields)
+            or _dow_start_step_problem(fields[4], names=_FIELD_NAMES[4])
+        )
+    )
     if problem is not None:
         raise bad(f"Invalid cron expression: {problem}", details={"cron": [problem]})
+    fields = _widen_star_lists(fields)
     for index, field in enumerate(fields):
         reversed_range = _reversed_range(field, names=_FIELD_NAMES[index])
         if reversed_range is not None:

@@ -680,3 +680,95 @@ def test_a_range_of_one_value_is_that_value(expr, same_as):
     start = utc("2030-01-01 00:00")
 
     assert fires(expr, "UTC", start, 6) == fires(same_as, "UTC", start, 6)
+
+
+# -- a list holding *, and day-of-week steps that reach 7 (Sunday again) --------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "field"),
+    [
+        ("0 0 *,15 * 1", "day-of-month list '*,15'"),
+        ("0 0 1,* * *", "day-of-month list '1,*'"),
+        ("0 0 1 * 1,*", "day-of-week list '1,*'"),
+        ("0 0 * * *,mon", "day-of-week list '*,mon'"),
+        ("5,* * * * *", "minute list '5,*'"),
+        ("0 *,3 * * *", "hour list '*,3'"),
+        ("0 0 1 1,* *", "month list '1,*'"),
+    ],
+)
+def test_a_new_list_holding_a_star_is_refused_with_the_reason(expression, field):
+    # Cron reads '*,15' as unrestricted and '15,*' as restricted: the same days, two timetables.
+    with pytest.raises(InvalidSchedule) as exc:
+        cron_spec(expression, "UTC")
+    message = exc.value.details["cron"][0]
+    assert f"The {field} holds * beside other values" in message
+    assert "write * alone" in message
+    for fine in ("0 0 */2,15 * *", "0 0 15,*/2 * 1", "*/15,7 * * * *"):
+        cron_spec(fine, "UTC")
+
+
+@pytest.mark.parametrize(
+    ("expr", "start"),
+    [
+        ("0 0 *,15 * 1", "2024-01-01 00:00"),  # starts with *: unrestricted, so Mondays
+        ("0 0 15,* * 1", "2024-01-01 00:00"),  # restricted to every day, OR Mondays: every day
+        ("0 0 1 * 1,*", "2024-01-01 00:00"),  # the 1st OR every weekday: every day
+        ("0 0 1 * *,1", "2024-01-01 00:00"),  # the 1st AND any weekday: the 1st
+        ("0 0 1,* * */2", "2024-01-01 00:00"),  # the other starts with *: every day AND Sun/Tue/Thu/Sat
+    ],
+)
+def test_a_stored_list_holding_a_star_keeps_firing_as_cron_reads_it(expr, start):
+    # croniter read any list holding * as *: '0 0 15,* * 1' fired on Mondays only, ISC cron every day.
+    got = fire_times(cron_spec(expr, "UTC", stored=True), start=utc(start), count=8)
+    assert len(got) == 8
+    assert got == day_oracle(expr, "UTC", utc(start), got[-1])
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "0 0 * * 1-7/2",  # Mon, Wed, Fri and 7: Sunday
+        "0 0 * * 3-7/2",  # Wed, Fri, Sun
+        "0 0 * * 1-7/3",  # Mon, Thu, Sun
+        "0 0 * * 1-7/6",  # Mon, Sun
+        "0 0 * * 2-7/2",  # Tue, Thu, Sat: 8 is past the field
+        "0 0 * * 6-7/2",  # Sat alone
+        "0 0 * * */2",  # * is 0-7: Sun, Tue, Thu, Sat
+        "0 0 * * */3",  # Sun, Wed, Sat
+        "0 0 * * 0-7/7",  # 0 and 7: Sunday alone
+        "0 0 * * 0-7/2",
+        "0 0 * * 5-7",  # Fri, Sat, Sun
+        "0 0 * * fri-7",
+        "0 0 * * sun-7",  # every day
+        "0 0 1 * 5-7/2",  # both restricted: the 1st, Fridays or Sundays
+        "0 0 */2 * 1-7/2",  # odd days that are Mon, Wed, Fri or Sun
+        "30 1 * * 5-7/2",  # London: Sunday 2024-03-31 01:30 is in the spring-forward gap
+    ],
+)
+def test_a_day_of_week_reaching_7_fires_on_sunday_as_cron_says(expr):
+    london = expr.startswith("30 1")
+    start, zone = (utc("2024-03-01 00:00"), "Europe/London") if london else (utc("2024-01-01 00:00"), "UTC")
+    got = fire_times(cron_spec(expr, zone), start=start, count=12)
+    assert len(got) == 12
+    assert got == day_oracle(expr, zone, start, got[-1])
+
+
+@pytest.mark.parametrize(
+    ("expression", "says"),
+    [
+        ("0 0 * * 1/2", "'1/2' in the day of week is ambiguous (7 is Sunday too): write 1-7/2"),
+        ("0 0 * * mon/3", "write mon-7/3 to include Sunday, or mon-6/3"),
+        ("0 0 * * 7/2", "'7/2' in the day of week is ambiguous"),
+        ("0 0 * * 1,3/2", "'3/2' in the day of week is ambiguous"),
+    ],
+)
+def test_a_day_of_week_start_and_step_that_could_end_at_6_or_7_is_refused(expression, says):
+    # Cron has no 'start/step' form; croniter ends it at 6 (Saturday), cron's day of week at 7 (Sunday).
+    with pytest.raises(InvalidSchedule) as exc:
+        cron_spec(expression, "UTC")
+    assert says in exc.value.details["cron"][0]
+    for same_either_way in ("0 0 * * 0/2", "0 0 * * 6/2", "0 0 * * 2/2"):
+        cron_spec(same_either_way, "UTC")
+    stored = fire_times(cron_spec("0 0 * * 1/2", "UTC", stored=True), start=utc("2024-01-01 00:00"), count=4)
+    assert [t.strftime("%a") for t in stored] == ["Wed", "Fri", "Mon", "Wed"]  # kept as croniter read it

@@ -507,3 +507,42 @@ def test_preview_at_both_ends_of_the_calendar_lists_fire_times(user_api, body, f
     assert resp.status_code == 200, resp.content
     times = resp.json()["fire_times"]
     assert (len(times), times[0], times[-1]) == (count, first, last)
+
+
+def test_a_list_holding_a_star_is_a_400_on_create_and_preview_and_a_stored_one_fires_as_cron_reads_it(user_api):
+    """ISC cron reads '15,*' (not starting with *) as restricted: with a day of week, either day matching."""
+    for path, body in (
+        ("/api/schedules", {**NIGHTLY, "cron": "0 0 15,* * 1"}),
+        ("/api/schedules/preview", {"cron": "0 0 *,15 * 1"}),
+    ):
+        resp = user_api.post(path, body, format="json")
+        assert resp.status_code == 400, resp.content
+        assert "holds * beside other values" in resp.json()["error"]["details"]["cron"][0]
+    body = create(user_api, {**NIGHTLY, "timezone": "UTC"})
+    CronSchedule.objects.filter(id=body["id"]).update(cron="0 0 15,* * 1")
+
+    renamed = user_api.patch(f"/api/schedules/{body['id']}", {"name": "kept"}, format="json")
+
+    assert renamed.status_code == 200, renamed.content
+    assert renamed.json()["cron"] == "0 0 1-31 * 1"  # what cron read it as: every day, or Mondays
+    times = [parse(t) for t in renamed.json()["next_fire_times"][1:]]
+    assert [b - a for a, b in zip(times, times[1:], strict=False)] == [dt.timedelta(days=1)] * 3
+
+
+def test_preview_of_a_day_of_week_reaching_7_includes_sunday_and_an_ambiguous_start_step_is_a_400(user_api):
+    resp = user_api.post(
+        "/api/schedules/preview",
+        {"cron": "0 0 * * 5-7/2", "start": "2024-01-01T00:00:00Z", "count": 4},
+        format="json",
+    )
+    assert resp.status_code == 200, resp.content
+    # 2024-01-05 is a Friday, 01-07 a Sunday (7 is Sunday too).
+    assert resp.json()["fire_times"] == [
+        "2024-01-05T00:00:00Z",
+        "2024-01-07T00:00:00Z",
+        "2024-01-12T00:00:00Z",
+        "2024-01-14T00:00:00Z",
+    ]
+    ambiguous = user_api.post("/api/schedules/preview", {"cron": "0 0 * * 1/2"}, format="json")
+    assert ambiguous.status_code == 400, ambiguous.content
+    assert "write 1-7/2 to include Sunday, or 1-6/2" in ambiguous.json()["error"]["details"]["cron"][0]
