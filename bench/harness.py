@@ -21,6 +21,7 @@ import psycopg
 
 from bench import stats
 from bench.servers import Servers
+from core.process_sessions import signal_session
 
 ROOT = Path(__file__).resolve().parent.parent
 HZ = os.sysconf("SC_CLK_TCK")
@@ -215,19 +216,20 @@ class Group:
         return all(p.poll() is None for p in self.procs)
 
     def stop(self, *, sig: int = signal.SIGTERM) -> list[int | None]:
-        """Signal every process group, wait STOP_SECONDS, SIGKILL what is left; return exit codes."""
+        """Signal every process of each session started, wait STOP_SECONDS, SIGKILL what is left; return exit codes.
+
+        Sessions, not process groups: ``run_workers``' worker processes lead groups of their own.
+        """
         for proc in self.procs:
             if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
+                signal_session(proc.pid, sig)
         deadline = time.monotonic() + STOP_SECONDS
         codes = []
         for proc in self.procs:
             try:
                 codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                signal_session(proc.pid, signal.SIGKILL)
                 codes.append(proc.wait())
         self.log.close()
         return codes

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -164,7 +163,9 @@ def _drain_rate(kind: str, n: int, slots: int, env: dict[str, str]) -> float:
         try:
             worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)  # the group of the process we started
+            from core.process_sessions import signal_session
+
+            signal_session(worker.pid, signal.SIGKILL)  # the session of the process we started
             worker.wait()
     return n / seconds
 

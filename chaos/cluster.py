@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from chaos.hosts import Hosts
+from core.process_sessions import signal_session
 
 logger = logging.getLogger(__name__)
 
@@ -90,14 +91,19 @@ class Proc:
                 out.append(child)
         return out
 
-    def signal_group(self, sig: int, *, expected: bool = True) -> None:
-        """Send ``sig`` to the process's whole process group, as a process manager stopping a unit does."""
+    def signal_session(self, sig: int, *, expected: bool = True) -> None:
+        """Send ``sig`` to every process the process started, as a process manager stopping a unit does.
+
+        Its session (``start_new_session``), not its process group: each worker process of a
+        ``run_workers`` leads a group of its own (``scheduler.workers.process_group``), so SIGSTOP
+        to the group would stop the supervisor alone. The process goes first, so that it starts
+        nothing meanwhile (``core.process_sessions.signal_session``).
+        """
         if not self.alive():
             return
         if expected and sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
             self.expect_exit = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, sig)
+        signal_session(self.pid, sig)
 
     def signal(self, sig: int, *, expected: bool = True) -> None:
         """Send ``sig`` to the process; ``expected`` marks the exit it may cause as the runner's."""
@@ -186,7 +192,7 @@ class Cluster:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, as under a process manager
+                start_new_session=True,  # its own session, as a unit under a process manager
             )
         proc.starts += 1
 
@@ -210,7 +216,7 @@ class Cluster:
                 self._spawn(proc)
 
     def stop(self) -> None:
-        """Stop the monitor, then kill every process with its process group (SIGKILL); servers stay up.
+        """Stop the monitor, then kill every process with every process it started (SIGKILL); servers stay up.
 
         The run is over and its invariants checked: nothing is gained by a graceful stop, and the
         drains (worker grace, gunicorn's graceful timeout) would cost seconds of every run.
@@ -221,7 +227,7 @@ class Cluster:
         for proc in self.procs.values():
             proc.want = False
             if proc.alive():
-                proc.signal_group(signal.SIGKILL)
+                proc.signal_session(signal.SIGKILL)
         for proc in self.procs.values():
             if proc.popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -267,9 +273,7 @@ class Cluster:
             for proc in self.procs.values():
                 proc.want = False
         for proc in self.procs.values():
-            with contextlib.suppress(ProcessLookupError):
-                if proc.alive():
-                    os.kill(proc.pid, signal.SIGCONT)
+            proc.signal_session(signal.SIGCONT, expected=False)  # a run_workers stopped whole by a fault
             proc.signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for proc in self.procs.values():

@@ -138,7 +138,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="worker-term",
-        summary="supervisor SIGTERM, and SIGTERM twice to a worker host's process group, with long jobs (hand-back)",
+        summary="supervisor SIGTERM, and SIGTERM twice to every process of a worker host, with long jobs (hand-back)",
         mix="long",
     ),
     Scenario(name="leader-kill", summary="leader scheduler SIGKILL", schedules=("skip", "catch_up")),

@@ -706,24 +706,25 @@ class Run:
                 os.kill(pid, signal.SIGKILL)  # its supervisor replaces it and rescues its jobs at once
                 return f"SIGKILL {who}"
             if f.action == "sigstop":
-                # The host's whole run_workers (supervisor and worker processes), as a paused VM or
+                # The host's whole run_workers (supervisor, worker processes, pool children: its
+                # session, as their process groups are their own), as a paused VM or
                 # container: their leases expire, another host's rescuer acts, and what they report
                 # after SIGCONT is fenced off. A worker process stopped alone is killed by its live
                 # supervisor after a lease (Supervisor._kill_frozen, tests/e2e/test_supervisor.py).
                 _, who = self._victim(f.target)  # wait for one of them to hold a job (mid-job)
-                proc.signal_group(signal.SIGSTOP)
+                proc.signal_session(signal.SIGSTOP)
                 item.state["group"] = f.target
-                return f"SIGSTOP the process group of {f.target} (supervisor pid {proc.pid}; {who}) for {f.hold:.0f} s"
+                return f"SIGSTOP every process of {f.target} (supervisor pid {proc.pid}; {who}) for {f.hold:.0f} s"
             if f.action == "sigterm":
                 proc.signal(signal.SIGTERM)  # the supervisor drains its processes, then hands back
                 return f"SIGTERM supervisor {f.target} pid {proc.pid}"
             if f.action == "sigterm-group":
                 # A process manager stopping the unit signals the whole group, twice when impatient:
                 # the workers ignore it, the supervisor drains on the first and hands back on the second.
-                proc.signal_group(signal.SIGTERM)
+                proc.signal_session(signal.SIGTERM)
                 time.sleep(0.5)
-                proc.signal_group(signal.SIGTERM)
-                return f"SIGTERM x2 to the process group of {f.target} (supervisor pid {proc.pid})"
+                proc.signal_session(signal.SIGTERM)
+                return f"SIGTERM x2 to every process of {f.target} (supervisor pid {proc.pid})"
         if f.target == "scheduler@leader":
             name = self.leader()
             if not name:
@@ -804,7 +805,7 @@ class Run:
         f, c = item.fault, self.cluster
         try:
             if f.action == "sigstop" and "group" in item.state:
-                c.procs[item.state["group"]].signal_group(signal.SIGCONT)
+                c.procs[item.state["group"]].signal_session(signal.SIGCONT)
             elif f.action == "sigstop" and "pid" in item.state:
                 os.kill(item.state["pid"], signal.SIGCONT)
             elif f.target == "scheduler@all":

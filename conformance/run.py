@@ -154,7 +154,9 @@ class Worker:
         try:
             self.popen.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(self.popen.pid, signal.SIGKILL)  # the group of the process we started
+            from core.process_sessions import signal_session
+
+            signal_session(self.popen.pid, signal.SIGKILL)  # the session of the process we started
             self.popen.wait()
         self.popen = None
 

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from core.stop_signals import exit_now, install_stack_dump
+from scheduler.workers.process_group import lead_own_group
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +57,15 @@ def worker_process_main(
     Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
     could not be unpickled before Django is set up.
 
-    SIGINT, SIGTERM and SIGHUP are ignored: process managers and terminals signal the whole process group, and the
-    supervisor decides (STOP, then FORCE on ``control``). When ``control`` closes, the
+    It first leads a process group of its own (``process_group.lead_own_group``): a handler that
+    signals its group reaches this process alone, not its supervisor and the other worker processes.
+    SIGINT, SIGTERM and SIGHUP are ignored: process managers signal every process of the unit (and a
+    handler its own group), and the supervisor decides (STOP, then FORCE on ``control``). When ``control`` closes, the
     supervisor is gone (even SIGKILLed): the worker then drains and exits like on STOP, so no
     worker process outlives its supervisor by more than the grace period. It exits through
     ``exit_now``, so nothing a handler left in the process holds up that exit.
     """
+    lead_own_group()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
         signal.signal(signum, signal.SIG_IGN)
     install_stack_dump()

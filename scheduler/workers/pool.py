@@ -10,7 +10,8 @@ thread that is lost anyway (an exception raised into it from outside, a bug of o
 by ``reap_lost()``, which the worker calls every poll: it starts a replacement and returns the
 job the thread held, for the worker to report. A pool child that dies is replaced at once and
 its job reported CRASHED, with how the process died; so is one whose pipe to the worker closed
-while it still runs (a handler closed it), after it is killed.
+while it still runs (a handler closed it), after it is killed. Each pool child leads a process
+group of its own (``process_group``): a handler that signals its group ends only its own child.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from core.stop_signals import exit_now, install_stack_dump
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
+from scheduler.workers.process_group import lead_own_group
 
 logger = logging.getLogger(__name__)
 
@@ -258,9 +260,12 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
     """Entry point of a pool child: set Django up once, then run jobs sent by the parent."""
     import django
 
-    # The parent decides when children stop (a message, or SIGKILL). Process managers signal the
-    # whole process group (honcho, systemd's KillMode=control-group, Ctrl-C in a terminal): a
-    # child that died of that SIGTERM would fail its job before the parent's graceful drain.
+    # Its own process group: a handler's os.killpg(os.getpgrp(), ...) must not reach its worker
+    # process and the jobs beside it there.
+    lead_own_group()
+    # The parent decides when children stop (a message, or SIGKILL). Process managers signal every
+    # process of the unit (honcho, systemd's KillMode=control-group): a child that died of that
+    # SIGTERM would fail its job before the parent's graceful drain.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
         signal.signal(signum, signal.SIG_IGN)
     install_stack_dump()  # a SIGUSR1 meant for this process dumps its stacks rather than killing it

@@ -12,8 +12,12 @@ handler, so no handler can take it down. When one of its processes dies:
 - it is replaced at once, or after a backoff (1 s doubling to 30 s) while its replacements
   keep dying before they are ready (a database that is down, a broken deployment).
 
+Each worker process leads a process group of its own (``process_group``), so a handler that
+signals its group (``os.killpg(os.getpgrp(), SIGKILL)``, ``os.kill(0, SIGTERM)``) reaches its own
+process only: the supervisor reaps it like any crash.
+
 Signals (DESIGN.md, Processes): the supervisor alone acts on SIGTERM/SIGINT; its processes
-ignore them, since process managers signal the whole group. The first signal tells each process
+ignore them, since process managers signal every process of the unit. The first signal tells each process
 to stop claiming and drain within the grace period, a second one to hand back at once; the
 supervisor exits 0 once they have exited, killing one still there ``STOP_MARGIN_SECONDS`` past
 its deadline (its jobs rescued). Each process watches its pipe to the supervisor: when the

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from core.process_sessions import signal_session
 from tests.support.subprocess_env import database_url
 
 # Debian's Chromium; STINT_CHROMIUM points elsewhere (e.g. to a missing path, to see the "not run" report).
@@ -202,7 +203,7 @@ class Workers:
             try:
                 popen.wait(timeout=STOP_WAIT)
             except subprocess.TimeoutExpired:
-                os.killpg(popen.pid, signal.SIGKILL)
+                signal_session(popen.pid, signal.SIGKILL)
                 popen.wait(timeout=STOP_WAIT)
 
     def logs(self) -> str:

@@ -307,6 +307,55 @@ def test_a_handler_that_spoils_its_threads_connection_costs_the_next_job_on_that
     assert worker_pid(worker) == process
 
 
+# -- a handler that signals its process group ------------------------------------------------
+
+
+def pid_of(worker_id: str) -> int:
+    return WorkerNode.objects.values_list("pid", flat=True).get(id=worker_id)
+
+
+@pytest.mark.parametrize(
+    ("pool", "how", "signame"),
+    [("threads", "killpg", "SIGKILL"), ("processes", "killpg", "SIGKILL"), ("threads", "kill0", "SIGTERM")],
+)
+def test_a_handler_that_signals_its_process_group_reaches_only_its_own_process(
+    hostile: Processes, pool: str, how: str, signame: str
+) -> None:
+    # Every process of run_workers was in the supervisor's process group: a handler's SIGKILL to it
+    # ended the supervisor and every worker process (all their jobs lost an attempt, run_workers
+    # was gone), and its SIGTERM stopped run_workers as a process manager's would.
+    worker = hostile.worker(concurrency=1, pool=pool, processes=2)
+    before = set(live_workers([worker.pid]).values_list("pid", flat=True))
+
+    job = enqueue("HOSTILE_SIGNAL_GROUP", {"how": how, "signal": signame}, max_retries=1)
+
+    def promote_while_running() -> None:
+        assert worker.popen.poll() is None, f"run_workers exited ({worker.popen.returncode})"
+        promote()
+
+    wait_until(lambda: terminal([job.id]), each=promote_while_running, timeout=POISON_WAIT, what="the job finished")
+
+    assert worker.popen.poll() is None
+    rows = list(Attempt.objects.filter(job_id=job.id).values_list("status", "error", "worker"))
+    ran_in = pid_of(rows[0][2])
+    if signame == "SIGTERM":  # worker processes ignore it; it reached no other process
+        assert [(s, e) for s, e, _ in rows] == [(AttemptStatus.SUCCEEDED, "")]
+        assert set(live_workers([worker.pid]).values_list("pid", flat=True)) == before
+        assert "shutting down gracefully" not in worker.output()
+        return
+    lost = "worker process died (signal 9: SIGKILL) while running this job"
+    assert [(s, e) for s, e, _ in rows] == [(AttemptStatus.LOST, lost), (AttemptStatus.SUCCEEDED, "")]
+    assert Job.objects.get(id=job.id).stored_result.result == "ran"
+    if pool == "processes":  # its pool child alone died: both worker processes run on
+        assert set(live_workers([worker.pid]).values_list("pid", flat=True)) == before
+    else:  # its worker process alone died, reaped as a crash; the other one runs on
+        assert gone(ran_in)
+        (other,) = before - {ran_in}
+        assert not gone(other)
+        assert live_workers([worker.pid]).filter(pid=other).exists()
+        assert f"worker process {ran_in} ({rows[0][2]}) died (signal 9: SIGKILL)" in worker.output()
+
+
 # -- outcomes PostgreSQL refuses ---------------------------------------------------------------
 
 

@@ -6,13 +6,13 @@ The processes and the polling come from ``tests/support/processes.py`` (the ``pr
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 
 import pytest
 
+from core.process_sessions import signal_session
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.job_actions import job_cancel
 from scheduler.maintenance.promoter import DuePromoter
@@ -25,7 +25,9 @@ from tests.support.processes import (
     Processes,
     dump_stacks,
     gone,
+    live_workers,
     pool_children,
+    process_group,
     status_is,
     wait_until,
     worker_of,
@@ -66,7 +68,7 @@ def test_a_job_of_a_killed_worker_is_rescued_and_completes_on_another(procs: Pro
     job = enqueue("DEMO_TASK", {"sleep_seconds": 4, "result": "survived"}, max_retries=2)
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
 
-    os.killpg(first.pid, signal.SIGKILL)  # supervisor and worker process at once, as when a host dies
+    signal_session(first.pid, signal.SIGKILL)  # supervisor and worker process at once, as when a host dies
     assert first.wait() == -signal.SIGKILL
     second = procs.worker()
     scheduler = procs.scheduler()  # rescues once the lease expires, then promotes after the backoff
@@ -89,7 +91,7 @@ def test_the_processes_of_a_killed_supervisor_hand_back_and_exit(procs: Processe
     job = enqueue("DEMO_TASK", {"sleep_seconds": 60}, max_retries=1)
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
 
-    worker.send(signal.SIGKILL)  # the supervisor only, not its process group
+    worker.send(signal.SIGKILL)  # the supervisor only, not the processes it started
 
     assert worker.wait() == -signal.SIGKILL
     # Its worker process sees the supervisor's pipe close, drains (0.5 s grace), hands the job
@@ -178,9 +180,9 @@ def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, p
     wait_until(status_is(job, JobStatus.RUNNING), what="the job started")
     waiting = enqueue("DEMO_TASK", {})  # the only slot is busy
 
-    # To the whole process group, as honcho and systemd (KillMode=control-group) do: worker
-    # processes and pool children get it too and must leave the drain to the supervisor.
-    os.killpg(worker.pid, signum)
+    # To every process, as systemd (KillMode=control-group) does: worker processes and pool
+    # children get it too and must leave the drain to the supervisor.
+    signal_session(worker.pid, signum)
 
     assert worker.wait() == 0
     assert status(job) == JobStatus.SUCCESS
@@ -189,6 +191,29 @@ def test_sigterm_lets_a_running_job_finish_and_takes_no_more(procs: Processes, p
     node = WorkerNode.objects.get(supervisor_pid=worker.pid)
     assert node.stopped_at is not None
     assert node.jobs_done == 1  # the console's "jobs done": the one outcome it recorded
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_stop_signal_to_the_supervisor_alone_drains_every_worker_process_and_pool_child(
+    procs: Processes, signum: int
+) -> None:
+    # Each worker process and pool child leads a process group of its own (a handler signalling its
+    # group reaches its own process only), so a terminal's Ctrl-C reaches the supervisor alone: it
+    # stops the others over their pipes.
+    worker = procs.worker(concurrency=1, pool="processes", processes=2, grace=20)
+    processes = list(live_workers([worker.pid]).values_list("pid", flat=True))
+    children = {child for process in processes for child in pool_children(process)}
+    assert len(children) == 2
+    assert process_group(worker.pid) == worker.pid
+    assert all(process_group(pid) == pid for pid in [*processes, *children])
+    jobs = [enqueue("DEMO_TASK", {"sleep_seconds": 1.5, "result": n}) for n in range(2)]
+    wait_until(lambda: all(status(j) == JobStatus.RUNNING for j in jobs), what="both jobs started")
+
+    worker.send(signum)
+
+    assert worker.wait() == 0
+    assert [(status(j), attempts(j)) for j in jobs] == [(JobStatus.SUCCESS, [(1, AttemptStatus.SUCCEEDED)])] * 2
+    wait_until(lambda: all(gone(pid) for pid in [*processes, *children]), timeout=5, what="every process exited")
 
 
 def test_sigusr1_to_the_process_group_dumps_every_stack_and_stops_nothing(procs: Processes) -> None:

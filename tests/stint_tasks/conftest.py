@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import pytest
 
+from core.process_sessions import signal_session
 from scheduler.models import WorkerNode
 from tests.support.subprocess_env import database_url
 
@@ -93,7 +94,7 @@ class Workers:
             try:
                 popen.wait(timeout=STOP_WAIT)
             except subprocess.TimeoutExpired:
-                os.killpg(popen.pid, signal.SIGKILL)  # the group of a process we started
+                signal_session(popen.pid, signal.SIGKILL)  # the session of a process we started
                 popen.wait(timeout=STOP_WAIT)
             sys.stderr.write(f"----- worker {popen.pid} exit {popen.returncode} -----\n")
             sys.stderr.write(log.read_text(errors="replace")[-6000:] + "\n")

@@ -2,9 +2,9 @@
 
 A test starts commands through the ``procs`` fixture (``procs.worker()``, ``procs.scheduler()``);
 they connect to the test database (``DATABASE_URL`` built from the test connection) and run with
-short leases, heartbeats and polls (``FAST``). Every process is stopped in teardown (SIGKILL to its
-process group if SIGTERM is not enough, after a SIGUSR1 that makes each of its processes write
-every thread's stack to the log) and its log is written to stderr there, which pytest shows only
+short leases, heartbeats and polls (``FAST``). Every process is stopped in teardown (SIGKILL to
+its session, every process it started, if SIGTERM is not enough, after a SIGUSR1 that makes each
+of its processes write every thread's stack to the log) and its log is written to stderr there, which pytest shows only
 when the test failed. Tests wait with ``wait_until`` (a bounded poll), never on fixed sleeps.
 """
 
@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from core.process_sessions import signal_session
 from scheduler.models import Job, WorkerNode
 from scheduler.states import JobStatus
 from tests.support.jobs import status
@@ -88,7 +89,7 @@ class Processes:
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: teardown can reap pool children too
+                start_new_session=True,  # its own session: teardown can reap its worker processes and pool children too
             )
         proc = Proc(name=name, popen=popen, log=log)
         self.started.append(proc)
@@ -148,10 +149,7 @@ class Processes:
                 proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 dump_stacks(proc.pid)  # wedged: its processes' stacks go to the log the report shows
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the group of a process we started: leftovers only
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_session(proc.pid, signal.SIGKILL)  # the session of a process we started: leftovers only
             proc.popen.wait(timeout=STOP_WAIT)
 
     def report(self) -> str:
@@ -219,17 +217,23 @@ def worker_pid(proc: Proc) -> int:
     return live_workers([proc.pid]).values_list("pid", flat=True).get()
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, process group) of ``pid`` from /proc, or None once it is gone."""
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, parent pid, process group, session) of ``pid`` from /proc, or None once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return fields[0], int(fields[1]), int(fields[2])
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def process_group(pid: int) -> int | None:
+    """The process group of ``pid``, or None once it is gone."""
+    stat = _stat(pid)
+    return None if stat is None or stat[0] in {"Z", "X"} else stat[2]
 
 
 def _live_processes() -> Iterator[tuple[int, int, int, bytes]]:
-    """(pid, parent pid, process group, command line) of every live process, by pid."""
+    """(pid, parent pid, session, command line) of every live process, by pid."""
     for pid in sorted(int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()):
         stat = _stat(pid)
         if stat is None or stat[0] in {"Z", "X"}:
@@ -238,7 +242,7 @@ def _live_processes() -> Iterator[tuple[int, int, int, bytes]]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        yield pid, stat[1], stat[2], cmdline
+        yield pid, stat[1], stat[3], cmdline
 
 
 def pool_children(pid: int) -> set[int]:
@@ -252,16 +256,16 @@ def gone(pid: int) -> bool:
     return stat is None or stat[0] in {"Z", "X"}
 
 
-def dump_stacks(pgid: int) -> list[int]:
-    """Make each Stint process of process group ``pgid`` write its threads' stacks to its log; return their pids.
+def dump_stacks(sid: int) -> list[int]:
+    """Make each Stint process of session ``sid`` write its threads' stacks to its log; return their pids.
 
     One SIGUSR1 at a time (``core.stop_signals.install_stack_dump``), ``DUMP_WAIT`` apart, so the
     dumps of processes sharing a log do not interleave. multiprocessing's resource tracker, which
     has no handler and would die of the signal, is left alone.
     """
     dumped = []
-    for pid, _, group, cmdline in _live_processes():
-        if group != pgid or b"resource_tracker" in cmdline:
+    for pid, _, session, cmdline in _live_processes():
+        if session != sid or b"resource_tracker" in cmdline:
             continue
         try:
             os.kill(pid, signal.SIGUSR1)

@@ -195,6 +195,20 @@ def test_a_pool_child_that_dies_is_reported_even_while_its_own_child_holds_its_p
     serves_again(pool, reports)
 
 
+def test_a_handler_that_signals_its_process_group_ends_only_its_own_pool_child(children) -> None:
+    # The child shared its worker's process group: the handler's SIGKILL ended the worker too (here
+    # the handler refuses to signal a group it does not lead: this test's own).
+    pool, reports = children
+    doomed = running("HOSTILE_SIGNAL_GROUP", {"how": "killpg", "signal": "SIGKILL", "only_own_group": True})
+
+    pool.submit(doomed)
+    entry, report = reports.next()
+
+    assert entry is doomed
+    assert (report.outcome, report.error) == (Outcome.CRASHED, died_while_running(-signal.SIGKILL))
+    serves_again(pool, reports)
+
+
 def test_how_a_process_died_is_said_plainly() -> None:
     assert describe_exit(1) == "exit code 1"
     assert describe_exit(0) == "exit code 0"

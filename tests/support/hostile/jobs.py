@@ -78,6 +78,29 @@ def fork_and_exit(payload: Any, ctx: JobContext) -> None:
     os._exit(1)
 
 
+@handler("HOSTILE_SIGNAL_GROUP")
+def signal_group(payload: dict[str, Any], ctx: JobContext) -> str:
+    """On its first attempt, send ``signal`` (a name, "SIGKILL") to its own process group, as ``how`` says.
+
+    "killpg": ``os.killpg(os.getpgrp(), sig)``; "kill0": ``os.kill(0, sig)`` (the same group). Each
+    process of ``run_workers`` that runs handlers leads its own group, so this reaches the
+    handler's own process only. Returns "signalled" if it is still alive after (an ignored
+    signal), "ran" on later attempts. With ``only_own_group``, it raises instead of signalling a
+    group its process does not lead (a pool in a test's own process: the test runner's group).
+    """
+    if ctx.attempt > 1:
+        return "ran"
+    if payload.get("only_own_group") and os.getpgrp() != os.getpid():
+        raise RuntimeError("its process group is not its own: not signalled")
+    sig = signal.Signals[payload["signal"]]
+    if payload["how"] == "killpg":
+        os.killpg(os.getpgrp(), sig)
+    else:
+        os.kill(0, sig)
+    time.sleep(0.5)  # a fatal signal is delivered at once; an ignored one leaves this to return
+    return "signalled"
+
+
 @handler("HOSTILE_LOCK_JOBS")
 def lock_jobs(payload: Any, ctx: JobContext) -> str:
     """Lock Stint's job table (ACCESS EXCLUSIVE: not even a read passes) for ``sleep`` s, then return."""
