@@ -11,7 +11,8 @@ by ``reap_lost()``, which the worker calls every poll: it starts a replacement a
 job the thread held, for the worker to report. A pool child that dies is replaced at once and
 its job reported CRASHED, with how the process died; so is one whose pipe to the worker closed
 while it still runs (a handler closed it), after it is killed. Each pool child leads a process
-group of its own (``process_group``): a handler that signals its group ends only its own child.
+group of its own (``process_group``): a handler that signals its group ends only its own child,
+and a child that dies or is killed takes what its handler forked with it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from core.stop_signals import exit_now, install_stack_dump
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
-from scheduler.workers.process_group import lead_own_group
+from scheduler.workers.process_group import kill_group, kill_leftovers, lead_own_group
 
 logger = logging.getLogger(__name__)
 
@@ -245,14 +246,17 @@ class ThreadPool:
             self._current[slot] = None
 
 
-def _exit_with_parent(parent_pid: int) -> None:
+def _exit_with_parent(parent_pid: int, own_group: bool) -> None:
     """Exit this child once its worker process is gone (re-parented: the worker was SIGKILLed).
 
     Nothing else would stop it: its handler would run on beside the attempt that the lease
-    rescue starts, and a hung one forever.
+    rescue starts, and a hung one forever. With ``own_group`` (it leads its process group), what
+    its handler forked goes too: SIGKILL to the whole group, this child included.
     """
     while os.getppid() == parent_pid:
         time.sleep(PARENT_CHECK_SECONDS)
+    if own_group:
+        os.killpg(0, signal.SIGKILL)
     os._exit(1)
 
 
@@ -262,14 +266,16 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
 
     # Its own process group: a handler's os.killpg(os.getpgrp(), ...) must not reach its worker
     # process and the jobs beside it there.
-    lead_own_group()
+    own_group = lead_own_group()
     # The parent decides when children stop (a message, or SIGKILL). Process managers signal every
     # process of the unit (honcho, systemd's KillMode=control-group): a child that died of that
     # SIGTERM would fail its job before the parent's graceful drain.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
         signal.signal(signum, signal.SIG_IGN)
     install_stack_dump()  # a SIGUSR1 meant for this process dumps its stacks rather than killing it
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="stint-parent-watch", daemon=True).start()
+    threading.Thread(
+        target=_exit_with_parent, args=(parent_pid, own_group), name="stint-parent-watch", daemon=True
+    ).start()
     # A pool child reports no metrics: keep it out of the supervisor's multiprocess metrics
     # directory (prometheus-client reads the variable when it is first imported, in setup()).
     os.environ.pop(PROMETHEUS_DIR_VARIABLE, None)
@@ -407,7 +413,7 @@ class ProcessPool:
             if entry.slot is None or self._children[entry.slot].entry is not entry:
                 return False
             old = self._children[entry.slot]
-            old.process.kill()
+            kill_group(old.process)  # and what its handler forked
             old.conn.close()
             self._children[entry.slot] = self._spawn()
         reap(old.process, CHILD_REAP_SECONDS)
@@ -435,14 +441,14 @@ class ProcessPool:
                 if child.entry is None:
                     child.conn.send(None)
                 else:
-                    child.process.kill()
+                    kill_group(child.process)
             except (OSError, ValueError):
                 pass
         deadline = time.monotonic() + CHILD_EXIT_SECONDS  # one for all: they exit side by side
         for child in children:
             if reap(child.process, max(0.0, deadline - time.monotonic())) is None:
                 logger.warning("pool child %s did not exit when asked; killing it", child.process.pid)
-                child.process.kill()
+                kill_group(child.process)
                 reap(child.process, CHILD_REAP_SECONDS)
 
     def _read_loop(self) -> None:
@@ -526,8 +532,11 @@ class ProcessPool:
         # code whatever signal comes).
         alive = reap(child.process, CHILD_EXITING_SECONDS) is None
         if alive:
-            child.process.kill()
+            kill_group(child.process)
         exitcode = reap(child.process, CHILD_REAP_SECONDS)
+        # What its handler forked (one holding its pipe, say) must not run on beside the job's retry.
+        if exitcode is not None and kill_leftovers(child.process.pid):
+            logger.warning("pool child %s left processes in its process group; killed them", child.process.pid)
         if not why and alive and exitcode == -signal.SIGKILL:
             why = "closed its pipe to the worker"
         logger.error(

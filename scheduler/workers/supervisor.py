@@ -14,7 +14,9 @@ handler, so no handler can take it down. When one of its processes dies:
 
 Each worker process leads a process group of its own (``process_group``), so a handler that
 signals its group (``os.killpg(os.getpgrp(), SIGKILL)``, ``os.kill(0, SIGTERM)``) reaches its own
-process only: the supervisor reaps it like any crash.
+process only: the supervisor reaps it like any crash. A process that died or was killed takes
+what its handlers forked with it (its group is killed when it is reaped); one that stopped
+cleanly leaves its group alone.
 
 Signals (DESIGN.md, Processes): the supervisor alone acts on SIGTERM/SIGINT; its processes
 ignore them, since process managers signal every process of the unit. The first signal tells each process
@@ -52,6 +54,7 @@ from scheduler.models import WorkerNode
 from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, pulse_seconds, worker_process_main
 from scheduler.workers.claim_board import ClaimBoard
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
+from scheduler.workers.process_group import kill_group, kill_leftovers
 from scheduler.workers.runner import WEDGED_EXIT_CODE, WorkerOptions
 
 logger = logging.getLogger(__name__)
@@ -331,7 +334,7 @@ class Supervisor:
                     now - child.stopped_since,
                     extra={"worker": child.worker_id},
                 )
-                child.process.kill()
+                kill_group(child.process)
                 child.frozen = True
 
     def _keep_starved_leases(self, now: float) -> None:
@@ -400,7 +403,7 @@ class Supervisor:
                     now - last,
                     extra={"worker": child.worker_id},
                 )
-                child.process.kill()
+                kill_group(child.process)
                 child.starved_killed = True
 
     def _read_ready(self, child: _Child) -> None:
@@ -446,6 +449,16 @@ class Supervisor:
             error, isolate = "worker process exited (exit code 0) while running this job", True
         else:  # exit code 0 included: a handler's os._exit(0) kills its neighbours as surely as a crash
             error, isolate = died_while_running(code), True
+        # What its handlers forked dies with it (a fork must not run on beside its job's retry, nor a
+        # hung handler's subprocess for ever); a clean stop leaves a handler's daemon alone (README).
+        if not stopped_cleanly and kill_leftovers(pid):
+            logger.warning(
+                "supervisor %s: worker process %s left processes in its process group (forked by its handlers);"
+                " killed them",
+                self.pid,
+                pid,
+                extra={"worker": child.worker_id},
+            )
         if not stopped_cleanly and not wedged:
             metrics.worker_processes_died_total.inc()
             logger.error(
@@ -555,7 +568,7 @@ class Supervisor:
                 logger.warning(
                     "supervisor %s: worker process %s did not stop in time; killing it", self.pid, child.process.pid
                 )
-                child.process.kill()
+                kill_group(child.process)
                 child.killed = True
 
     # -- metrics ---------------------------------------------------------------------------

@@ -307,7 +307,7 @@ def test_a_handler_that_spoils_its_threads_connection_costs_the_next_job_on_that
     assert worker_pid(worker) == process
 
 
-# -- a handler that signals its process group ------------------------------------------------
+# -- a handler that signals its process group or forks ------------------------------------------
 
 
 def pid_of(worker_id: str) -> int:
@@ -354,6 +354,26 @@ def test_a_handler_that_signals_its_process_group_reaches_only_its_own_process(
         assert not gone(other)
         assert live_workers([worker.pid]).filter(pid=other).exists()
         assert f"worker process {ran_in} ({rows[0][2]}) died (signal 9: SIGKILL)" in worker.output()
+
+
+def test_what_a_crashed_handler_forked_dies_with_its_process(hostile: Processes, tmp_path) -> None:
+    # The fork slept on (60 s here) after its worker process, then its pool child, had died and the
+    # job had been retried: in production it would do its side effects beside the retry.
+    worker = hostile.worker(concurrency=1)
+    pid_file = tmp_path / "fork"
+    job = enqueue("HOSTILE_FORK_AND_EXIT", {"sleep": 60, "pid_file": str(pid_file)}, max_retries=1)
+
+    wait_until(status_is(job, JobStatus.DEAD), each=promote, timeout=POISON_WAIT, what="the job was dead-lettered")
+
+    # Attempt 1 forked in the thread worker process (killed with it by the supervisor), attempt 2
+    # in a pool child of the isolation process (killed with it by its pool).
+    forks = [int(pid_file.with_name(f"fork.{attempt}").read_text()) for attempt in (1, 2)]
+    for fork in forks:
+        wait_until(lambda: gone(fork), timeout=5, what=f"the fork {fork} was killed")  # noqa: B023
+    assert worker.popen.poll() is None
+    log = worker.output()
+    assert "left processes in its process group (forked by its handlers); killed them" in log
+    assert "left processes in its process group; killed them" in log  # the pool child's
 
 
 # -- outcomes PostgreSQL refuses ---------------------------------------------------------------

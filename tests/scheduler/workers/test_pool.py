@@ -154,6 +154,14 @@ def children(monkeypatch) -> Any:
         pool.close()
 
 
+def assert_killed_soon(pid: int, seconds: float = 5.0) -> None:
+    """Assert that process ``pid`` is gone within ``seconds`` (``wait_until`` would read jobs from a database)."""
+    deadline = time.monotonic() + seconds
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid), f"process {pid} still runs after {seconds} s"
+
+
 def serves_again(pool: ProcessPool, reports: Reports) -> None:
     """Assert that the pool's one slot, replaced, runs the next job."""
     wait_until(lambda: pool.busy() == 0, what="the new pool child is ready")
@@ -181,17 +189,38 @@ def test_a_pool_child_that_closes_its_pipe_is_killed_at_once_and_its_job_reporte
     serves_again(pool, reports)
 
 
-def test_a_pool_child_that_dies_is_reported_even_while_its_own_child_holds_its_pipe(children) -> None:
+def test_a_pool_child_that_dies_is_reported_even_while_its_own_child_holds_its_pipe(children, tmp_path) -> None:
     # No end-of-file came while the grandchild lived: the job stayed held, its slot lost, until its
     # timeout (300 s by default) reported it TIMED_OUT.
     pool, reports = children
-    doomed = running("HOSTILE_FORK_AND_EXIT", {"sleep": 60})
+    doomed = running("HOSTILE_FORK_AND_EXIT", {"sleep": 60, "pid_file": str(tmp_path / "fork")})
 
     pool.submit(doomed)
     entry, report = reports.next()
 
     assert entry is doomed
     assert (report.outcome, report.error) == (Outcome.CRASHED, died_while_running(1))
+    # The fork, in its pool child's process group, slept on (60 s) beside the job's retry.
+    fork = int((tmp_path / "fork.1").read_text())
+    assert_killed_soon(fork)
+    serves_again(pool, reports)
+
+
+def test_a_pool_child_killed_for_its_job_takes_what_its_handler_forked_with_it(children, tmp_path) -> None:
+    # abort() (a timeout, a cancel) killed the child alone: the fork it had started ran on.
+    pool, reports = children
+    child = pool._children[0].process.pid
+    doomed = running("HOSTILE_FORK_AND_EXIT", {"sleep": 60, "pid_file": str(tmp_path / "fork"), "then": "hang"})
+    pool.submit(doomed)
+    deadline = time.monotonic() + WAIT
+    while not (tmp_path / "fork.1").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fork = int((tmp_path / "fork.1").read_text())
+
+    assert pool.abort(doomed)
+
+    assert gone(child)
+    assert_killed_soon(fork)
     serves_again(pool, reports)
 
 

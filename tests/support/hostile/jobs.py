@@ -71,10 +71,22 @@ def close_fds(payload: Any, ctx: JobContext) -> str:
 
 @handler("HOSTILE_FORK_AND_EXIT")
 def fork_and_exit(payload: Any, ctx: JobContext) -> None:
-    """Fork a child that sleeps ``sleep`` s holding every inherited descriptor, then exit with code 1."""
-    if os.fork() == 0:
+    """Fork a child that sleeps ``sleep`` s holding every inherited descriptor, then exit with code 1.
+
+    With ``pid_file``, the fork's pid is first written to ``<pid_file>.<attempt>``; with ``then``
+    "hang", the handler waits for ever instead of exiting (until its process is killed).
+    """
+    pid = os.fork()
+    if pid == 0:
         time.sleep(payload.get("sleep", 0))
         os._exit(0)
+    if payload.get("pid_file"):  # written whole, then renamed: a reader never sees it half written
+        path = f"{payload['pid_file']}.{ctx.attempt}"
+        with open(f"{path}.part", "w") as out:
+            out.write(str(pid))
+        os.replace(f"{path}.part", path)
+    if payload.get("then") == "hang":
+        threading.Event().wait()
     os._exit(1)
 
 
