@@ -305,6 +305,9 @@ def test_a_handler_that_spoils_its_threads_connection_costs_the_next_job_on_that
         for job in (spoiler, after):
             assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)], how
     assert worker_pid(worker) == process
+    log = worker.output()
+    assert "left its database connection closed or broken; it was replaced" in log  # raw_close
+    assert "(UNKNOWN)" not in log  # a closed connection is not called an open transaction
 
 
 # -- a handler that signals its process group or forks ------------------------------------------
