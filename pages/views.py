@@ -323,7 +323,7 @@ def schedule_new(request: HttpRequest) -> HttpResponse:
     outcome = _schedule_post(
         request,
         form,
-        save=lambda: schedules.schedule_create(owner=request.user, **form.service_fields()),
+        save=lambda: schedules.schedule_create(owner=request.user, actor=request.user, **form.service_fields()),
         verb="created",
     )
     if isinstance(outcome, HttpResponse):

@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
@@ -865,7 +866,7 @@ class QueueAdmin(OperatorAdmin):
         names = list(queryset.values_list("name", flat=True))
         service = queues.queue_pause if pause else queues.queue_resume
         for name in names:
-            service(name=name)
+            service(name=name, actor=request.user)
         verb = "Paused" if pause else "Resumed"
         self.message_user(request, f"{verb} {len(names)} queue{'s' if len(names) != 1 else ''}: {', '.join(names)}.")
 
@@ -948,6 +949,50 @@ class OutboxEventAdmin(EventSearchMixin, OperatorAdmin):
     def transition(self, event: OutboxEvent) -> str:
         """from -> to."""
         return f"{event.from_status or '-'} \u2192 {event.to_status}"
+
+
+# -- operator actions -------------------------------------------------------------------------------
+
+
+@admin.register(LogEntry)
+class OperatorActionAdmin(OperatorAdmin):
+    """The operator action history (``scheduler.action_log``), every user's, newest first, read-only.
+
+    Each object's History page shows its own entries; this list shows them all, with a link to the
+    object (none once it is deleted) and filters by action and kind of object.
+    """
+
+    list_display = ("action_time", "user", "action", "target", "kind", "message")
+    list_display_links = None
+    list_filter = ("action_flag", "content_type")
+    search_fields = ("object_repr", "change_message", "=user__username")
+    search_help_text = "Part of the object's name or of the message, or an exact username."
+    list_select_related = ("user", "content_type")
+    ordering = ("-id",)
+    list_per_page = 50
+
+    @admin.display(description="action", ordering="action_flag")
+    def action(self, entry: LogEntry) -> str:
+        """Added, changed or deleted."""
+        return {ADDITION: "added", CHANGE: "changed", DELETION: "deleted"}.get(entry.action_flag, "?")
+
+    @admin.display(description="object")
+    def target(self, entry: LogEntry) -> SafeString:
+        """The object's name, linked to its console page while it exists (escaped)."""
+        url = entry.get_admin_url() if not entry.is_deletion() else None
+        if url:
+            return format_html('<a href="{}">{}</a>', url, entry.object_repr)
+        return format_html("{}", entry.object_repr)
+
+    @admin.display(description="message")
+    def message(self, entry: LogEntry) -> str:
+        """What was done: the service's plain message, or Django's own entry in words."""
+        return entry.get_change_message()
+
+    @admin.display(description="kind", ordering="content_type")
+    def kind(self, entry: LogEntry) -> str:
+        """The object's model, e.g. "job" or "queue"."""
+        return entry.content_type.name if entry.content_type else "-"
 
 
 from scheduler.flow import admin as _flow_admin  # noqa: E402,F401 - registers the flow-limit console

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, F, Func, Max, Min, Q, Sum, Value
 from django.db.models.functions import Left, TruncMinute
 
+from scheduler.action_log import actions_recent
 from scheduler.job_search import error_term
 from scheduler.leadership import DEFAULT_ROLE
 from scheduler.models import Attempt, Job, JobAttempt, LeaderFence, OutboxBatch, Queue, WorkerNode
@@ -117,6 +119,7 @@ class Dashboard:
     outbox_oldest_age_seconds: float | None
     paused_queues: list[str] = field(default_factory=list)
     error_groups: list[ErrorGroup] = field(default_factory=list)
+    operator_actions: list[Any] = field(default_factory=list)  # LogEntry rows, newest first
 
 
 def db_now() -> dt.datetime:
@@ -287,4 +290,5 @@ def dashboard_data() -> Dashboard:
         outbox_oldest_age_seconds=age_seconds(now, outbox["oldest"]),
         paused_queues=list(Queue.objects.filter(paused=True).order_by("name").values_list("name", flat=True)),
         error_groups=error_groups(now=now),
+        operator_actions=actions_recent(),
     )

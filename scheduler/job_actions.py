@@ -2,7 +2,9 @@
 
 Views, pages, the admin (through ``scheduler.bulk``) and code call these; ``actor`` None is a
 trusted caller. A job the actor cannot see is JobNotFound (404, never 403, so ids cannot be
-probed); a move the job's state does not allow is IllegalTransition (409).
+probed); a move the job's state does not allow is IllegalTransition (409). A move made for an
+actor is recorded in the operator action history (``scheduler.action_log``) in the move's
+transaction, whether an ADMIN or the job's owner made it: "who cancelled this job" has one answer.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.contrib.admin.models import CHANGE
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from scheduler import lifecycle, selectors
+from scheduler.action_log import action_record
 from scheduler.conf import conf
 from scheduler.exceptions import IllegalTransition, JobNotFound
 from scheduler.models import Job
@@ -56,10 +60,13 @@ def job_cancel(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     """
     _authorize(job_id=job_id, actor=actor)
     for _ in range(CANCEL_TRIES):
-        if lifecycle.cancel(job_id) is not None:
+        moved = lifecycle.cancel(job_id)
+        if moved is not None:
+            message = f"Cancelled ({moved.from_status} → CANCELLED)."
             break
         # The worker that holds the lease makes the RUNNING -> CANCELLED move.
         if lifecycle.request_cancel(job_id):
+            message = "Requested cancellation (RUNNING: its worker stops it)."
             break
         status = _current_status(job_id)
         if status not in CANCELLABLE and status != JobStatus.RUNNING:
@@ -68,7 +75,14 @@ def job_cancel(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     else:
         status = _current_status(job_id)
         raise IllegalTransition(f"The job kept changing state ({status}); try again.", details={"status": status})
-    return Job.objects.get(id=job_id)
+    return _recorded(job_id=job_id, actor=actor, message=message)
+
+
+def _recorded(*, job_id: uuid.UUID, actor: Any, message: str) -> Job:
+    """Read the job as it is now and record ``message`` for ``actor`` on it (``action_log``); return the job."""
+    job = Job.objects.get(id=job_id)
+    action_record(actor=actor, objects=[job], flag=CHANGE, message=message)
+    return job
 
 
 DEAD_RECOVERY_MESSAGE = (
@@ -100,14 +114,14 @@ def job_retry(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     with guard():
         moved = lifecycle.retry_failed(job_id, reason="manual_retry")
     if moved is None and dead_retry_allowed():
-        return _recover(job_id=job_id, reason="owner_retry")
+        return _recover(job_id=job_id, reason="owner_retry", actor=actor)
     if moved is None:
         status = _current_status(job_id)
         message = f"Only a FAILED job can be retried; this one is {status}."
         if status == JobStatus.DEAD:
             message = f"{message} {DEAD_RECOVERY_MESSAGE}"
         raise IllegalTransition(message, details={"status": status})
-    return Job.objects.get(id=job_id)
+    return _recorded(job_id=job_id, actor=actor, message=f"Retried ({moved.from_status} → RETRYING).")
 
 
 @transaction.atomic
@@ -119,10 +133,10 @@ def job_recover(*, job_id: uuid.UUID, actor: Any = None) -> Job:
     IllegalTransition (409) from any state but DEAD.
     """
     _authorize(job_id=job_id, actor=actor, admin_only=True)
-    return _recover(job_id=job_id, reason=None)
+    return _recover(job_id=job_id, reason=None, actor=actor)
 
 
-def _recover(*, job_id: uuid.UUID, reason: str | None) -> Job:
+def _recover(*, job_id: uuid.UUID, reason: str | None, actor: Any) -> Job:
     """DEAD -> QUEUED (the table's recover transition) with a fresh budget; raise IllegalTransition otherwise."""
     from scheduler.flow.unique import guard  # a unique job's live duplicate: 409, not a database error
 
@@ -136,6 +150,7 @@ def _recover(*, job_id: uuid.UUID, reason: str | None) -> Job:
             else f"Only a DEAD job can be recovered; this one is {status}.",
             details={"status": status},
         )
-    job = Job.objects.get(id=job_id)
+    verb = "Retried (recovered: " if reason else "Recovered ("
+    job = _recorded(job_id=job_id, actor=actor, message=f"{verb}DEAD → QUEUED, fresh attempt budget).")
     notify_queued([job.queue])
     return job

@@ -3,16 +3,20 @@
 A paused queue keeps its jobs QUEUED: workers re-read the paused set every poll interval and
 leave those jobs unclaimed (``scheduler.workers.runner``), so nothing is lost and resuming lets
 them run in their usual order. The admin and ``POST /api/admin/queues/{name}/pause|resume``
-call these.
+call these; a pause or resume that changes the queue for an actor is recorded in the operator
+action history (``scheduler.action_log``) in its transaction.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from django.contrib.admin.models import CHANGE
 from django.db import transaction
 from django.db.models.functions import Now
 
+from scheduler.action_log import action_record
 from scheduler.exceptions import InvalidQueue
 from scheduler.jobspec import QUEUE_NAME
 from scheduler.models import Queue
@@ -41,30 +45,34 @@ def queue_ensure(*, name: str) -> None:
     Queue.objects.bulk_create([Queue(name=name)], ignore_conflicts=True)
 
 
-def _set_paused(*, name: str, paused: bool) -> Queue:
+def _set_paused(*, name: str, paused: bool, actor: Any) -> Queue:
     name = _checked(name)
     with transaction.atomic():
         queue_ensure(name=name)
         changed = Queue.objects.filter(name=name).exclude(paused=paused).update(paused=paused, updated_at=Now())
         queue = Queue.objects.get(name=name)
+        if changed:
+            action_record(actor=actor, objects=[queue], flag=CHANGE, message="Paused." if paused else "Resumed.")
     if changed:
         logger.info("queue %s %s", name, "paused" if paused else "resumed", extra={"queue": name})
     return queue
 
 
-def queue_pause(*, name: str) -> Queue:
+def queue_pause(*, name: str, actor: Any = None) -> Queue:
     """Pause queue ``name`` (creating its row if new) and return it; pausing twice is a no-op.
 
+    ``actor`` (a User, or None for a trusted caller) is recorded as the one who paused it
+    (``scheduler.action_log``); a no-op is not recorded.
     Workers stop leasing from it within one poll interval (``SCHEDULER["POLL_SECONDS"]``); its
     jobs wait QUEUED. A job already RUNNING finishes normally. Raises InvalidQueue (400) for a
     name that no job could carry.
     """
-    return _set_paused(name=name, paused=True)
+    return _set_paused(name=name, paused=True, actor=actor)
 
 
-def queue_resume(*, name: str) -> Queue:
+def queue_resume(*, name: str, actor: Any = None) -> Queue:
     """Resume queue ``name`` (creating its row if new) and return it; resuming twice is a no-op.
 
-    Raises InvalidQueue (400) for a bad name.
+    ``actor`` as ``queue_pause``. Raises InvalidQueue (400) for a bad name.
     """
-    return _set_paused(name=name, paused=False)
+    return _set_paused(name=name, paused=False, actor=actor)

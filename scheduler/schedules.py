@@ -14,11 +14,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION
 from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from core.parsers import has_nul, is_storable_text
 from scheduler import lifecycle, tracing
+from scheduler.action_log import action_record, changes_text
 from scheduler.conf import conf
 from scheduler.cron import (
     MISFIRE_POLICIES,
@@ -51,6 +53,21 @@ GAP_SAMPLE_FIRES = 200  # fires of a cron expression examined for its shortest g
 NEVER_FIRES = "This expression never fires."  # create, update and preview refuse it alike
 WRITABLE = frozenset(
     {"name", "cron", "interval_seconds", "timezone", "enabled", "misfire_policy", "overlap_policy", "job"}
+)
+# Columns whose change an actor's update records with old and new values (scheduler.action_log);
+# the payload is named, not shown (it can be 10 KB).
+RECORDED_FIELDS = (
+    "name",
+    "cron",
+    "interval_seconds",
+    "timezone",
+    "misfire_policy",
+    "overlap_policy",
+    "job_type",
+    "job_priority",
+    "job_queue",
+    "job_max_retries",
+    "job_timeout_seconds",
 )
 
 
@@ -312,6 +329,7 @@ def schedule_create(
     misfire_policy: str = MisfirePolicy.SKIP,
     overlap_policy: str = OverlapPolicy.ALLOW,
     trusted: bool = False,
+    actor: Any = None,
 ) -> CronSchedule:
     """Create a schedule for ``owner`` (a User or user id); its first fire is the first due time after now.
 
@@ -319,8 +337,9 @@ def schedule_create(
     ``interval_seconds`` (1 s to 366 days, a grid starting now); ``job`` is the template of the
     jobs it fires (``type``, ``payload``, ``priority``, ``queue``, ``max_retries``,
     ``timeout_seconds``, validated as a job create is; ``trusted``, for project code only, also
-    accepts Django task paths: ``enqueuing.enqueue_request``). Raises InvalidSchedule (400) or
-    PayloadTooLarge (413).
+    accepts Django task paths: ``enqueuing.enqueue_request``). ``actor`` (the requesting User; None
+    for project code) is recorded as its creator (``scheduler.action_log``) in the create's
+    transaction. Raises InvalidSchedule (400) or PayloadTooLarge (413).
     """
     schedule = CronSchedule(
         owner_id=getattr(owner, "pk", owner),
@@ -341,8 +360,33 @@ def schedule_create(
         _check_min_interval(schedule, now=now)
         schedule.next_fire_at = _next_fire_at(schedule, now=now)
         schedule.save()
+        action_record(actor=actor, objects=[schedule], flag=ADDITION, message=f"Created: {_summary(schedule)}.")
     logger.info("schedule %s created", schedule.id, extra={"schedule_id": schedule.id})
     return schedule
+
+
+def _summary(schedule: CronSchedule) -> str:
+    """ "cron '0 * * * *' (UTC), fires REPORT on queue default" for a change message; ", disabled" when so."""
+    timing = f"cron '{schedule.cron}'" if schedule.cron is not None else f"every {schedule.interval_seconds} s"
+    disabled = "" if schedule.enabled else ", disabled"
+    return f"{timing} ({schedule.timezone}), fires {schedule.job_type} on queue {schedule.job_queue}{disabled}"
+
+
+def _update_message(before: dict[str, Any], schedule: CronSchedule) -> str:
+    """The change message of an update: "Disabled." / "Enabled.", then the other fields' old and new values."""
+    after = {field: getattr(schedule, field) for field in before}
+    parts = []
+    if before["enabled"] != after["enabled"]:
+        parts.append("Enabled" if after["enabled"] else "Disabled")
+    changed = changes_text(
+        {f: v for f, v in before.items() if f in RECORDED_FIELDS},
+        {f: v for f, v in after.items() if f in RECORDED_FIELDS},
+    )
+    if changed:
+        parts.append(f"changed {changed}" if parts else f"Changed {changed}")
+    if before["job_payload"] != after["job_payload"]:
+        parts.append("changed job_payload" if parts else "Changed job_payload")
+    return f"{'; '.join(parts)}." if parts else ""
 
 
 def _check_quota(owner_id: int) -> None:
@@ -375,7 +419,9 @@ def schedule_update(
     Setting ``cron`` clears ``interval_seconds`` and the other way round. A change of timing
     (cron, interval, zone, enabled) sets ``next_fire_at`` to the first due time after now, so it
     applies at the scheduler's next tick and re-enabling fires nothing for the disabled span;
-    other changes leave the fire times alone. ``trusted`` as ``schedule_create``. Raises
+    other changes leave the fire times alone. ``trusted`` as ``schedule_create``. ``actor`` (a
+    User, or None for a trusted caller) must own the schedule or be an ADMIN; what changed is
+    recorded for them (``scheduler.action_log``) in the update's transaction. Raises
     ScheduleNotFound, InvalidSchedule, PayloadTooLarge.
     """
     unknown = sorted(set(changes) - WRITABLE)
@@ -386,6 +432,7 @@ def schedule_update(
         if schedule is None:
             raise ScheduleNotFound()
         before = {field: getattr(schedule, field) for field in TIMING_FIELDS}
+        recorded = {field: getattr(schedule, field) for field in (*RECORDED_FIELDS, "enabled", "job_payload")}
         for field, value in changes.items():
             if field != "job":
                 setattr(schedule, field, value)
@@ -407,15 +454,23 @@ def schedule_update(
             _check_min_interval(schedule, now=now)
             schedule.next_fire_at = _next_fire_at(schedule, now=now)
         schedule.save()
+        message = _update_message(recorded, schedule)
+        if message:  # saving the values it had is no change to record
+            action_record(actor=actor, objects=[schedule], flag=CHANGE, message=message)
     return schedule
 
 
 def schedule_delete(*, schedule_id: int, actor: Any = None) -> None:
-    """Delete the schedule: it fires nothing more; its jobs stay, with ``schedule`` null. Raises ScheduleNotFound."""
+    """Delete the schedule: it fires nothing more; its jobs stay, with ``schedule`` null. Raises ScheduleNotFound.
+
+    ``actor`` (a User, or None for a trusted caller) must own it or be an ADMIN; the deletion is
+    recorded for them (``scheduler.action_log``) in its transaction.
+    """
     with transaction.atomic():
         schedule = schedule_visible_to(actor=actor).select_for_update().filter(id=schedule_id).first()
         if schedule is None:
             raise ScheduleNotFound()
+        action_record(actor=actor, objects=[schedule], flag=DELETION, message=f"Deleted: {_summary(schedule)}.")
         schedule.delete()
 
 
@@ -463,7 +518,8 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
 
     The job carries ``schedule`` and ``fire_time`` = the database's now. It works on a disabled
     schedule too and ignores the overlap policy (an explicit request), and it leaves
-    ``next_fire_at`` alone. Raises ScheduleNotFound.
+    ``next_fire_at`` alone. A new fire is recorded for ``actor`` (``scheduler.action_log``) in its
+    transaction. Raises ScheduleNotFound.
     """
     with transaction.atomic():
         schedule = schedule_visible_to(actor=actor).filter(id=schedule_id).first()
@@ -478,6 +534,7 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
         if created[0][1] == JobStatus.QUEUED:
             notify_queued([schedule.job_queue])
         CronSchedule.objects.filter(id=schedule.id).update(last_fired_at=now)
+        action_record(actor=actor, objects=[schedule], flag=CHANGE, message=f"Triggered now: job {new.id}.")
     logger.info("schedule %s triggered", schedule.id, extra={"schedule_id": schedule.id, "job_id": str(new.id)})
     return Job.objects.get(id=new.id)
 

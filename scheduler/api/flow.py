@@ -114,12 +114,12 @@ class _LimitDetailView(APIView):
 
     def put(self, request: Request, name: str) -> Response:
         """Set (create or replace) the database limit on this name and return the limit now in effect."""
-        limit = flow_limits.limit_set(scope=self.scope, name=name, data=request.data)
+        limit = flow_limits.limit_set(scope=self.scope, name=name, data=request.data, actor=request.user)
         return Response(_read(limit))
 
     def delete(self, request: Request, name: str) -> Response:
         """Remove the database limit on this name: 204, or 404 when there was none."""
-        if not flow_limits.limit_delete(scope=self.scope, name=name):
+        if not flow_limits.limit_delete(scope=self.scope, name=name, actor=request.user):
             raise JobNotFound(f"No database limit on {self.scope} {name}.")
         return Response(status=status.HTTP_204_NO_CONTENT)
 

@@ -63,10 +63,10 @@ class QueueStateSerializer(QueueSerializer):
         read_only_fields = fields
 
 
-def _changed(name: str, change: Callable[..., Queue], *, resumed: bool) -> Response:
-    """Apply ``change`` to queue ``name``; answer the queue with ``in_use`` as it was before the change."""
+def _changed(request: Request, name: str, change: Callable[..., Queue], *, resumed: bool) -> Response:
+    """Apply ``change`` to queue ``name`` as the request's user; answer the queue with ``in_use`` as it was before."""
     use = selectors.flow_name_use(scope="queue", name=name, resumed=resumed)
-    queue = change(name=name)
+    queue = change(name=name, actor=request.user)
     queue.in_use, queue.warning = use["in_use"], use["warning"]
     return Response(QueueStateSerializer(queue).data)
 
@@ -84,7 +84,7 @@ class QueuePauseView(APIView):
     )
     def post(self, request: Request, name: str) -> Response:
         """Pause the queue and return it."""
-        return _changed(name, queues.queue_pause, resumed=False)
+        return _changed(request, name, queues.queue_pause, resumed=False)
 
 
 class QueueResumeView(APIView):
@@ -99,4 +99,4 @@ class QueueResumeView(APIView):
     )
     def post(self, request: Request, name: str) -> Response:
         """Resume the queue and return it."""
-        return _changed(name, queues.queue_resume, resumed=True)
+        return _changed(request, name, queues.queue_resume, resumed=True)

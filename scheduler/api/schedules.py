@@ -201,7 +201,7 @@ class ScheduleListCreateView(generics.ListAPIView):
         body = ScheduleWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = _changes(body.validated_data)
-        schedule = schedules.schedule_create(owner=request.user, **data)
+        schedule = schedules.schedule_create(owner=request.user, actor=request.user, **data)
         return Response(ScheduleSerializer(schedule).data, status=status.HTTP_201_CREATED)
 
 

@@ -75,9 +75,12 @@ class FlowLimitAdmin(OperatorAdmin):
     def save_model(self, request: HttpRequest, obj: FlowLimit, form: Any, change: bool) -> None:
         """Save through ``limit_set`` (a renamed row is replaced: the old name's limit is removed)."""
         if change and form.initial and (form.initial.get("scope"), form.initial.get("name")) != (obj.scope, obj.name):
-            flow_limits.limit_delete(scope=form.initial["scope"], name=form.initial["name"])
+            flow_limits.limit_delete(scope=form.initial["scope"], name=form.initial["name"], actor=request.user)
         flow_limits.limit_set(
-            scope=obj.scope, name=obj.name, data={f: getattr(obj, f) for f in flow_limits.FIELDS if getattr(obj, f)}
+            scope=obj.scope,
+            name=obj.name,
+            data={f: getattr(obj, f) for f in flow_limits.FIELDS if getattr(obj, f)},
+            actor=request.user,
         )
         saved = FlowLimit.objects.get(scope=obj.scope, name=obj.name)
         obj.pk, obj.updated_at = saved.pk, saved.updated_at
@@ -87,12 +90,24 @@ class FlowLimitAdmin(OperatorAdmin):
 
     def delete_model(self, request: HttpRequest, obj: FlowLimit) -> None:
         """Delete through ``limit_delete``."""
-        flow_limits.limit_delete(scope=obj.scope, name=obj.name)
+        flow_limits.limit_delete(scope=obj.scope, name=obj.name, actor=request.user)
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         """Delete each through ``limit_delete``."""
         for obj in queryset:
-            flow_limits.limit_delete(scope=obj.scope, name=obj.name)
+            flow_limits.limit_delete(scope=obj.scope, name=obj.name, actor=request.user)
+
+    # The services record each change with its old and new values (``scheduler.action_log``), in
+    # the change's transaction: Django's own entries for the same add, change or delete would
+    # record it twice (and a rename, a delete and an add, as one change).
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> None:
+        """Nothing: ``limit_set`` recorded the addition."""
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> None:
+        """Nothing: ``limit_set`` (and ``limit_delete`` for a rename) recorded the change."""
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> None:
+        """Nothing: ``limit_delete`` records each deletion."""
 
     @admin.display(description="name used")
     def name_used(self, row: FlowLimit) -> SafeString:

@@ -20,9 +20,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION
 from django.db import transaction
 
 from core.parsers import json_type_name
+from scheduler.action_log import action_record, changes_text, value_text
 from scheduler.exceptions import InvalidLimit
 from scheduler.flow.models import FlowLimit, LimitScope
 
@@ -206,27 +208,48 @@ def forget_cache() -> None:
     claim.reset_state()
 
 
-def limit_set(*, scope: str, name: str, data: Mapping[str, Any]) -> Limit:
+def _values_text(values: Mapping[str, Any]) -> str:
+    """ "concurrency 5, rate_limit 10, rate_period_seconds 60.0": the fields that are set."""
+    return ", ".join(f"{f} {value_text(v)}" for f, v in values.items() if v is not None) or "nothing"
+
+
+def limit_set(*, scope: str, name: str, data: Mapping[str, Any], actor: Any = None) -> Limit:
     """Create or replace the database limit on (``scope``, ``name``) and return it (ADMIN only).
 
     ``data`` as ``validated``. Raises InvalidLimit (400). Workers apply it within ``CACHE_SECONDS``.
+    ``actor`` (a User, or None for a trusted caller) is recorded with the old and new values
+    (``scheduler.action_log``) in the write's transaction; setting the values a row already
+    holds records nothing.
     """
     limit = validated(data, scope=scope, name=name)
+    values = {f: getattr(limit, f) for f in FIELDS}
     with transaction.atomic():
-        FlowLimit.objects.update_or_create(scope=scope, name=name, defaults={f: getattr(limit, f) for f in FIELDS})
+        old = FlowLimit.objects.select_for_update().filter(scope=scope, name=name).first()
+        before = {f: getattr(old, f) for f in FIELDS} if old is not None else None
+        row, _ = FlowLimit.objects.update_or_create(scope=scope, name=name, defaults=values)
+        if before is None:
+            action_record(actor=actor, objects=[row], flag=ADDITION, message=f"Set: {_values_text(values)}.")
+        elif changes_text(before, values):
+            action_record(actor=actor, objects=[row], flag=CHANGE, message=f"Changed: {changes_text(before, values)}.")
     forget_cache()
-    logger.info("flow limit %s set: %s", limit.key, {f: getattr(limit, f) for f in FIELDS})
+    logger.info("flow limit %s set: %s", limit.key, values)
     return limit
 
 
-def limit_delete(*, scope: str, name: str) -> bool:
+def limit_delete(*, scope: str, name: str, actor: Any = None) -> bool:
     """Delete the database limit on (``scope``, ``name``); return whether one existed.
 
-    A handler's or the settings' limit on the same name applies again. Raises InvalidLimit for
-    a bad scope or name.
+    A handler's or the settings' limit on the same name applies again. ``actor`` (a User, or None
+    for a trusted caller) is recorded with the values removed (``scheduler.action_log``) in the
+    delete's transaction. Raises InvalidLimit for a bad scope or name.
     """
     if scope not in LimitScope.values or not isinstance(name, str) or not NAME.match(name):
         raise InvalidLimit("No such limit scope or name.", details={"name": ["Not a valid scope or name."]})
-    deleted, _ = FlowLimit.objects.filter(scope=scope, name=name).delete()
+    with transaction.atomic():
+        rows = list(FlowLimit.objects.select_for_update().filter(scope=scope, name=name))
+        for row in rows:  # at most one (unique scope and name)
+            removed = _values_text({f: getattr(row, f) for f in FIELDS})
+            action_record(actor=actor, objects=[row], flag=DELETION, message=f"Removed (was {removed}).")
+        deleted, _ = FlowLimit.objects.filter(scope=scope, name=name).delete()
     forget_cache()
     return bool(deleted)
