@@ -382,6 +382,9 @@ SCHEDULER = {
     # Days a queue row with no jobs and nothing else referring to it (pause, limit, schedule, live
     # worker) is kept after it was last written or seen in use (0: kept forever; scheduler.maintenance.queue_pruner).
     "QUEUE_RETENTION_DAYS": env.int("STINT_QUEUE_RETENTION_DAYS", default=7),
+    # Days an entry of the operator action history (who cancelled, paused, changed a limit or a
+    # schedule: django_admin_log, scheduler.action_log) is kept (0: kept forever; the pruner).
+    "OPERATOR_LOG_RETENTION_DAYS": env.int("STINT_OPERATOR_LOG_RETENTION_DAYS", default=180),
     # Let owners retry their own dead-lettered jobs (the recover transition); off: only ADMINs recover.
     "OWNERS_MAY_RETRY_DEAD": env.bool("STINT_OWNERS_MAY_RETRY_DEAD", default=False),
     # Flow control (scheduler.flow): limits in code (the API and console add database ones), e.g.
@@ -411,6 +414,7 @@ for _key in (
     "CLAIM_INDEX_VACUUM_PAGES",
     "AGING_SECONDS",
     "QUEUE_RETENTION_DAYS",
+    "OPERATOR_LOG_RETENTION_DAYS",
     "MAX_SCHEDULES_PER_USER",
     *(k for k in SCHEDULER if k.startswith("RETENTION_")),
 ):

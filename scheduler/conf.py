@@ -30,6 +30,8 @@ class SchedulerConf:
     retention_dead_days: int = 0
     # Days an unused queue row is kept after it was last written or seen in use; 0 keeps it forever.
     queue_retention_days: int = 0
+    # Days an operator action history entry (django_admin_log, scheduler.action_log) is kept; 0 keeps it forever.
+    operator_log_retention_days: int = 0
     # Owners may retry their own DEAD jobs (DEAD -> QUEUED, the recover transition); off: ADMINs only.
     owners_may_retry_dead: bool = False
     # The job path's statements as named prepared statements (scheduler.prepared); False behind a

@@ -1,4 +1,4 @@
-"""Pruner: deletes finished jobs past their retention, and expired keys, tokens, sessions and long-gone workers.
+"""Pruner: deletes finished jobs by their retention, expired keys, tokens, sessions, gone workers, old operator actions.
 
 Retention of finished jobs (``SCHEDULER["RETENTION_<STATUS>_DAYS"]``, 0 keeps forever) is
 applied per status in bounded batches, each one statement in its own short transaction: it
@@ -147,6 +147,33 @@ _PRUNE_SESSIONS = """
 """
 
 
+ACTION_LOG_BATCH_SIZE = 10_000  # operator action history entries deleted per statement
+ACTION_LOG_MAX_BATCHES = 10  # statements per run: at most 100,000 entries a minute
+# The expired among the ``limit`` oldest entries (primary-key order, read from its index, so a run
+# reads at most ``limit`` rows a statement however large the table is). Entries are written in
+# time order (Django's action_time is the writing process's clock): one out of order by clock skew
+# between web hosts is kept until those before it are gone, seconds later.
+_PRUNE_ACTION_LOG = """
+    DELETE FROM django_admin_log WHERE id IN (
+        SELECT oldest.id FROM (SELECT id, action_time FROM django_admin_log ORDER BY id LIMIT %(limit)s) oldest
+        WHERE oldest.action_time < coalesce(%(now)s, now()) - make_interval(days => %(days)s))
+"""
+
+
+def action_log_prune(*, days: int, now: dt.datetime | None = None, limit: int = ACTION_LOG_BATCH_SIZE) -> int:
+    """Delete the operator action entries older than ``days`` days among the ``limit`` oldest; return how many.
+
+    The history is ``django.contrib.admin``'s ``LogEntry`` (``scheduler.action_log``), Django's own
+    admin entries included. ``now`` defaults to the database clock. One statement in its own short
+    transaction. Raises ``ValueError`` for ``days`` below 1 (0 means "keep": the caller skips it).
+    """
+    if days < 1:
+        raise ValueError("days must be at least 1")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_PRUNE_ACTION_LOG, {"days": days, "now": now, "limit": limit})
+        return cursor.rowcount
+
+
 def retention_days() -> dict[str, int]:
     """Return {finished status: days a job of it is kept} from the settings; 0 means forever."""
     settings = conf()
@@ -209,18 +236,24 @@ class Pruner:
         max_batches: int = JOB_MAX_BATCHES,
         audit_batch_size: int = AUDIT_SCAN_BATCH,
         audit_max_batches: int = AUDIT_SCAN_MAX_BATCHES,
+        action_log_batch_size: int = ACTION_LOG_BATCH_SIZE,
+        action_log_max_batches: int = ACTION_LOG_MAX_BATCHES,
     ) -> None:
         """Bound each run: jobs in ``max_batches`` statements of ``batch_size`` per status, audit rows in
-        ``audit_max_batches`` statements each reading ``audit_batch_size`` of them.
+        ``audit_max_batches`` statements each reading ``audit_batch_size`` of them, operator action
+        entries in ``action_log_max_batches`` statements of ``action_log_batch_size``.
         """
         self.batch_size = batch_size
         self.max_batches = max_batches
         self.audit_batch_size = audit_batch_size
         self.audit_max_batches = audit_max_batches
+        self.action_log_batch_size = action_log_batch_size
+        self.action_log_max_batches = action_log_max_batches
         self._audit_after = 0  # the orphan sweep's position: the last audit row id it read
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Prune expired finished jobs, orphaned audit rows, idempotency keys, refresh tokens, sessions, old workers.
+        """Prune expired finished jobs, orphaned audit rows, idempotency keys, refresh tokens, sessions, old workers
+        and operator action entries (``OPERATOR_LOG_RETENTION_DAYS``).
 
         Returns how many rows were deleted; ``now`` defaults to the database clock. Jobs are
         counted once each (not their dependent rows) and in ``jobs_pruned_total{status}``.
@@ -240,8 +273,23 @@ class Pruner:
                 cursor.execute(sql, {"now": now, "limit": AUTH_BATCH_SIZE})
                 total += cursor.rowcount
         total += self._prune_orphaned_audit(now)
+        total += self._prune_action_log(now)
         if total:
             logger.info("pruned %d rows", total)
+        return total
+
+    def _prune_action_log(self, now: dt.datetime | None) -> int:
+        days = conf().operator_log_retention_days
+        if not days:
+            return 0
+        total = 0
+        for _ in range(self.action_log_max_batches):
+            deleted = action_log_prune(days=days, now=now, limit=self.action_log_batch_size)
+            total += deleted
+            if deleted < self.action_log_batch_size:
+                break
+        if total:
+            logger.info("pruned %d operator action entries older than %d days", total, days)
         return total
 
     def _prune_orphaned_audit(self, now: dt.datetime | None) -> int:

@@ -10,14 +10,24 @@ import logging
 import uuid
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import connection
 
 from audit.models import AuditEvent
 from core.pg_connect import pg_connect
 from scheduler import metrics
 from scheduler.jobs import data_cleanup
-from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner, jobs_prune
-from scheduler.models import Attempt, CronSchedule, IdempotencyRecord, Job, JobAttempt, OutboxEvent, WorkerNode
+from scheduler.maintenance.pruner import WORKER_RETENTION_SECONDS, Pruner, action_log_prune, jobs_prune
+from scheduler.models import (
+    Attempt,
+    CronSchedule,
+    IdempotencyRecord,
+    Job,
+    JobAttempt,
+    OutboxEvent,
+    Queue,
+    WorkerNode,
+)
 from scheduler.registry import JobContext
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory, outbox_row, worker_node
@@ -346,3 +356,45 @@ def test_an_orphaned_row_another_session_holds_locked_is_skipped_and_the_rest_de
 
     assert list(AuditEvent.objects.values_list("id", flat=True)) == [held.id]
     assert Pruner().run_once(now=NOW) == 1
+
+
+class TestOperatorActionRetention:
+    """The operator action history (``scheduler.action_log``: Django's ``LogEntry``) goes after its retention."""
+
+    def _entry(self, user, *, age: dt.timedelta) -> LogEntry:
+        queue = Queue.objects.get_or_create(name="default")[0]
+        entry = LogEntry.objects.log_actions(user_id=user.pk, queryset=[queue], action_flag=CHANGE, single_object=True)
+        LogEntry.objects.filter(pk=entry.pk).update(action_time=NOW - age)
+        return entry
+
+    def test_the_pruner_deletes_entries_past_the_retention_and_keeps_the_rest(self, settings, user):
+        settings.SCHEDULER = {**settings.SCHEDULER, "OPERATOR_LOG_RETENTION_DAYS": 30}
+        old = [self._entry(user, age=31 * DAY) for _ in range(5)]
+        recent = self._entry(user, age=29 * DAY)
+
+        assert Pruner(action_log_batch_size=2).run_once(NOW) == 5  # three statements of at most two
+
+        assert not LogEntry.objects.filter(pk__in=[e.pk for e in old]).exists()
+        assert list(LogEntry.objects.values_list("pk", flat=True)) == [recent.pk]
+
+    def test_zero_days_keeps_them_forever(self, settings, user):
+        settings.SCHEDULER = {**settings.SCHEDULER, "OPERATOR_LOG_RETENTION_DAYS": 0}
+        entry = self._entry(user, age=3650 * DAY)
+
+        Pruner().run_once(NOW)
+
+        assert LogEntry.objects.filter(pk=entry.pk).exists()
+
+    def test_a_statement_reads_only_the_oldest_batch(self, user):
+        old = self._entry(user, age=40 * DAY)
+        recent = self._entry(user, age=DAY)
+        skewed = self._entry(user, age=40 * DAY)  # written after a newer one (clock skew): waits for it
+
+        assert action_log_prune(days=30, now=NOW, limit=1) == 1
+        assert action_log_prune(days=30, now=NOW, limit=1) == 0  # read only the recent one
+        assert set(LogEntry.objects.values_list("pk", flat=True)) == {recent.pk, skewed.pk}
+        assert not LogEntry.objects.filter(pk=old.pk).exists()
+
+    def test_a_retention_below_one_day_is_refused(self):
+        with pytest.raises(ValueError):
+            action_log_prune(days=0)
