@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -212,6 +212,27 @@ def add_resolver(resolver: Resolver) -> None:
     with _LOCK:
         if resolver not in _RESOLVERS:
             _RESOLVERS.append(resolver)
+
+
+# Trusted sources of the queues registered job types go to by default, e.g. the Django Tasks
+# backend's @task(queue_name=...); a @handler has no queue of its own (its jobs name one, or default).
+QueueSource = Callable[[], Iterable[str]]
+_QUEUE_SOURCES: list[QueueSource] = []
+
+
+def add_queue_source(source: QueueSource) -> None:
+    """Let ``registered_queues`` also name the queues from ``source() -> names`` (idempotent)."""
+    with _LOCK:
+        if source not in _QUEUE_SOURCES:
+            _QUEUE_SOURCES.append(source)
+
+
+def registered_queues() -> set[str]:
+    """Return the queues some registered job type goes to by default (``add_queue_source``); no database read."""
+    names: set[str] = set()
+    for source in list(_QUEUE_SOURCES):
+        names.update(source())
+    return names
 
 
 def resolve(name: str) -> HandlerSpec:

@@ -262,35 +262,87 @@ def queue_names() -> list[str]:
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
 
 
-def flow_name_in_use(*, scope: str, name: str) -> bool:
-    """True when a flow limit or pause on ``scope`` ("queue" or "type") ``name`` can match a job.
+# Which of the (scope, name) pairs something uses, in one statement: a queue by a job of any status
+# (job_queue_used: the default queue, always in use, is never asked), a schedule's job template or a
+# live worker restricted to it; a type by a schedule (handlers and tasks are known in memory). The
+# comment names the query in logs and in the tests' captured queries.
+FLOW_NAMES_IN_USE_SQL = f"""
+    /* flow_names_in_use */
+    SELECT n.scope, n.name FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS n(scope, name)
+    WHERE CASE WHEN n.scope = 'queue' THEN
+            EXISTS (SELECT 1 FROM stint_job j WHERE j.queue = n.name AND j.queue <> %(default)s)
+            OR EXISTS (SELECT 1 FROM stint_schedule s WHERE s.job_queue = n.name)
+            OR EXISTS (SELECT 1 FROM stint_worker_node WHERE queues ? n.name AND {worker_alive_sql()})
+          ELSE EXISTS (SELECT 1 FROM stint_schedule s WHERE s.job_type = n.name) END
+"""  # noqa: S608 - constant SQL
 
-    A queue is in use when it is the default queue, a live worker serves it, or it has a
-    ``stint_queue`` row (made by the first job, schedule or pause that named it; pruned once
-    unused). A type is in use when a handler or Django task runs it, or a schedule creates it.
-    A limit or pause on a name nothing uses is kept (as Oban lets a queue be paused before its
-    first job), and the API says so: a typo would otherwise never match, silently. A name no
-    queue or type could have (a NUL, a space: ``flow.limits.NAME``) is in use by nothing; it is
-    not sent to the database, which refuses a NUL (the pause endpoint asks before it checks).
+
+def flow_names_params(names: list[tuple[str, str]]) -> dict[str, Any]:
+    """Return ``FLOW_NAMES_IN_USE_SQL``'s parameters for ``names``, a list of (scope, name) pairs."""
+    from scheduler.models import DEFAULT_QUEUE
+
+    return {
+        "scopes": [scope for scope, _ in names],
+        "names": [name for _, name in names],
+        "default": DEFAULT_QUEUE,
+        "dead_after": worker_dead_after_seconds(),
+    }
+
+
+def flow_names_in_use(*, names: Any) -> set[tuple[str, str]]:
+    """Return the pairs of ``names`` (an iterable of (scope, name), scope "queue" or "type") that something uses.
+
+    A flow limit or pause on a name nothing uses is kept (as Oban lets a queue be paused before its
+    first job), and the API and console say so: a typo would otherwise never match, silently. Use is
+    real use, never a ``stint_queue`` row (a pause makes one):
+
+    - a queue: the default queue; a job of any status in it (a finished one in retention too); a
+      schedule whose job template targets it; a live worker restricted to it (``worker_alive_q``:
+      one serving every queue names none); a registered job type whose default queue it is
+      (``registry.registered_queues``: Django's ``@task(queue_name=...)``);
+    - a type: a ``@handler`` or Django task runs it (``registry.resolve``), or a schedule creates it.
+
+    Cost: at most one query, whatever the number of names (none when memory answers for all): a
+    job is found by one probe of the partial index ``job_queue_used`` per queue name. A name no
+    queue or type could have (a NUL, a space: ``flow.limits.NAME``) is used by nothing and is not
+    sent to the database, which refuses a NUL. Raises only database errors.
     """
     from scheduler.exceptions import UnknownJobType
     from scheduler.flow.limits import NAME
-    from scheduler.models import DEFAULT_QUEUE, CronSchedule
-    from scheduler.registry import resolve
+    from scheduler.models import DEFAULT_QUEUE
+    from scheduler.registry import registered_queues, resolve
 
-    if not isinstance(name, str) or not NAME.match(name):
-        return False
-    if scope == "queue":
-        return (
-            name == DEFAULT_QUEUE
-            or Queue.objects.filter(name=name).exists()
-            or WorkerNode.objects.filter(stopped_at__isnull=True, queues__contains=[name]).exists()
-        )
-    try:
-        resolve(name)
-    except UnknownJobType:
-        return CronSchedule.objects.filter(job_type=name).exists()
-    return True
+    used: set[tuple[str, str]] = set()
+    ask: list[tuple[str, str]] = []
+    task_queues: set[str] | None = None
+    for scope, name in dict.fromkeys(names):
+        if scope not in ("queue", "type") or not isinstance(name, str) or not NAME.match(name):
+            continue
+        if scope == "queue":
+            if task_queues is None:
+                task_queues = registered_queues()
+            known = name == DEFAULT_QUEUE or name in task_queues
+        else:
+            try:
+                resolve(name)
+            except UnknownJobType:
+                known = False
+            else:
+                known = True
+        if known:
+            used.add((scope, name))
+        else:
+            ask.append((scope, name))
+    if ask:
+        with connection.cursor() as cursor:
+            cursor.execute(FLOW_NAMES_IN_USE_SQL, flow_names_params(ask))
+            used.update((scope, name) for scope, name in cursor.fetchall())
+    return used
+
+
+def flow_name_in_use(*, scope: str, name: str) -> bool:
+    """True when something uses ``scope`` ("queue" or "type") ``name``: ``flow_names_in_use``'s rule, one name."""
+    return (scope, name) in flow_names_in_use(names=[(scope, name)])
 
 
 class FlowNameUse(TypedDict):
@@ -300,13 +352,16 @@ class FlowNameUse(TypedDict):
     warning: str | None
 
 
-def flow_name_use(*, scope: str, name: str, resumed: bool = False) -> FlowNameUse:
+def flow_name_use(*, scope: str, name: str, resumed: bool = False, in_use: bool | None = None) -> FlowNameUse:
     """Return ``flow_name_in_use`` for ``scope`` ("queue"/"type") ``name`` and, when False, the warning to show.
 
-    The API (limits, pause and resume) and the console's Flow limits page show the same words.
-    ``resumed``: the name is a queue just resumed, where nothing is kept for its first jobs.
+    The API (limits, pause and resume) and the console (the queues' pause and resume actions, the
+    Flow limits page) show the same words. ``resumed``: the name is a queue just resumed, where
+    nothing is kept for its first jobs. ``in_use``: the answer already read for a page of names
+    (``flow_names_in_use``), so no query is made here.
     """
-    in_use = flow_name_in_use(scope=scope, name=name)
+    if in_use is None:
+        in_use = flow_name_in_use(scope=scope, name=name)
     if in_use:
         warning = None
     elif scope == "queue" and resumed:

@@ -12,9 +12,10 @@ class StintTasksConfig(AppConfig):
     verbose_name = "Stint tasks"
 
     def ready(self) -> None:
-        """Let workers resolve task paths (``registry.resolve_task``), then import the task modules."""
-        from scheduler.registry import add_resolver
+        """Let workers resolve task paths and flow control see the tasks' queues, then import the task modules."""
+        from scheduler.registry import add_queue_source, add_resolver
         from stint_tasks import registry
 
         add_resolver(registry.resolve_task)
+        add_queue_source(registry.task_queues)
         registry.discover()

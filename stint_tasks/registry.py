@@ -56,6 +56,11 @@ def undiscovered_paths() -> list[str]:
     return sorted(set(_TASKS) - _DISCOVERED)
 
 
+def task_queues() -> set[str]:
+    """Return the queue each registered task goes to unless enqueued ``using()`` another (``queue_name``)."""
+    return {task.queue_name for task in list(_TASKS.values())}
+
+
 def stint_backend_aliases() -> list[str]:
     """Return the aliases in ``settings.TASKS`` whose backend is (a subclass of) ``StintBackend``."""
     from stint_tasks.backend import StintBackend

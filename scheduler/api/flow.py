@@ -67,7 +67,8 @@ class FlowLimitSerializer(serializers.Serializer):
         allow_null=True, help_text="Claims in the current rate window (null without a rate limit)."
     )
     in_use = serializers.BooleanField(
-        help_text="False when no job, schedule, worker or handler uses the name (a typo never matches)."
+        help_text="False when no job (of any status), schedule, live worker, handler or task uses the name (a "
+        "typo never matches); a pause or limit is no use."
     )
     warning = serializers.CharField(allow_null=True, help_text="Why ``in_use`` is false, or null.")
 
@@ -75,8 +76,9 @@ class FlowLimitSerializer(serializers.Serializer):
 LIMIT_READ = FlowLimitSerializer
 
 
-def _read(limit: flow_limits.Limit) -> dict[str, Any]:
-    return {**limit.as_dict(), **limit_usage(limit), **selectors.flow_name_use(scope=limit.scope, name=limit.name)}
+def _read(limit: flow_limits.Limit, *, in_use: bool | None = None) -> dict[str, Any]:
+    use = selectors.flow_name_use(scope=limit.scope, name=limit.name, in_use=in_use)
+    return {**limit.as_dict(), **limit_usage(limit), **use}
 
 
 class LimitListView(APIView):
@@ -96,7 +98,8 @@ class LimitListView(APIView):
         """Return the effective limits, by key; 400 for a query parameter (it takes none)."""
         check_known(request, self, paging=())
         limits = flow_limits.effective_limits(fresh=True)
-        return Response([_read(limits[k]) for k in sorted(limits)])
+        used = selectors.flow_names_in_use(names=[(lim.scope, lim.name) for lim in limits.values()])
+        return Response([_read(limits[k], in_use=(limits[k].scope, limits[k].name) in used) for k in sorted(limits)])
 
 
 class _LimitDetailView(APIView):

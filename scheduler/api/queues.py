@@ -51,10 +51,12 @@ def _queue_schema(summary: str, description: str, operation_id: str) -> extend_s
 
 
 class QueueStateSerializer(QueueSerializer):
-    """A queue after a pause or resume: the queue, and whether anything used its name before."""
+    """A queue after a pause or resume: the queue, and whether anything uses its name (``flow_names_in_use``)."""
 
     in_use = serializers.BooleanField(
-        read_only=True, help_text="False when no job, schedule or worker had named the queue (a typo never matches)."
+        read_only=True,
+        help_text="False when no job (of any status), schedule, live worker or task names the queue (a typo never "
+        "matches); a pause is no use.",
     )
     warning = serializers.CharField(read_only=True, allow_null=True, help_text="Why ``in_use`` is false, or null.")
 
@@ -64,9 +66,13 @@ class QueueStateSerializer(QueueSerializer):
 
 
 def _changed(request: Request, name: str, change: Callable[..., Queue], *, resumed: bool) -> Response:
-    """Apply ``change`` to queue ``name`` as the request's user; answer the queue with ``in_use`` as it was before."""
-    use = selectors.flow_name_use(scope="queue", name=name, resumed=resumed)
+    """Apply ``change`` to queue ``name`` as the request's user; answer the queue with ``in_use`` as it is after the change.
+
+    As the limits' answers are: a pause or resume is no use of the name (nor its queue row), so a
+    typo paused twice warns twice. ``change`` checks the name first (400 before any read).
+    """
     queue = change(name=name, actor=request.user)
+    use = selectors.flow_name_use(scope="queue", name=name, resumed=resumed)
     queue.in_use, queue.warning = use["in_use"], use["warning"]
     return Response(QueueStateSerializer(queue).data)
 

@@ -11,6 +11,7 @@ from scheduler.exceptions import InvalidJob
 from scheduler.flow import limits as flow_limits
 from scheduler.flow.models import FlowLimit
 from scheduler.models import Queue
+from tests.support.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -159,6 +160,50 @@ def test_a_limit_or_pause_on_a_name_nothing_uses_is_kept_and_says_so(admin_api, 
     assert admin_api.post("/api/admin/queues/default/pause").json()["in_use"] is True
     listed = {limit["key"]: limit["in_use"] for limit in admin_api.get("/api/admin/limits").json()}
     assert listed == {"queue:reprots": False, "type:DEMO_TAKS": False, "queue:reports": True, "type:DEMO_TASK": True}
+
+
+def test_pausing_the_same_unknown_queue_twice_warns_both_times(admin_api):
+    # The first pause made the queue's row, and a row counted as use: the second pause of the typo
+    # answered in_use true with no warning, and so did every limit or resume on it afterwards.
+    first = admin_api.post("/api/admin/queues/reprots/pause").json()
+    second = admin_api.post("/api/admin/queues/reprots/pause").json()
+
+    assert (first["paused"], first["in_use"], second["paused"], second["in_use"]) == (True, False, True, False)
+    assert second["warning"] == first["warning"]
+    assert "No job, schedule or worker uses the queue 'reprots' yet: check the name." in second["warning"]
+    limit = admin_api.put("/api/admin/queues/reprots/limits", {"concurrency": 1}, format="json").json()
+    assert (limit["in_use"], limit["warning"]) == (False, first["warning"])
+    resumed = admin_api.post("/api/admin/queues/reprots/resume").json()
+    assert (resumed["paused"], resumed["in_use"]) == (False, False)
+    assert "It is not paused." in resumed["warning"]
+
+
+def test_pause_resume_and_limits_answer_in_use_as_it_is_after_the_call(admin_api):
+    # The limits answer read in_use after the change, pause and resume before it. Neither a pause nor
+    # a limit is use, so both orders agree now; the answers are read after the change, as the limits' were.
+    answers = [
+        admin_api.post("/api/admin/queues/nightyl/pause").json(),
+        admin_api.put("/api/admin/queues/nightyl/limits", {"concurrency": 1}, format="json").json(),
+        admin_api.get("/api/admin/queues/nightyl/limits").json(),
+        admin_api.post("/api/admin/queues/nightyl/resume").json(),
+        admin_api.post("/api/admin/queues/nightyl/pause").json(),
+    ]
+    assert [a["in_use"] for a in answers] == [False] * 5
+    assert {a["key"]: a["in_use"] for a in admin_api.get("/api/admin/limits").json()} == {"queue:nightyl": False}
+
+
+def test_a_queue_whose_only_job_finished_is_in_use(admin_api, user):
+    # A finished job in retention still names the queue: a pause or limit on it is no typo. The job
+    # is written alone (no queue row), as a queue row may be missing: in_use read rows, not jobs.
+    JobFactory(owner=user, queue="reports", succeeded=True)
+    assert not Queue.objects.filter(name="reports").exists()
+
+    answers = [
+        admin_api.put("/api/admin/queues/reports/limits", {"concurrency": 1}, format="json").json(),
+        admin_api.post("/api/admin/queues/reports/pause").json(),
+        admin_api.post("/api/admin/queues/reports/resume").json(),
+    ]
+    assert [(a["in_use"], a["warning"]) for a in answers] == [(True, None)] * 3
 
 
 @pytest.mark.parametrize("name", ["%00", "a%00b"])
