@@ -45,13 +45,15 @@ from scheduler.bulk import (
     BulkOutcome,
     job_bulk_apply_filtered,
 )
-from scheduler.exceptions import StintError
+from scheduler.exceptions import InvalidQueue, StintError
 from scheduler.ids import short_job_id
 from scheduler.job_search import job_search_parse, jobs_filter_by_search
 from scheduler.models import Attempt, CronSchedule, Job, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
 from scheduler.selectors import (
     LIST_DEFERRED,
+    flow_name_use,
+    flow_names_in_use,
     jobs_count_by_status,
     owners_with_jobs,
     queue_names,
@@ -863,12 +865,32 @@ class QueueAdmin(OperatorAdmin):
         return getattr(queue, "running_count", 0)
 
     def _set(self, request: HttpRequest, queryset: QuerySet[Queue], *, pause: bool) -> None:
-        names = list(queryset.values_list("name", flat=True))
+        """Pause or resume each queue; then one warning per name nothing uses (the API's ``warning``).
+
+        A stored name no queue could have (written before names were checked) is refused by the
+        service: it is named in an error and the others go on. Messages are escaped when shown.
+        """
+        names = list(queryset.order_by("name").values_list("name", flat=True))
         service = queues.queue_pause if pause else queues.queue_resume
+        done, refused = [], []
         for name in names:
-            service(name=name, actor=request.user)
+            try:
+                service(name=name, actor=request.user)
+            except InvalidQueue:
+                refused.append(name)
+            else:
+                done.append(name)
         verb = "Paused" if pause else "Resumed"
-        self.message_user(request, f"{verb} {len(names)} queue{'s' if len(names) != 1 else ''}: {', '.join(names)}.")
+        if done:
+            self.message_user(request, f"{verb} {len(done)} queue{'s' if len(done) != 1 else ''}: {', '.join(done)}.")
+        for name in refused:
+            refusal = f"Not {verb.lower()}: {name!r} is no queue name a job could carry."
+            self.message_user(request, refusal, messages.ERROR)
+        used = flow_names_in_use(names=[("queue", name) for name in done])
+        for name in done:
+            use = flow_name_use(scope="queue", name=name, resumed=not pause, in_use=("queue", name) in used)
+            if use["warning"]:
+                self.message_user(request, use["warning"], messages.WARNING)
 
     @admin.action(description="Pause selected queues", permissions=["operate"])
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:

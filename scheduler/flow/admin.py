@@ -5,7 +5,7 @@ API's one rule), and saved through ``limit_set``/``limit_delete``. The changelis
 limit stored here with what it counts now; limits from handlers and settings are listed by the
 API (GET /api/admin/limits) and on the queues list's "oldest waiting" panel's page.
 Each limit says whether anything uses its name (the API's ``in_use``/``warning``, ``selectors.flow_name_use``): one on a
-name nothing uses is kept, with a warning when saved and a mark on both lists.
+name nothing uses is kept, with a warning when saved and a mark on both lists (one query for the page).
 """
 
 from __future__ import annotations
@@ -111,11 +111,19 @@ class FlowLimitAdmin(OperatorAdmin):
 
     @admin.display(description="name used")
     def name_used(self, row: FlowLimit) -> SafeString:
-        """ "yes", or "unused" with the API's warning as its title (a typo never matches a job)."""
-        use = selectors.flow_name_use(scope=row.scope, name=row.name)
+        """ "yes", or "unused" saying no queue/type of this name is in use, the API's warning as its title.
+
+        The page reads every row's use in one query (``changelist_view``); a row shown elsewhere asks alone.
+        """
+        use = getattr(row, "name_use", None) or selectors.flow_name_use(scope=row.scope, name=row.name)
         if use["in_use"]:
             return badge("yes", "#116329", data_name="in-use")
-        return format_html('<span title="{}">{}</span>', use["warning"], badge("unused", "#8a4600", data_name="in-use"))
+        return format_html(
+            '<span title="{}">{} {}</span>',
+            use["warning"],
+            badge("unused", "#8a4600", data_name="in-use"),
+            unused_words(row.scope),
+        )
 
     @admin.display(description="per partition")
     def partition(self, row: FlowLimit) -> str:
@@ -138,17 +146,33 @@ class FlowLimitAdmin(OperatorAdmin):
         return f"{usage['running']}" + (f" / {window}" if window is not None else "")
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        """The list, with every limit in effect (any source) and the oldest waiting job per priority."""
+        """The list, with every limit in effect (any source) and the oldest waiting job per priority.
+
+        Whether each name is in use (the rows of the page and the limits in effect) is read in one
+        query (``selectors.flow_names_in_use``) once the page's rows are known, before it renders.
+        """
         limits = flow_limits.effective_limits(fresh=True)
-        extra = {
-            "flow_effective": [
-                {**lim.as_dict(), **limit_usage(lim), **selectors.flow_name_use(scope=lim.scope, name=lim.name)}
-                for _, lim in sorted(limits.items())
-            ],
-            "flow_oldest": oldest_waiting(),
-            **(extra_context or {}),
-        }
-        return super().changelist_view(request, extra_context=extra)
+        effective = [{**lim.as_dict(), **limit_usage(lim)} for _, lim in sorted(limits.items())]
+        extra = {"flow_effective": effective, "flow_oldest": oldest_waiting(), **(extra_context or {})}
+        response = super().changelist_view(request, extra_context=extra)
+        cl = (getattr(response, "context_data", None) or {}).get("cl")
+        if cl is None:  # an action's redirect, or a bad filter's
+            return response
+        rows = list(cl.result_list)  # evaluated here: the template shows these same objects
+        pairs = [(row.scope, row.name) for row in rows] + [(item["scope"], item["name"]) for item in effective]
+        used = selectors.flow_names_in_use(names=pairs)
+        for row in rows:
+            row.name_use = selectors.flow_name_use(scope=row.scope, name=row.name, in_use=(row.scope, row.name) in used)
+        for item in effective:
+            key = (item["scope"], item["name"])
+            item.update(selectors.flow_name_use(scope=key[0], name=key[1], in_use=key in used))
+            item["unused_words"] = unused_words(item["scope"])
+        return response
+
+
+def unused_words(scope: str) -> str:
+    """The console's mark of a limit on a name nothing uses: "no queue of this name is in use" (or type)."""
+    return f"no {'queue' if scope == 'queue' else 'type'} of this name is in use"
 
 
 def job_flow_html(job: Any) -> Any:

@@ -573,6 +573,35 @@ class TestWorkersAndQueues:
         _act(operator, "resume_queues", [queue], url)
         assert not Queue.objects.get(name="reports").paused
 
+    def test_pausing_selected_queues_warns_once_per_queue_nothing_uses(self, operator, user):
+        # Every listed queue has a row, and a row counted as use: the bulk pause could never warn.
+        used = queues.queue_resume(name="reports")
+        JobFactory(owner=user, queue="reports", succeeded=True)
+        typos = [queues.queue_resume(name="reprots"), queues.queue_resume(name="nightyl")]
+
+        response = _act(operator, "pause_queues", [used, *typos], "/admin/scheduler/queue/")
+
+        warnings = [str(m) for m in get_messages(response.wsgi_request) if m.level_tag == "warning"]
+        assert len(warnings) == 2, warnings
+        assert any("the queue 'reprots' yet: check the name." in w for w in warnings)
+        assert any("the queue 'nightyl' yet: check the name." in w for w in warnings)
+        assert not any("'reports'" in w for w in warnings)
+        assert "Paused 3 queues: nightyl, reports, reprots." in _messages(response)
+        resumed = _act(operator, "resume_queues", typos, "/admin/scheduler/queue/")
+        assert sum("It is not paused." in m for m in _messages(resumed)) == 2
+
+    def test_a_stored_queue_name_no_queue_could_have_is_named_escaped_not_a_500(self, operator):
+        # A row written before names were checked (a trailing newline, markup): the pause refuses it.
+        hostile = Queue.objects.create(name="<b>x</b>\n")
+        fine = queues.queue_resume(name="fine")
+
+        response = _act(operator, "pause_queues", [hostile, fine], "/admin/scheduler/queue/")
+
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+        assert Queue.objects.get(name="fine").paused and not Queue.objects.get(pk=hostile.pk).paused
+
 
 class TestEventsAndDashboard:
     def test_outbox_and_audit_lists_are_searchable_by_job_id(self, operator, user):

@@ -90,3 +90,31 @@ def test_a_limit_on_a_used_name_is_marked_used_without_a_warning(operator, user)
     page = operator.get(LIST).content.decode()
     assert page.count('data-in-use="yes"') == 4  # two rows, each in the list and in the table
     assert 'data-in-use="unused"' not in page and 'data-in-use="no"' not in page
+
+
+def test_the_list_marks_unused_names_with_one_query_whatever_the_number_of_limits(operator, user):
+    # The mark asked the database per row (queue row, workers, schedules): a page of 100 limits
+    # read each name's use several times over. Now one query answers for the page.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    enqueue("DEMO_TASK", queue="slow", owner=user)
+    flow_limits.limit_set(scope="queue", name="slow", data={"concurrency": 1})
+    flow_limits.limit_set(scope="queue", name="reprots", data={"concurrency": 1})
+
+    def in_use_queries() -> tuple[int, str]:
+        flow_limits.forget_cache()
+        with CaptureQueriesContext(connection) as queries:
+            page = operator.get(LIST).content.decode()
+        return sum("flow_names_in_use" in q["sql"] for q in queries.captured_queries), page
+
+    few, page = in_use_queries()
+    assert few == 1
+    assert page.count("no queue of this name is in use") == 2  # the row and the limits-in-effect table
+    for n in range(10):
+        flow_limits.limit_set(scope="queue", name=f"typo{n}", data={"concurrency": 1})
+        flow_limits.limit_set(scope="type", name=f"TYPO_{n}", data={"concurrency": 1})
+    many, page = in_use_queries()
+    assert many == 1
+    assert page.count("no queue of this name is in use") == 2 * 11
+    assert page.count("no type of this name is in use") == 2 * 10
