@@ -66,7 +66,7 @@ class QueueStateSerializer(QueueSerializer):
 
 
 def _changed(request: Request, name: str, change: Callable[..., Queue], *, resumed: bool) -> Response:
-    """Apply ``change`` to queue ``name`` as the request's user; answer the queue with ``in_use`` as it is after the change.
+    """Apply ``change`` to queue ``name`` as the request's user; answer it with ``in_use`` as it is after the change.
 
     As the limits' answers are: a pause or resume is no use of the name (nor its queue row), so a
     typo paused twice warns twice. ``change`` checks the name first (400 before any read).
