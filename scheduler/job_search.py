@@ -151,8 +151,9 @@ def job_search_parse(term: str) -> JobSearch:
                     f'{piece[:80]!r} has no value: write one after the colon ({piece[:80]}"" for the empty string).'
                 )
                 continue
+            # A quoted value is text only, "null" too; unquoted, null is the one scalar that is None.
             scalar = None if quoted else _scalar(value)
-            values = (value,) if scalar is None and value != "null" else (scalar, value)
+            values = (value,) if quoted or (scalar is None and value != "null") else (scalar, value)
             search.args.append(ArgsTerm(path=path, values=values))
         else:
             plain.append(piece)

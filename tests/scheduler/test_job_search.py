@@ -44,6 +44,8 @@ def test_qualifiers_and_plain_text_mix():
         ("true", (True, "true")),
         ("null", (None, "null")),
         ('"7"', ("7",)),  # quoted: text only
+        ('"null"', ("null",)),  # quoted null too: the text, not JSON null
+        ('"true"', ("true",)),
         ("1e999", ("1e999",)),  # no finite JSON number: text only
         ("9" * 999, (int("9" * 999), "9" * 999)),
         ("INV-77", ("INV-77",)),
@@ -116,6 +118,13 @@ class TestMatching:
 
         assert self._ids("args.customer:7") == {number.id, text.id, listed.id}
         assert self._ids('args.customer:"7"') == {text.id}
+
+    def test_a_quoted_null_is_the_text_null_only(self, user):
+        json_null = JobFactory(owner=user, payload={"plan": None})
+        text_null = JobFactory(owner=user, payload={"plan": "null"})
+
+        assert self._ids("args.plan:null") == {json_null.id, text_null.id}
+        assert self._ids('args.plan:"null"') == {text_null.id}
 
     def test_a_nested_path_and_several_terms_all_hold(self, user):
         pro = JobFactory(owner=user, payload={"user": {"plan": "pro", "id": 1}}, last_error="Timeout: 30 s")
