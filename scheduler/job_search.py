@@ -3,7 +3,7 @@
 The syntax is Oban Web's filter bar's, for the two questions its qualifiers answer that a name
 search cannot: "which jobs were about customer 7" (``args.customer:7``, a path into the payload,
 dotted for nested objects: ``args.user.plan:pro``) and "which jobs failed with this error"
-(``error:timeout``, part of ``last_error``, case-insensitive). Terms are separated by spaces and
+(``error:timeout``, part of ``last_error``, in any letter case). Terms are separated by spaces and
 all must hold; a value with spaces is quoted (``error:"No such customer"``). What is left over
 is the plain search (id, name, idempotency key, error text) the console had before.
 
@@ -32,7 +32,9 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import CharField, F, Func, Q, QuerySet, Value
+from django.db.models.functions import Upper
+from django.db.models.lookups import Contains
 
 from core.parsers import is_storable_text
 
@@ -172,6 +174,63 @@ def error_term(text: str) -> str:
     return f'{ERROR_PREFIX}"{text}"' if any(c.isspace() for c in text) else f"{ERROR_PREFIX}{text}"
 
 
+def _case_forms(char: str) -> set[str]:
+    """``char`` and each one-character lower, upper or title case form reachable from it: {"Ä", "ä"} for "ä"."""
+    forms, todo = {char}, [char]
+    while todo:
+        current = todo.pop()
+        for form in (current.lower(), current.upper(), current.title()):
+            if len(form) == 1 and form not in forms:
+                forms.add(form)
+                todo.append(form)
+    return forms
+
+
+def _fold_target(char: str) -> str:
+    """The one form the case forms of ``char`` are folded to: upper case of its lower case ("I" for "ı")."""
+    for form in (char.lower().upper(), char.upper()):
+        if len(form) == 1:
+            return form
+    return char
+
+
+def case_fold_map(text: str) -> dict[str, str]:
+    """Return how to fold the non-ASCII letters of ``text`` to one case: each case form to one target letter.
+
+    Only the letters ``text`` holds, and only forms beyond ASCII (PostgreSQL's ``UPPER()`` folds
+    ASCII under any locale): {"ä": "Ä", "ı": "I"} for "Ärger ı". A form two letters share (the
+    first of them wins) is folded as the first one says, on both sides alike.
+    """
+    fold: dict[str, str] = {}
+    for char in text:
+        if char.isascii():
+            continue
+        target = _fold_target(char)
+        for form in sorted(_case_forms(char)):
+            if form != target and not form.isascii():
+                fold.setdefault(form, target)
+    return fold
+
+
+def _contains_any_case(field: str, text: str) -> Q:
+    """``field`` holds ``text`` in any letter case, beyond ASCII too; every character is literal.
+
+    Django's ``icontains`` is ``UPPER(field) LIKE UPPER(text)``, and PostgreSQL's ``UPPER()`` folds
+    by the database's locale: under none (``C``, the dev stack's ``initdb --no-locale``) only ASCII
+    letters, so ``error:ÄRGER`` missed "ärger". Here both sides first have the letters of ``text``
+    folded (``case_fold_map``: SQL ``translate()``, short as the text's distinct letters), then go
+    through ``UPPER()``; a regular expression of case brackets was tried and took seconds per
+    kilobyte of error text. A letter whose upper case is two letters ("ß": "SS") matches its
+    one-letter forms only.
+    """
+    fold = case_fold_map(text)
+    column: Any = F(field)
+    if fold:
+        column = Func(column, Value("".join(fold)), Value("".join(fold.values())), function="translate")
+    folded = "".join(char.upper() if char.isascii() else char for char in text.translate(str.maketrans(fold)))
+    return Q(Contains(Upper(column, output_field=CharField()), folded))
+
+
 def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     """``{"a": {"b": value}}`` for path ("a", "b")."""
     nested: Any = value
@@ -184,7 +243,7 @@ def jobs_filter_by_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySe
     """Narrow a ``Job`` queryset to the jobs every qualifier term of ``search`` matches (plain text excluded).
 
     ``args`` terms are JSON containment on ``payload`` (the value at the path, or in an array
-    there); ``error`` terms are ``last_error`` case-insensitive substrings. A search with
+    there); ``error`` terms are ``last_error`` substrings in any letter case (``_contains_any_case``). A search with
     ``problems`` matches no job. Neither is indexed: the console pages its results by the
     ``job_recent`` index, and the count scans the jobs the other filters leave.
     """
@@ -196,7 +255,7 @@ def jobs_filter_by_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySe
             match |= Q(payload__contains=_nest(term.path, value)) | Q(payload__contains=_nest(term.path, [value]))
         queryset = queryset.filter(match)
     for text in search.errors:
-        queryset = queryset.filter(last_error__icontains=text)
+        queryset = queryset.filter(_contains_any_case("last_error", text))
     return queryset
 
 
@@ -204,13 +263,13 @@ def jobs_filter_by_list_search(queryset: QuerySet[Any], search: JobSearch) -> Qu
     """Narrow a ``Job`` queryset to the jobs ``search`` finds in the API's job lists and the user pages.
 
     Every qualifier must hold (``jobs_filter_by_search``) and the plain text, when any, is part of
-    the name or of the type, case-insensitively (``LIKE`` wildcards are literal). A search with
+    the name or of the type, in any letter case (``_contains_any_case``; every character is literal). A search with
     ``problems`` matches no job; callers that read it through ``JobSearchField`` never pass one.
     Visibility is the caller's: ``queryset`` is already the jobs the user may see.
     """
     queryset = jobs_filter_by_search(queryset, search)
     if search.plain:
-        queryset = queryset.filter(Q(name__icontains=search.plain) | Q(type__icontains=search.plain))
+        queryset = queryset.filter(_contains_any_case("name", search.plain) | _contains_any_case("type", search.plain))
     return queryset
 
 

@@ -135,6 +135,27 @@ class TestMatching:
         assert self._ids("args.user.plan:pro error:timeout") == {pro.id}
         assert self._ids('error:"timeout: 30"') == {pro.id}
 
+    def test_error_text_matches_in_any_letter_case_beyond_ascii(self, user):
+        # The database may have no locale (the dev stack's initdb --no-locale): UPPER() there folds ASCII only.
+        upper = JobFactory(owner=user, last_error="ÄRGER IM BÜRO")
+        lower = JobFactory(owner=user, last_error="ärger im büro")
+        greek = JobFactory(owner=user, last_error="Σφάλμα δικτύου")
+        JobFactory(owner=user, last_error="Arger")
+
+        assert self._ids("error:ärger") == {upper.id, lower.id}
+        assert self._ids("error:ÄRGER") == {upper.id, lower.id}
+        assert self._ids('error:"im bÜro"') == {upper.id, lower.id}
+        assert self._ids("error:ΣΦΆΛΜΑ") == {greek.id}
+
+    @pytest.mark.parametrize(
+        "text", ["%", "_", "\\", ".", ".*", "(", "[a-z]", "a|b", "^Bad", "$", "\\d", "x{2}", "' OR 1=1 --"]
+    )
+    def test_error_text_is_literal_text_never_a_pattern(self, user, text):
+        JobFactory(owner=user, last_error="Bad input")
+        literal = JobFactory(owner=user, last_error=f"Bad input: {text} here")
+
+        assert self._ids(f'error:"{text}"') == {literal.id}
+
     def test_a_search_with_a_problem_matches_nothing(self, user):
         JobFactory(owner=user, payload={"k": 1})
 
@@ -185,3 +206,5 @@ def test_the_list_search_is_every_qualifier_and_plain_text_in_the_name_or_the_ty
     assert ids("args.k:1 repo") == {report.id}
     assert ids("args.k:1 %") == set()  # a LIKE wildcard is a literal character
     assert ids("args.k:1") == {nightly.id, report.id}
+    umlaut = JobFactory(owner=user, name="Übersicht", payload={"k": 1})
+    assert ids("args.k:1 üBERSICHT") == {umlaut.id}  # any case beyond ASCII, whatever the database's locale
