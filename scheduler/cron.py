@@ -197,6 +197,10 @@ def _dow_start_step_problem(dow: str, *, names: dict[str, int]) -> str | None:
         n = int(start) if start.isdigit() else names.get(start.lower())
         if n is None or n > 7:
             continue
+        if n == 7:  # 7-7/step is Sunday alone, and croniter read 7 as 0: 7-6/step would be a reversed range
+            return (
+                f"{part!r} in the day of week is ambiguous (7 is Sunday too): write 7 for Sunday alone, or 0-6/{step}."
+            )
         if set(range(n % 7, 7, int(step))) != {v % 7 for v in range(n, 8, int(step))}:
             return (
                 f"{part!r} in the day of week is ambiguous (7 is Sunday too): write {start}-7/{step} "

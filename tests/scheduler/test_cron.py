@@ -772,3 +772,22 @@ def test_a_day_of_week_start_and_step_that_could_end_at_6_or_7_is_refused(expres
         cron_spec(same_either_way, "UTC")
     stored = fire_times(cron_spec("0 0 * * 1/2", "UTC", stored=True), start=utc("2024-01-01 00:00"), count=4)
     assert [t.strftime("%a") for t in stored] == ["Wed", "Fri", "Mon", "Wed"]  # kept as croniter read it
+
+
+@pytest.mark.parametrize(
+    ("expression", "suggestions", "days"),
+    [
+        ("0 0 * * 1/2", ("1-7/2", "1-6/2"), ({"Mon", "Wed", "Fri", "Sun"}, {"Mon", "Wed", "Fri"})),
+        ("0 0 * * 7/2", ("7", "0-6/2"), ({"Sun"}, {"Sun", "Tue", "Thu", "Sat"})),
+        ("0 0 * * 7/1", ("7", "0-6/1"), ({"Sun"}, {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"})),
+    ],
+)
+def test_the_refusal_of_a_day_of_week_start_and_step_suggests_fields_that_are_accepted(expression, suggestions, days):
+    # '7/2' used to suggest '7-7/2' and '7-6/2', a reversed range that is itself refused.
+    with pytest.raises(InvalidSchedule) as exc:
+        cron_spec(expression, "UTC")
+    message = exc.value.details["cron"][0]
+    for suggestion, weekdays in zip(suggestions, days, strict=True):
+        assert f"write {suggestion} " in message or f"or {suggestion}." in message, message
+        fires = fire_times(cron_spec(f"0 0 * * {suggestion}", "UTC"), start=utc("2024-01-01 00:00"), count=14)
+        assert {t.strftime("%a") for t in fires} == weekdays
