@@ -28,6 +28,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
+from core.parsers import json_type_name
 from scheduler.exceptions import InvalidUnique, UniqueConflict
 from scheduler.flow.limits import PARTITION_KEY
 from scheduler.ids import new_job_id
@@ -60,7 +61,8 @@ def parse(raw: Any) -> UniqueSpec:
     """Validate the ``unique`` option (a JSON object) and return it as a ``UniqueSpec``.
 
     ``keys``: a list of 1-20 top-level payload field names, or absent for the whole payload;
-    ``period``: whole seconds from 1 to a year, or absent/null for no period; ``states``:
+    ``period``: whole seconds from 1 to a year (``60.0`` is 60; another JSON type is refused by
+    name, as the API's integer fields refuse it), or absent/null for no period; ``states``:
     statuses in which a job blocks a duplicate, default and minimum the live ones (SCHEDULED,
     QUEUED, RUNNING, RETRYING), plus any of SUCCESS, FAILED, DEAD, CANCELLED. Raises
     ``InvalidUnique`` (400) with per-field details.
@@ -81,9 +83,11 @@ def parse(raw: Any) -> UniqueSpec:
             f"A list of 1-{MAX_KEYS} payload field names (a letter or '_', then letters, digits, '_')."
         ]
     period = raw.get("period")
-    if period is not None and (
-        isinstance(period, bool) or not isinstance(period, int) or not 1 <= period <= MAX_PERIOD_SECONDS
-    ):
+    if isinstance(period, float) and period.is_integer():
+        period = int(period)  # 60.0 is 60, as the API's integer fields and the flow limits read it
+    if period is not None and (isinstance(period, bool) or not isinstance(period, int | float)):
+        errors["unique.period"] = [f"An integer is expected, not {json_type_name(period)}."]
+    elif period is not None and (not isinstance(period, int) or not 1 <= period <= MAX_PERIOD_SECONDS):
         errors["unique.period"] = [f"Whole seconds from 1 to {MAX_PERIOD_SECONDS}, or null."]
     states = raw.get("states")
     allowed = {str(s) for s in (*LIVE_STATES, *OPTIONAL_STATES)}

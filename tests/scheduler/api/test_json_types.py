@@ -144,3 +144,25 @@ def test_the_schema_says_integer_and_boolean_for_these_fields(api):
     assert schedule["enabled"]["type"] == "boolean"
     assert schedule["interval_seconds"]["type"] == "integer"
     assert preview["count"]["type"] == "integer"
+
+
+@pytest.mark.parametrize(
+    ("period", "message"),
+    [("60", INTEGER.format("a string")), (True, INTEGER.format("a boolean")), ([60], INTEGER.format("an array"))],
+)
+def test_a_unique_period_of_another_json_type_is_a_400_that_names_the_type(user_api, period, message):
+    # unique.period is checked by scheduler.flow.unique, not a serializer: it said "Whole seconds..." to "60".
+    resp = user_api.post("/api/jobs", {**JOB, "unique": {"period": period}}, format="json")
+
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["details"] == {"unique.period": [message]}
+    assert not Job.objects.exists()
+
+
+def test_a_unique_period_with_a_zero_fraction_is_that_integer_as_every_integer_field_reads_it(user_api):
+    first = user_api.post("/api/jobs", {**JOB, "unique": {"period": 60.0}}, format="json")
+    again = user_api.post("/api/jobs", {**JOB, "unique": {"period": 60}}, format="json")
+
+    assert first.status_code == 201, first.content
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]  # the same period: a duplicate
+    assert user_api.post("/api/jobs", {**JOB, "unique": {"period": 60.5}}, format="json").status_code == 400
