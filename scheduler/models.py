@@ -142,10 +142,6 @@ class Job(models.Model):
             models.Index(fields=["owner", "-created_at"], name="job_owner_recent", condition=Q(owner__isnull=False)),
             # Every owner's jobs newest first (the operator console and GET /api/admin/jobs page by it).
             models.Index(fields=["-created_at", "-id"], name="job_recent"),
-            # Whether any job, of any status, names a queue: a flow limit's or a pause's "in use"
-            # (selectors.flow_names_in_use), one probe per name. The default queue is in use anyway, so
-            # its jobs (most jobs) write no entry.
-            models.Index(fields=["queue"], name="job_queue_used", condition=~Q(queue=DEFAULT_QUEUE)),
             # The retention pruner's scan (oldest finished jobs of one status) and the dashboard's dead jobs.
             models.Index(
                 fields=["status", "finished_at"],

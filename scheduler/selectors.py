@@ -8,12 +8,13 @@ so that ids of other users' jobs cannot be probed.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 from typing import Any, TypedDict
 
 from django.contrib.auth import get_user_model
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 from django.db.models import (
     BooleanField,
     Case,
@@ -32,11 +33,14 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce, JSONObject, Now
+from psycopg import errors as psycopg_errors
 
 from scheduler.conf import conf
 from scheduler.exceptions import JobNotFound, NoResult
 from scheduler.models import Attempt, Job, JobAttempt, JobResult, Queue, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
+
+logger = logging.getLogger(__name__)
 
 # Stable order for paging: created_at ties (jobs inserted by one statement share now()) break on id.
 NEWEST_FIRST = ("-created_at", "-id")
@@ -262,17 +266,20 @@ def queue_names() -> list[str]:
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
 
 
-# Which of the (scope, name) pairs something uses, in one statement: a queue by a job of any status
-# (job_queue_used: the default queue, always in use, is never asked), a schedule's job template or a
-# live worker restricted to it; a type by a schedule (handlers and tasks are known in memory). The
-# comment names the query in logs and in the tests' captured queries.
+# Which of the (scope, name) pairs something uses, in one statement: a queue by a schedule's job
+# template, a live worker restricted to it, or a job of any status (the default queue, always in use,
+# is never asked); a type by a schedule (handlers and tasks are known in memory). No index serves the
+# job check: an index on stint_job.queue cost every row version of a job outside the default queue an
+# entry (about 210 bytes of WAL a job, 15%) for an advisory warning; the scan stops at a name's first
+# job and is bounded by IN_USE_CHECK_MS. The comment names the query in logs and the tests' captured
+# queries.
 FLOW_NAMES_IN_USE_SQL = f"""
     /* flow_names_in_use */
     SELECT n.scope, n.name FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS n(scope, name)
     WHERE CASE WHEN n.scope = 'queue' THEN
-            EXISTS (SELECT 1 FROM stint_job j WHERE j.queue = n.name AND j.queue <> %(default)s)
-            OR EXISTS (SELECT 1 FROM stint_schedule s WHERE s.job_queue = n.name)
+            EXISTS (SELECT 1 FROM stint_schedule s WHERE s.job_queue = n.name)
             OR EXISTS (SELECT 1 FROM stint_worker_node WHERE queues ? n.name AND {worker_alive_sql()})
+            OR EXISTS (SELECT 1 FROM stint_job j WHERE j.queue = n.name AND j.queue <> %(default)s)
           ELSE EXISTS (SELECT 1 FROM stint_schedule s WHERE s.job_type = n.name) END
 """  # noqa: S608 - constant SQL
 
@@ -302,10 +309,13 @@ def flow_names_in_use(*, names: Any) -> set[tuple[str, str]]:
       (``registry.registered_queues``: Django's ``@task(queue_name=...)``);
     - a type: a ``@handler`` or Django task runs it (``registry.resolve``), or a schedule creates it.
 
-    Cost: at most one query, whatever the number of names (none when memory answers for all): a
-    job is found by one probe of the partial index ``job_queue_used`` per queue name. A name no
-    queue or type could have (a NUL, a space: ``flow.limits.NAME``) is used by nothing and is not
-    sent to the database, which refuses a NUL. Raises only database errors.
+    Cost: at most one query, whatever the number of names (none when memory answers for all). The
+    job check has no index (see ``FLOW_NAMES_IN_USE_SQL``): it reads jobs until a name's first one,
+    so a name no job carries reads the whole job table, about 0.4 s a million jobs. The statement
+    runs under a ``statement_timeout`` of ``IN_USE_CHECK_MS``; past it every name asked is
+    answered as in use (no warning rather than a false one, and the caller is not held up). A name
+    no queue or type could have (a NUL, a space: ``flow.limits.NAME``) is used by nothing and is
+    not sent to the database, which refuses a NUL. Raises only database errors.
     """
     from scheduler.exceptions import UnknownJobType
     from scheduler.flow.limits import NAME
@@ -334,10 +344,36 @@ def flow_names_in_use(*, names: Any) -> set[tuple[str, str]]:
         else:
             ask.append((scope, name))
     if ask:
-        with connection.cursor() as cursor:
-            cursor.execute(FLOW_NAMES_IN_USE_SQL, flow_names_params(ask))
-            used.update((scope, name) for scope, name in cursor.fetchall())
+        used.update(_names_in_use_bounded(ask))
     return used
+
+
+IN_USE_CHECK_MS = 2000  # bound of flow_names_in_use's statement (a full scan of a few million jobs)
+
+
+def _names_in_use_bounded(ask: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Run ``FLOW_NAMES_IN_USE_SQL`` for ``ask`` under ``IN_USE_CHECK_MS``; all of ``ask`` when it runs out.
+
+    In a savepoint, so a cancelled statement leaves the caller's transaction usable; the time bound
+    is set with ``SET LOCAL`` and put back after, so it never outlives this statement in the
+    caller's transaction.
+    """
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('statement_timeout')")
+            (before,) = cursor.fetchone()
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{IN_USE_CHECK_MS}ms"])
+            cursor.execute(FLOW_NAMES_IN_USE_SQL, flow_names_params(ask))
+            found = {(scope, name) for scope, name in cursor.fetchall()}
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+            return found
+    except OperationalError as exc:
+        if not isinstance(exc.__cause__, psycopg_errors.QueryCanceled | psycopg_errors.LockNotAvailable):
+            raise
+        logger.info(
+            "flow_names_in_use: no answer within %d ms for %d names; taken as in use", IN_USE_CHECK_MS, len(ask)
+        )
+        return set(ask)
 
 
 def flow_name_in_use(*, scope: str, name: str) -> bool:

@@ -204,8 +204,8 @@ def test_a_limits_few_held_jobs_are_read_through_the_held_index_of_its_scope(set
     )
     enqueue(few["type"], priority="LOW", queue=few["queue"])
     Job.objects.filter(status=JobStatus.QUEUED).update(flow_held=True)
-    # The few's queue has a history, as a limited queue has: with one job in all, the index of every
-    # job by queue (job_queue_used, the "in use" check's) would read it as cheaply as the held one.
+    # The few's queue has a history, as a limited queue has, so the planner's choice of the held
+    # index is not an accident of a queue with one job in all.
     Job.objects.bulk_create(
         [
             Job(**few, status=JobStatus.SUCCESS, scheduled_at=first.scheduled_at, finished_at=first.scheduled_at)
