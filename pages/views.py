@@ -193,6 +193,8 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "can_retry": job.status == JobStatus.FAILED
         or (job.status == JobStatus.DEAD and job_actions.dead_retry_allowed()),
         "dead_needs_admin": job.status == JobStatus.DEAD and not job_actions.dead_retry_allowed(),
+        # An ADMIN recovers a dead job in the operator console (the job's page there has the action).
+        "console_recovers": getattr(request.user, "is_admin", False) and request.user.is_staff,
         "waiting": waiting_reason(job),
     }
 

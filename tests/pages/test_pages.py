@@ -309,6 +309,17 @@ class TestJobDetail:
         assert folded[1][1].endswith("ValueError: bad &lt;input&gt; 2")
         assert '<details class="traceback" open' not in html  # collapsed until asked
 
+    def test_an_admins_dead_job_links_to_the_console_where_they_recover_it(self, client):
+        # An ADMIN was told to "ask one" about their own dead job, with no way on the page.
+        admin = UserFactory(role=Role.ADMIN, is_staff=True)
+        client.force_login(admin)
+        dead = JobFactory(owner=admin, dead=True)
+
+        html = _html(client.get(f"/jobs/{dead.id}/"))
+
+        assert "ask one" not in html
+        assert f'href="/admin/scheduler/job/{dead.id}/change/"' in html and "recover it in the operator console" in html
+
     def test_a_dead_job_says_an_admin_recovers_it_or_offers_retry_when_owners_may(self, signed_in, user, settings):
         dead = JobFactory(owner=user, dead=True)
 
