@@ -136,7 +136,9 @@ def job_search_parse(term: str) -> JobSearch:
         if piece.startswith(ERROR_PREFIX):
             text = piece[len(ERROR_PREFIX) :]
             if not text or len(text) > MAX_TERM_CHARS:
-                search.problems.append(f"error: wants 1 to {MAX_TERM_CHARS} characters of error text.")
+                search.problems.append(
+                    f"An error: term wants 1 to {MAX_TERM_CHARS} characters of error text after the colon."
+                )
             else:
                 search.errors.append(text)
         elif piece.startswith(ARGS_PREFIX):

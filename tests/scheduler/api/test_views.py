@@ -475,7 +475,7 @@ HOSTILE_SEARCHES = [
     ('error:"not closed', "not closed"),
     ('args.x:"a"b', "closing quote"),
     ('"', None),  # a lone quote is plain text: no qualifier
-    ("error:", "error: wants"),
+    ("error:", "An error: term wants 1 to"),
     (" ".join(["error:x"] * 21), "at most 20 terms"),
     (" ".join(["a"] * 21), "at most 20 terms"),
     ("x" * 201, "at most 200 characters"),
