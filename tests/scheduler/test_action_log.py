@@ -22,15 +22,6 @@ pytestmark = pytest.mark.django_db
 SCHEDULE = {"name": "nightly", "cron": "0 3 * * *", "job": {"type": "DEMO_TASK"}}
 
 
-@pytest.fixture
-def operator(client, admin_user):
-    """A test client signed in as an ADMIN (staff)."""
-    client.force_login(admin_user)
-    flow_limits.forget_cache()
-    yield client
-    flow_limits.forget_cache()
-
-
 def entries(obj=None) -> list[tuple[str, int, str]]:
     """(username, action flag, message) of every entry, or of ``obj``'s, oldest first."""
     rows = LogEntry.objects.order_by("id")

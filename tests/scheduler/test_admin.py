@@ -32,13 +32,6 @@ pytestmark = pytest.mark.django_db
 CHANGELIST = "/admin/scheduler/job/"
 
 
-@pytest.fixture
-def operator(client, admin_user):
-    """A test client signed in as an ADMIN (staff)."""
-    client.force_login(admin_user)
-    return client
-
-
 def _messages(response) -> list[str]:
     return [str(m) for m in get_messages(response.wsgi_request)]
 

@@ -17,13 +17,6 @@ HOSTILE = "<script>alert(1)</script>"
 SCHEDULE = {"name": "nightly", "cron": "0 3 * * *", "job": {"type": "DEMO_TASK"}}
 
 
-@pytest.fixture
-def operator(client, admin_user):
-    """A test client signed in as an ADMIN (staff)."""
-    client.force_login(admin_user)
-    return client
-
-
 class TestShown:
     def _hostile_actions(self, admin_user, user) -> tuple[Job, CronSchedule]:
         job = JobFactory(owner=user, name=HOSTILE + "é" * 170)

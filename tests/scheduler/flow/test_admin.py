@@ -16,14 +16,6 @@ ADD = "/admin/scheduler/flowlimit/add/"
 LIST = "/admin/scheduler/flowlimit/"
 
 
-@pytest.fixture
-def operator(client, admin_user):
-    client.force_login(admin_user)
-    flow_limits.forget_cache()
-    yield client
-    flow_limits.forget_cache()
-
-
 def test_an_admin_adds_a_queue_limit_that_the_claim_then_enforces(operator):
     response = operator.post(ADD, {"scope": "queue", "name": "slow", "concurrency": "1"})
     assert response.status_code == 302, response.content.decode()[-2000:]
