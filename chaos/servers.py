@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from chaos.hosts import Hosts
+from core.process_sessions import proc_stats
 from devstack import PostgresServer, _package_dir
 
 PG_PORT_ISOLATED = 5432  # inside the db namespace: nobody else listens there
@@ -149,16 +150,9 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
     parenthesized command name); a process that exits during the walk is skipped. Linux only.
     """
     parents: dict[int, list[int]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_bytes()
-        except OSError:  # exited meanwhile
-            continue
-        fields = text[text.rfind(b")") + 1 :].split()
+    for child, fields in proc_stats(proc):
         if len(fields) > 1:
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+            parents.setdefault(int(fields[1]), []).append(child)
     found: list[int] = []
     todo = [pid]
     while todo:

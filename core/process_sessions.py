@@ -12,33 +12,43 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 MAX_WALKS = 20  # walks of /proc at most, for processes forked while the others were being signalled
 
 
-def _stat_fields(text: bytes) -> list[bytes]:
-    # proc(5): the fields after the parenthesized command name, which may hold spaces and ")" itself.
+def stat_fields(text: bytes) -> list[bytes]:
+    """Split the text of a ``/proc/<pid>/stat`` into its fields after the parenthesized command name.
+
+    proc(5): state, ppid, pgrp, session, ... (index 0, 1, 2, 3); the command name may hold spaces
+    and ")" itself, hence the last ")". Empty for a text without one.
+    """
     return text[text.rfind(b")") + 1 :].split()
+
+
+def proc_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[bytes]]]:
+    """Yield (pid, ``stat_fields``) of each process under ``proc``; one that exits during the walk is skipped."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_bytes()
+        except OSError:  # exited meanwhile
+            continue
+        yield int(entry.name), stat_fields(text)
 
 
 def session_pids(sid: int, proc: Path = Path("/proc")) -> list[int]:
     """Return the pids of the live processes of session ``sid`` (its leader included), by pid.
 
-    Read from the sixth field of each ``proc``/<pid>/stat (proc(5): state, ppid, pgrp, session);
-    zombies are left out, and a process that exits during the walk is skipped.
+    Read from the session field of each ``proc``/<pid>/stat (``proc_stats``); zombies are left out.
     """
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = _stat_fields((entry / "stat").read_bytes())
-        except OSError:  # exited meanwhile
-            continue
-        if len(fields) > 3 and fields[0] not in (b"Z", b"X") and int(fields[3]) == sid:
-            found.append(int(entry.name))
-    return sorted(found)
+    return sorted(
+        pid
+        for pid, fields in proc_stats(proc)
+        if len(fields) > 3 and fields[0] not in (b"Z", b"X") and int(fields[3]) == sid
+    )
 
 
 def signal_session(sid: int, sig: int) -> list[int]:

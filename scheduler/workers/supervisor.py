@@ -47,6 +47,7 @@ from django.db import close_old_connections, connection
 from django.db.models.functions import Now
 
 from core.db_threads import bound_lock_waits
+from core.process_sessions import stat_fields
 from scheduler import leasing, metrics
 from scheduler.conf import conf
 from scheduler.maintenance.rescuer import rescue_held_by
@@ -95,7 +96,7 @@ def process_state(pid: int) -> str | None:
             text = stat.read()
     except OSError:  # gone, or not Linux
         return None
-    fields = text[text.rfind(b")") + 1 :].split()
+    fields = stat_fields(text)
     return fields[0].decode() if fields else None
 
 
