@@ -11,7 +11,7 @@ from rest_framework.settings import api_settings
 from rest_framework_simplejwt import serializers as jwt_serializers
 
 from accounts.models import User
-from core.parsers import json_type_name
+from core.parsers import is_json_number, json_type_name
 
 
 def _is_text_field(field: serializers.Field) -> bool:
@@ -30,11 +30,6 @@ def _choices_hint(field: serializers.Field) -> str:
     return ""
 
 
-def _is_number(value: Any) -> bool:
-    """True for a parsed JSON number (Python's ``True`` is an ``int``, but JSON's true is no number)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _type_error(field: serializers.Field, value: Any) -> str | None:
     """Return why ``value`` (parsed JSON, not null) is the wrong JSON type for ``field``, or None.
 
@@ -48,9 +43,9 @@ def _type_error(field: serializers.Field, value: Any) -> str | None:
         hint = _choices_hint(field)
         return None if isinstance(value, str) else f"A string is expected, not {json_type_name(value)}{hint}."
     if isinstance(field, serializers.IntegerField):
-        return None if _is_number(value) else f"An integer is expected, not {json_type_name(value)}."
+        return None if is_json_number(value) else f"An integer is expected, not {json_type_name(value)}."
     if isinstance(field, serializers.FloatField | serializers.DecimalField):
-        return None if _is_number(value) else f"A number is expected, not {json_type_name(value)}."
+        return None if is_json_number(value) else f"A number is expected, not {json_type_name(value)}."
     if isinstance(field, serializers.BooleanField):
         return None if isinstance(value, bool) else f"true or false is expected, not {json_type_name(value)}."
     return None

@@ -106,6 +106,27 @@ def json_type_name(value: Any) -> str:
     return "a string" if isinstance(value, str) else "null"
 
 
+def is_json_number(value: Any) -> bool:
+    """True for a parsed JSON number: an ``int`` or ``float`` that is no ``bool`` (JSON's true is no number)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def json_integer(value: Any) -> tuple[Any, str | None]:
+    """Read a parsed JSON value meant as an integer: ``(value, problem)``, ``problem`` None when it is a number.
+
+    A float with no fraction becomes its ``int`` (``5.0`` is 5, as JSON Schema's "integer" and
+    DRF's IntegerField read it); None stays None (absent or null: the caller's rule). Another JSON
+    type is the problem ``An integer is expected, not a string.``, the API serializers' words
+    (``accounts.serializers.StrictTextMixin``). A number with a fraction is returned as it is, for
+    the caller's range check to refuse.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value), None
+    if value is None or is_json_number(value):
+        return value, None
+    return value, f"An integer is expected, not {json_type_name(value)}."
+
+
 def json_problem(value: Any) -> str | None:
     """Return why parsed JSON ``value`` is refused (too deep, a lone surrogate), or None when it is fine."""
     if json_depth(value) > MAX_JSON_DEPTH:

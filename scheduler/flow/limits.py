@@ -23,7 +23,7 @@ from django.conf import settings
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION
 from django.db import transaction
 
-from core.parsers import json_type_name
+from core.parsers import is_json_number, json_integer, json_type_name
 from scheduler.action_log import action_record, changes_text, value_text
 from scheduler.exceptions import InvalidLimit
 from scheduler.flow.models import FlowLimit, LimitScope
@@ -62,10 +62,6 @@ class Limit:
         return {**asdict(self), "key": self.key}
 
 
-def _is_json_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_LIMIT
 
@@ -93,11 +89,10 @@ def validated(data: Mapping[str, Any], *, scope: str, name: str, source: str = "
         errors["non_field_errors"] = [f"Unknown fields: {', '.join(unknown)[:200]}."]
     values = {f: data.get(f) for f in FIELDS}
     for field in ("concurrency", "partition_concurrency", "rate_limit"):
-        value = values[field]
-        if isinstance(value, float) and value.is_integer():
-            value = values[field] = int(value)  # 5.0 is 5, as the API's other integer fields read it
-        if value is not None and not _is_json_number(value):
-            errors[field] = [f"An integer is expected, not {json_type_name(value)}."]
+        value, problem = json_integer(values[field])  # 5.0 is 5, as the API's other integer fields read it
+        values[field] = value
+        if problem is not None:
+            errors[field] = [problem]
         elif value is not None and not _positive_int(value):
             errors[field] = [f"Must be a whole number from 1 to {MAX_LIMIT}, or null."]
     key = values["partition_key"]
@@ -108,7 +103,7 @@ def validated(data: Mapping[str, Any], *, scope: str, name: str, source: str = "
     if values["partition_concurrency"] is not None and key is None:
         errors["partition_concurrency"] = ["Needs partition_key."]
     period = values["rate_period_seconds"]
-    if period is not None and not _is_json_number(period):
+    if period is not None and not is_json_number(period):
         errors["rate_period_seconds"] = [f"A number is expected, not {json_type_name(period)}."]
     elif period is not None and not MIN_PERIOD_SECONDS <= period <= MAX_PERIOD_SECONDS:
         errors["rate_period_seconds"] = [

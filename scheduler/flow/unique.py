@@ -28,7 +28,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from core.parsers import json_type_name
+from core.parsers import json_integer
 from scheduler.exceptions import InvalidUnique, UniqueConflict
 from scheduler.flow.limits import PARTITION_KEY
 from scheduler.ids import new_job_id
@@ -83,10 +83,9 @@ def parse(raw: Any) -> UniqueSpec:
             f"A list of 1-{MAX_KEYS} payload field names (a letter or '_', then letters, digits, '_')."
         ]
     period = raw.get("period")
-    if isinstance(period, float) and period.is_integer():
-        period = int(period)  # 60.0 is 60, as the API's integer fields and the flow limits read it
-    if period is not None and (isinstance(period, bool) or not isinstance(period, int | float)):
-        errors["unique.period"] = [f"An integer is expected, not {json_type_name(period)}."]
+    period, problem = json_integer(period)  # 60.0 is 60, as the API's integer fields and the flow limits read it
+    if problem is not None:
+        errors["unique.period"] = [problem]
     elif period is not None and (not isinstance(period, int) or not 1 <= period <= MAX_PERIOD_SECONDS):
         errors["unique.period"] = [f"Whole seconds from 1 to {MAX_PERIOD_SECONDS}, or null."]
     states = raw.get("states")
