@@ -355,14 +355,16 @@ def _names_in_use_bounded(ask: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """Run ``FLOW_NAMES_IN_USE_SQL`` for ``ask`` under ``IN_USE_CHECK_MS``; all of ``ask`` when it runs out.
 
     In a savepoint, so a cancelled statement leaves the caller's transaction usable; the time bound
-    is set with ``SET LOCAL`` and put back after, so it never outlives this statement in the
-    caller's transaction.
+    is set transaction-locally (``set_config(..., true)``, as ``ops_figures`` does) and put back
+    after, so it never outlives this statement in a caller's transaction.
     """
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT current_setting('statement_timeout')")
-            (before,) = cursor.fetchone()
-            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{IN_USE_CHECK_MS}ms"])
+            cursor.execute(
+                "SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
+                [f"{IN_USE_CHECK_MS}ms"],
+            )
+            before = cursor.fetchone()[0]
             cursor.execute(FLOW_NAMES_IN_USE_SQL, flow_names_params(ask))
             found = {(scope, name) for scope, name in cursor.fetchall()}
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
