@@ -31,6 +31,10 @@ _encode_result = json.JSONEncoder(allow_nan=False).encode
 # instead of holding the worker's memory and every outcome batch it joins (jsonb refuses 256 MB).
 MAX_RESULT_BYTES = 1024 * 1024
 
+# The name a class was created with, read past a metaclass: ``type(exc).__name__`` runs a
+# metaclass's ``__name__`` property first, and a handler's may raise anything.
+_class_name = type.__dict__["__name__"].__get__
+
 
 def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     """Run the handler (``_run_handler``) inside the attempt's trace span when tracing is on; never raises.
@@ -218,13 +222,19 @@ def _format_traceback() -> str:
     try:
         return traceback.format_exc()
     except BaseException as failure:  # noqa: BLE001 - a handler's property may raise anything, even SystemExit
-        return f"its traceback could not be formatted: {type(failure).__name__}"
+        return f"its traceback could not be formatted: {_class_name(type(failure))}"
 
 
 def _describe(exc: BaseException) -> str:
-    """``"Type: message"`` of a handler's exception; its type alone when its ``str()`` raises (hostile)."""
+    """``"Type: message"`` of a handler's exception; its type alone when its ``str()`` raises (hostile).
+
+    A plain ``str`` whatever the handler's ``__str__`` returned: a ``str`` subclass could raise from
+    its own formatting or truth value, outside any handler of the handler's errors, and end the
+    pool thread (or pool child) with the job's error unread.
+    """
+    name = _class_name(type(exc))
     try:
-        text = str(exc)
+        text = str.__str__(str(exc))  # a subclass instance is copied into a plain str
     except BaseException as failure:  # noqa: BLE001 - a handler's __str__ may raise anything, even SystemExit
-        return f"{type(exc).__name__} (its message could not be read: {type(failure).__name__})"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return f"{name} (its message could not be read: {_class_name(type(failure))})"
+    return f"{name}: {text}" if text else name

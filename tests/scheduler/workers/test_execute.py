@@ -198,6 +198,59 @@ def test_an_exception_whose_text_cannot_be_read_is_still_the_runs_error() -> Non
     assert report.error == "_UnprintableError (its message could not be read: RuntimeError)"
 
 
+class _HostileText(str):
+    """Text whose formatting and truth value raise: what a handler's ``__str__`` may return."""
+
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("no format")
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("no truth")
+
+
+class _HostileTextError(Exception):
+    def __str__(self) -> str:
+        return _HostileText("the message")
+
+
+class _NamelessMeta(type):
+    @property
+    def __name__(cls) -> str:  # read by type(exc).__name__
+        raise SystemExit("no name")
+
+
+class _NamelessError(Exception, metaclass=_NamelessMeta):
+    pass
+
+
+@handler("TEST_EXECUTE_HOSTILE_TEXT")
+def _hostile_text(payload: Any, ctx: JobContext) -> None:
+    raise _HostileTextError
+
+
+@handler("TEST_EXECUTE_NAMELESS")
+def _nameless(payload: Any, ctx: JobContext) -> None:
+    raise _NamelessError("the message")
+
+
+def test_an_exception_whose_text_is_a_hostile_str_subclass_is_still_the_runs_error() -> None:
+    # str(exc) may return a str subclass: formatting it or testing its truth raised out of
+    # run_handler, so the pool thread died (or the pool child was killed) and the job's error
+    # read "its pool thread died while running it" (adversarial check).
+    report = run_handler(claimed_job("TEST_EXECUTE_HOSTILE_TEXT"), threading.Event())
+
+    assert report.outcome == Outcome.RETRYABLE
+    assert (report.error, type(report.error)) == ("_HostileTextError: the message", str)
+
+
+def test_an_exception_whose_class_name_cannot_be_read_is_still_the_runs_error() -> None:
+    # A metaclass's __name__ property raising SystemExit escaped run_handler the same way.
+    report = run_handler(claimed_job("TEST_EXECUTE_NAMELESS"), threading.Event())
+
+    assert report.outcome == Outcome.RETRYABLE
+    assert report.error == "_NamelessError: the message"
+
+
 class _Shifting(dict):
     """A result that encodes as checked once, then as something else (the json encoder calls ``items``)."""
 
