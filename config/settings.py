@@ -424,6 +424,11 @@ for _key, _low, _high in (
     ("LEASE_SECONDS", 1, 86_400),
     ("HEARTBEAT_SECONDS", 0.1, 86_400),  # run_workers' --heartbeat-seconds floor; below the lease, it checks
     ("POLL_SECONDS", 0.01, 7 * 86_400),  # run_workers' --poll-seconds floor: a 0 s poll spins
+    ("SHUTDOWN_GRACE_SECONDS", 0, 7 * 86_400),  # run_workers' --grace-seconds range
+    # A delay PostgreSQL can add to now() (scheduler.retry.MAX_BACKOFF_SECONDS): 1e15 s failed every
+    # rescue batch holding a retried job, and retry.backoff raised on a negative one.
+    ("BACKOFF_BASE_SECONDS", 0, 7 * 86_400),
+    ("BACKOFF_MAX_SECONDS", 0, 7 * 86_400),
     ("IDEMPOTENCY_TTL_SECONDS", 1, _TEN_YEARS_SECONDS),
     ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024),
 ):

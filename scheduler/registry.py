@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from core.parsers import is_storable_text
 from scheduler.exceptions import JobCancelled, UnknownJobType
+from scheduler.retry import MAX_BACKOFF_SECONDS, is_backoff_seconds
 
 MAX_TYPE_LENGTH = 100  # characters: stint_job.type's max_length (scheduler.models.Job.type)
 
@@ -126,10 +127,17 @@ def handler(
     ``concurrency_key`` (a payload field), at most ``concurrency_per_key`` (default 1) RUNNING
     per distinct value; ``rate_limit`` claims per ``rate_period_seconds``. Raises ValueError if
     ``name`` is already registered to another function, is not 1 to ``MAX_TYPE_LENGTH``
-    characters of text a PostgreSQL ``varchar`` can hold (no NUL, no lone surrogate), or a limit
-    is invalid.
+    characters of text a PostgreSQL ``varchar`` can hold (no NUL, no lone surrogate), a backoff
+    base or cap is not a number of seconds from 0 to ``retry.MAX_BACKOFF_SECONDS`` (a week), or a
+    limit is invalid.
     """
     _check_type_name(name)
+    for option, value in (("backoff_base_seconds", backoff_base_seconds), ("backoff_max_seconds", backoff_max_seconds)):
+        if value is not None and not is_backoff_seconds(value):
+            raise ValueError(
+                f"@handler({name!r}): {option} must be a number of seconds from 0 to {MAX_BACKOFF_SECONDS},"
+                f" not {value!r}"
+            )
     limits = {
         k: v
         for k, v in {

@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from scheduler.states import JobStatus
+
+# The longest backoff base or cap a job type or the settings may give: a delay PostgreSQL can add
+# to now() (1e15 s is "timestamp out of range", which failed every rescue batch holding such a job).
+MAX_BACKOFF_SECONDS = 7 * 24 * 3600  # seconds
+
+
+def is_backoff_seconds(value: object) -> bool:
+    """Return whether ``value`` may be a backoff base or cap, in seconds.
+
+    It must be an int or float (not a bool) from 0 to ``MAX_BACKOFF_SECONDS``; NaN and infinities
+    are refused (a NaN delay is "interval out of range" in PostgreSQL). Used by ``@handler`` and the
+    Django Tasks backend's ``OPTIONS`` check; the settings bound theirs alike (config/settings.py).
+    """
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_BACKOFF_SECONDS
+    )
 
 
 def backoff(attempt: int, *, base: float, cap: float, jitter: bool = False, rng: random.Random | None = None) -> float:

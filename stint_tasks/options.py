@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.retry import MAX_BACKOFF_SECONDS, is_backoff_seconds
+
 OPTION_KEYS = frozenset({"defaults", "tasks", "modules", "periodic"})
 TASK_OPTION_KEYS = frozenset(
     {"max_retries", "timeout_seconds", "backoff_base_seconds", "backoff_max_seconds", "backoff_jitter"}
@@ -37,6 +39,7 @@ PERIODIC_KEYS = frozenset(
 )
 MAX_RETRIES_RANGE = (0, 10)  # a task may opt out of retries (Django's own backends never retry)
 TIMEOUT_RANGE = (1, 3600)  # seconds
+BACKOFF_RULE = f"a number of seconds from 0 to {MAX_BACKOFF_SECONDS}"  # is_backoff_seconds, as @handler's
 MODULE_NAME = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 )  # \Z: "$" also matches before a final newline
@@ -57,10 +60,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def task_option_errors(where: str, values: Any) -> list[str]:
     """Return the problems of one ``defaults`` or per-task entry (a dict of ``TASK_OPTION_KEYS``)."""
     if not isinstance(values, Mapping):
@@ -69,8 +68,8 @@ def task_option_errors(where: str, values: Any) -> list[str]:
     checks = {
         "max_retries": (lambda v: _is_int(v) and MAX_RETRIES_RANGE[0] <= v <= MAX_RETRIES_RANGE[1], "0 to 10"),
         "timeout_seconds": (lambda v: _is_int(v) and TIMEOUT_RANGE[0] <= v <= TIMEOUT_RANGE[1], "1 to 3600"),
-        "backoff_base_seconds": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
-        "backoff_max_seconds": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
+        "backoff_base_seconds": (is_backoff_seconds, BACKOFF_RULE),
+        "backoff_max_seconds": (is_backoff_seconds, BACKOFF_RULE),
         "backoff_jitter": (lambda v: isinstance(v, bool), "true or false"),
     }
     for key, (ok, expected) in checks.items():

@@ -115,6 +115,15 @@ def test_check_deploy_is_clean():
         ({"STINT_HEARTBEAT_SECONDS": "500ms"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float: '500ms'"),
         ({"STINT_POLL_SECONDS": "0x10"}, "STINT_POLL_SECONDS: could not convert string to float: '0x10'"),
         ({"STINT_BACKOFF_BASE_SECONDS": "nan"}, "STINT_BACKOFF_BASE_SECONDS: 'nan' is not a finite number"),
+        # A backoff the database cannot add to now() (timestamp out of range) failed every rescue of a
+        # retried job, its neighbours' with it; a negative one raised in retry.backoff the same way.
+        ({"STINT_BACKOFF_BASE_SECONDS": "-1"}, "STINT_BACKOFF_BASE_SECONDS must be from 0 to 604800 (got -1.0)"),
+        (
+            {"STINT_BACKOFF_BASE_SECONDS": "1e15"},
+            "STINT_BACKOFF_BASE_SECONDS must be from 0 to 604800 (got 1000000000000000.0)",
+        ),
+        ({"STINT_BACKOFF_MAX_SECONDS": "-0.5"}, "STINT_BACKOFF_MAX_SECONDS must be from 0 to 604800 (got -0.5)"),
+        ({"STINT_SHUTDOWN_GRACE_SECONDS": "-1"}, "STINT_SHUTDOWN_GRACE_SECONDS must be from 0 to 604800 (got -1.0)"),
         # django-environ's bool read anything but its true words as false: a typo opened /metrics to all.
         ({"METRICS_RESTRICTED": "ture"}, "METRICS_RESTRICTED: 'ture' is not a boolean"),
         ({"SECURE_SSL_REDIRECT": "enabled"}, "SECURE_SSL_REDIRECT: 'enabled' is not a boolean"),

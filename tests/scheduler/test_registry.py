@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from scheduler import registry
@@ -18,6 +20,26 @@ def test_a_name_a_job_row_cannot_hold_is_refused_when_the_handler_is_declared(na
     with pytest.raises(ValueError, match="job type"):
         handler(name)(lambda payload, ctx: None)
     assert name not in registry._REGISTRY
+
+
+@pytest.mark.parametrize("field", ["backoff_base_seconds", "backoff_max_seconds"])
+@pytest.mark.parametrize("value", [-1, math.nan, math.inf, 1e15, 604_801, "5", True], ids=repr)
+def test_a_backoff_the_database_cannot_schedule_is_refused_when_the_handler_is_declared(field, value):
+    # A type whose retries were due 1e15 s on (timestamp out of range) failed every rescue batch that
+    # held one of its jobs: the supervisor's rescue of a dead process's jobs and the lease rescuer's
+    # oldest-first batch, innocent neighbours included, and its own retries ended FAILED.
+    with pytest.raises(ValueError, match=f"{field} must be a number of seconds from 0 to 604800"):
+        handler("TEST_REGISTRY_BAD_BACKOFF", **{field: value})(lambda payload, ctx: None)
+    assert "TEST_REGISTRY_BAD_BACKOFF" not in registry._REGISTRY
+
+
+def test_a_backoff_from_0_to_a_week_registers():
+    try:
+        handler("TEST_REGISTRY_BACKOFF", backoff_base_seconds=0, backoff_max_seconds=604_800.0)(lambda p, c: None)
+        spec = registry.resolve("TEST_REGISTRY_BACKOFF")
+        assert (spec.backoff_base_seconds, spec.backoff_max_seconds) == (0, 604_800.0)
+    finally:
+        registry._REGISTRY.pop("TEST_REGISTRY_BACKOFF", None)
 
 
 def test_the_length_limit_is_the_job_rows():

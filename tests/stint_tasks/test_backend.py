@@ -7,6 +7,7 @@ Attempts run through the worker's own code (``leasing.claim_jobs``, ``execute.ru
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sys
 import threading
 import uuid
@@ -37,6 +38,7 @@ from stint_tasks.compat import (
     task_started,
 )
 from stint_tasks.exceptions import TaskTimedOut
+from stint_tasks.options import task_option_errors
 from stint_tasks.periodic import task_schedule
 from tests.stint_tasks import tasks as t
 
@@ -484,6 +486,17 @@ def test_the_system_check_reports_bad_queues_options_and_periodic_entries(settin
         assert fragment in text
     warnings = [m for m in messages if isinstance(m, Warning)]
     assert warnings and all(m.id == "stint_tasks.W001" for m in warnings)  # this module is not discovered
+
+
+@pytest.mark.parametrize("value", [-1, math.inf, 1e15, 604_801], ids=repr)
+def test_a_task_backoff_the_database_cannot_schedule_is_an_option_error(value) -> None:
+    # "a number >= 0" let 1e15 through: its retries' due time was out of PostgreSQL's range, which
+    # failed every rescue batch holding one of its jobs (see @handler's own check).
+    for key in ("backoff_base_seconds", "backoff_max_seconds"):
+        assert task_option_errors("OPTIONS['defaults']", {key: value}) == [
+            f"OPTIONS['defaults']: {key} must be a number of seconds from 0 to 604800, not {value!r}."
+        ]
+    assert task_option_errors("OPTIONS['defaults']", {"backoff_base_seconds": 0, "backoff_max_seconds": 604_800}) == []
 
 
 def test_the_check_reports_a_task_module_that_failed_to_import_for_a_task_path_too_long(settings, monkeypatch) -> None:
