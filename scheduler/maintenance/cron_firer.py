@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
+from core.dberrors import db_error_is_transient
 from scheduler import lifecycle, metrics, tracing
 from scheduler.cron import FirePlan, plan_fires, spec_of
 from scheduler.exceptions import InvalidSchedule
@@ -160,7 +161,7 @@ class CronFirer:
                 # The fence is checked only when there is something to write, in the same transaction.
                 fenced = not fence_check(role=lead.role, token=token, holder=lead.holder)
                 if not fenced:
-                    created += self._fire(rows, now=now, missed_before=missed_before)
+                    created += self._fire_isolating(rows, now=now, missed_before=missed_before)
                     advanced += len(rows)
             if len(rows) < self.batch_size:
                 break
@@ -202,6 +203,36 @@ class CronFirer:
                 plan = FirePlan(fires=(), dropped=0, next_fire_at=None)
             memo[key] = plan
         return plan
+
+    def _fire_isolating(self, rows: Sequence[DueSchedule], *, now: dt.datetime, missed_before: dt.datetime) -> int:
+        """Fire ``rows`` (``_fire``) in a savepoint; after a refusal of their data, each one alone.
+
+        The schedule table's checks are looser than the job table's (a template edited by hand with
+        a timeout of 0 or 11 retries can be stored), and one such row failed the whole batch's insert
+        on every tick: no schedule fired. A row that still fails alone is stopped as one whose
+        timetable cannot be planned is (no next fire: an edit starts it again) and logged. A
+        transient error (the connection, a deadlock) is raised: the batch is tried again next tick.
+        """
+        try:
+            with transaction.atomic():
+                return self._fire(rows, now=now, missed_before=missed_before)
+        except DatabaseError as exc:
+            if db_error_is_transient(exc):
+                raise
+        created = 0
+        for row in rows:
+            try:
+                with transaction.atomic():
+                    created += self._fire([row], now=now, missed_before=missed_before)
+            except DatabaseError as exc:
+                if db_error_is_transient(exc):
+                    raise
+                logger.exception(
+                    "cron: schedule %s's job cannot be stored; it will not fire", row.id, extra={"schedule_id": row.id}
+                )
+                with connection.cursor() as cursor:
+                    cursor.execute("UPDATE stint_schedule SET next_fire_at = NULL WHERE id = %s", [row.id])
+        return created
 
     def _fire(self, rows: Sequence[DueSchedule], *, now: dt.datetime, missed_before: dt.datetime) -> int:
         memo: dict = {}

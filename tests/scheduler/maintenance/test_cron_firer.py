@@ -488,3 +488,35 @@ def test_a_stored_schedule_in_a_form_now_refused_on_write_keeps_firing(user, lea
     assert fire_times_of(s) == [fires[0]]
     assert s.next_fire_at == fires[1]
     assert schedules.schedule_next_fire_times(s, count=2) == fires[1:]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [({"job_timeout_seconds": 0}, "job_timeout_range"), ({"job_max_retries": 11}, "job_max_retries_range")],
+)
+def test_a_schedule_whose_job_the_database_refuses_stops_alone_and_the_others_fire(
+    user, leader, fields, refused, caplog
+):
+    """A template edited by hand past a job's range failed the whole batch's insert, every tick: no schedule fired.
+
+    The schedule table's own checks are looser than the job's (a timeout of 0, 11 retries), so such
+    a row can be stored. Like one whose timetable cannot be planned, it stops (no next fire) and is logged.
+    """
+    t0 = dt.datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+    bad = due_at(schedule(user, name="bad", cron="0 * * * *"), t0)
+    good = due_at(schedule(user, name="good", cron="0 * * * *"), t0)
+    CronSchedule.objects.filter(id=bad.id).update(**fields)
+    leading_since(leader, t0 - dt.timedelta(hours=1))
+
+    assert CronFirer(leadership=leader).run_once(now=t0 + dt.timedelta(seconds=1)) == 1
+
+    assert fire_times_of(good) == [t0]
+    assert fire_times_of(bad) == []
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert (bad.next_fire_at, good.next_fire_at) == (None, t0 + dt.timedelta(hours=1))
+    assert f"cron: schedule {bad.id}'s job cannot be stored; it will not fire" in caplog.text
+    assert refused in caplog.text
+    # The next tick has nothing of it to fail on.
+    assert CronFirer(leadership=leader).run_once(now=t0 + dt.timedelta(hours=1, seconds=1)) == 1
