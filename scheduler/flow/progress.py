@@ -41,15 +41,23 @@ def checked(percent: float, message: str) -> dict:
     ``percent`` is a real number from 0 to 100 (not a bool); ``message`` a string, cut to
     ``MAX_MESSAGE_CHARS`` and made storable (NUL removed).
     """
-    if isinstance(percent, bool) or not isinstance(percent, int | float) or not math.isfinite(percent):
+    if isinstance(percent, bool) or not isinstance(percent, int | float):
         raise ValueError("progress percent must be a number from 0 to 100")
-    if not 0 <= percent <= 100:
+    # The number itself, as a plain float: float(percent) would ask a subclass's __float__, which may
+    # say NaN after the check (jsonb then refuses the writer's one statement for every job's progress).
+    try:
+        value = (float.__float__ if isinstance(percent, float) else int.__float__)(percent)
+    except OverflowError:  # an int past the float range
+        raise ValueError("progress percent must be from 0 to 100") from None
+    if not math.isfinite(value):
+        raise ValueError("progress percent must be a number from 0 to 100")
+    if not 0 <= value <= 100:
         raise ValueError("progress percent must be from 0 to 100")
     if not isinstance(message, str):
         raise ValueError("progress message must be a string")
     from scheduler.leasing import storable_text
 
-    return {"percent": round(float(percent), 2), "message": storable_text(message[:MAX_MESSAGE_CHARS])}
+    return {"percent": round(value, 2), "message": storable_text(message[:MAX_MESSAGE_CHARS])}
 
 
 class ProgressWriter:

@@ -76,7 +76,9 @@ def test_progress_of_a_run_that_lost_its_lease_is_not_written(user):
     assert Job.objects.get(id=job.id).progress is None
 
 
-@pytest.mark.parametrize("percent,message", [(-1, ""), (101, ""), (float("nan"), ""), (True, ""), ("5", ""), (5, 3)])
+@pytest.mark.parametrize(
+    "percent,message", [(-1, ""), (101, ""), (float("nan"), ""), (True, ""), ("5", ""), (5, 3), (10**400, "")]
+)
 def test_bad_progress_is_the_handlers_error(percent, message):
     with pytest.raises(ValueError):
         checked(percent, message)
@@ -84,3 +86,33 @@ def test_bad_progress_is_the_handlers_error(percent, message):
 
 def test_a_long_message_is_cut_and_nul_removed():
     assert checked(12.345, "a\x00" + "b" * 1000) == {"percent": 12.35, "message": "a" + "b" * 498}
+
+
+class _LyingFloat(float):
+    """50.0 that says NaN when ``float()`` asks it: the number checked must be the number stored."""
+
+    def __float__(self) -> float:
+        return float("nan")
+
+
+class _LyingInt(int):
+    def __float__(self) -> float:
+        return float("inf")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_number_subclass_stores_its_own_value_and_spoils_no_neighbours_progress(user):
+    # checked() tested the number, then stored float(percent), which a subclass's __float__ chose: NaN
+    # reached the writer's one statement for every job of the process, which jsonb refused, so no
+    # job's progress in that batch was written (a handler reporting in a loop kept it so).
+    assert checked(_LyingFloat(50.0), "") == {"percent": 50.0, "message": ""}
+    assert checked(_LyingInt(7), "") == {"percent": 7.0, "message": ""}
+
+    hostile, neighbour = enqueue(PROGRESSING, owner=user), enqueue(PROGRESSING, owner=user)
+    claimed = leasing.claim_jobs(worker_id="w", limit=2, queues=None)
+    batch = ProgressWriter(interval=3600.0)
+    for run, percent in zip(sorted(claimed, key=lambda c: c.id != hostile.id), [_LyingFloat(50.0), 20], strict=True):
+        batch.report(job_id=run.id, lease_token=run.lease_token, percent=percent, message="")
+    assert batch.flush() == 2
+    assert Job.objects.get(id=hostile.id).progress["percent"] == 50.0
+    assert Job.objects.get(id=neighbour.id).progress["percent"] == 20
