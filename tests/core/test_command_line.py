@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from core.command_line import positive_float
@@ -75,6 +76,15 @@ def test_run_workers_refuses_a_queue_no_job_can_have(queues: str) -> None:
 def test_ensure_admin_refuses_a_username_the_user_model_would_not_take(name: str) -> None:
     with pytest.raises(CommandError, match="--username"):
         call_command("ensure_admin", f"--username={name}")
+
+
+@pytest.mark.django_db
+def test_ensure_admin_refuses_a_password_variable_that_is_not_utf8(monkeypatch) -> None:
+    # os.environ holds a non-UTF-8 byte as a lone surrogate: hashing it was a UnicodeEncodeError traceback.
+    monkeypatch.setenv("STINT_ADMIN_PASSWORD", "pass\udcffword-long-enough")
+    with pytest.raises(CommandError, match="STINT_ADMIN_PASSWORD is not UTF-8 text"):
+        call_command("ensure_admin", "--username=breaker_admin")
+    assert not get_user_model().objects.filter(username="breaker_admin").exists()
 
 
 @pytest.mark.django_db

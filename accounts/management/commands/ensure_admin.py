@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from accounts.services import admin_ensure
 
@@ -32,8 +32,15 @@ class Command(BaseCommand):
         parser.add_argument("--username", type=username, default="admin")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        """Create the account once; print the password only when it was generated now."""
+        """Create the account once; print the password only when it was generated now.
+
+        Raises CommandError when STINT_ADMIN_PASSWORD holds bytes that are not UTF-8.
+        """
         given = os.environ.get("STINT_ADMIN_PASSWORD", "")
+        try:
+            given.encode("utf-8")
+        except UnicodeEncodeError:  # a byte that is not UTF-8 reaches os.environ as a lone surrogate
+            raise CommandError("STINT_ADMIN_PASSWORD is not UTF-8 text; set it in UTF-8 and run again") from None
         password = given or secrets.token_urlsafe(18)
         _, created = admin_ensure(username=options["username"], password=password)
         if not created:
