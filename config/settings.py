@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import math
 import os
 import sys
@@ -130,8 +131,28 @@ INSTALLED_APPS = [
 if django.VERSION < (6, 0):
     # Django 5.2 gets the Tasks API from the django-tasks backport; its app wires checks and signals.
     INSTALLED_APPS.insert(INSTALLED_APPS.index("stint_tasks"), "django_tasks")
+
+
+def _importable(name: str) -> bool:
+    """Whether ``name`` is a module, or an attribute of one (an ``AppConfig`` path), that can be found."""
+    for candidate in (name, name.rpartition(".")[0]):
+        try:
+            if candidate and importlib.util.find_spec(candidate) is not None:
+                return True
+        except (ImportError, ValueError):  # a missing parent package or a module's attribute; a relative name
+            continue
+    return False
+
+
 # Extra apps: ``bench`` for the load test's handler, ``examples`` for the example tasks `make run` loads.
-INSTALLED_APPS += env.list("STINT_EXTRA_APPS", default=[])
+# A name that cannot be imported failed deep in django.setup() ("No module named ..."), naming no variable.
+_EXTRA_APPS = env.list("STINT_EXTRA_APPS", default=[])
+for _app in _EXTRA_APPS:
+    if not _importable(_app):
+        raise ImproperlyConfigured(
+            f"STINT_EXTRA_APPS: {_app!r} is not a module or app config that can be imported (is it on PYTHONPATH?)"
+        )
+INSTALLED_APPS += _EXTRA_APPS
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first: times the whole stack

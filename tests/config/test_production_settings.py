@@ -133,6 +133,12 @@ def test_check_deploy_is_clean():
         ({"DATABASE_URL": "garbage"}, "DATABASE_URL: 'garbage' is not a PostgreSQL URL"),
         # logging.config's "ValueError: Unable to configure root logger", deep in django.setup(), named nothing.
         ({"LOG_LEVEL": "BOGUS"}, "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (got 'BOGUS')"),
+        # "ModuleNotFoundError: No module named 'reprots'" from deep in django.setup(), naming no variable.
+        (
+            {"STINT_EXTRA_APPS": "tests.support.hostile,reprots"},
+            "STINT_EXTRA_APPS: 'reprots' is not a module or app config that can be imported",
+        ),
+        ({"STINT_EXTRA_APPS": "a\udcffb"}, "STINT_EXTRA_APPS: 'a\\udcffb' is not a module or app config"),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
@@ -160,6 +166,11 @@ def _settings_in_process(**overrides: str | None) -> dict:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_extra_apps_are_modules_or_app_config_paths():
+    apps = _settings_in_process(STINT_EXTRA_APPS="examples,tests.support.hostile.apps.HostileConfig")["INSTALLED_APPS"]
+    assert apps[-2:] == ["examples", "tests.support.hostile.apps.HostileConfig"]
 
 
 def test_connection_parameters_in_database_url_win_and_its_options_go_in_front():
