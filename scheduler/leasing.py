@@ -64,7 +64,11 @@ class Outcome(enum.StrEnum):
 
 @dataclass(slots=True, kw_only=True)
 class Report:
-    """One finished (or abandoned) run to record. ``result`` is JSON; errors are strings."""
+    """One finished (or abandoned) run to record. ``result`` is JSON; errors are strings.
+
+    ``run_seconds``: for a run whose handler returned, seconds from its claim to that return (the
+    worker's flusher observes them in ``jobs_execution_duration_seconds``, one batch at a time).
+    """
 
     job: Claimed
     outcome: Outcome
@@ -72,6 +76,7 @@ class Report:
     error: str = ""
     traceback: str = ""
     finished_at: dt.datetime | None = field(default=None)
+    run_seconds: float | None = None
 
 
 def claim_jobs(

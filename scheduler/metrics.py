@@ -24,6 +24,7 @@ Who exports what (docs/observability.md has the full list):
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import threading
@@ -261,6 +262,34 @@ def child(metric: Any, *labels: str) -> Any:
     if bound is None:
         bound = _children[key] = metric.labels(*labels)
     return bound
+
+
+def observe_many(histogram: Any, amounts: Sequence[float]) -> None:
+    """Record every value of ``amounts`` (seconds, say) in ``histogram`` (a labelled child), as ``observe`` would.
+
+    The job path observes per job, and in the workers' multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``)
+    each ``observe`` takes a lock and writes two values to a memory-mapped file (about 9 us, measured:
+    a fifth of a no-op job's worker CPU for two observations). This writes the sum once and each
+    bucket touched once, with the counts prometheus-client's ``Histogram.observe`` (0.26) would
+    have added one by one: a value counts in the first bucket whose upper bound is >= it.
+    A histogram without those internals (another client version) gets one ``observe`` per value.
+    """
+    if not amounts:
+        return
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for amount in amounts:
+            histogram.observe(amount)
+        return
+    histogram._raise_if_not_observable()  # a metric with labels but none given, as observe raises
+    # NaN is below no bound (observe counts it in no bucket) but is added to the sum.
+    counts = collections.Counter(bisect.bisect_left(bounds, amount) for amount in amounts if amount == amount)
+    total.inc(sum(amounts))
+    for index, n in counts.items():
+        if index < len(buckets):
+            buckets[index].inc(n)
 
 
 def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) -> None:

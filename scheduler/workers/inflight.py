@@ -51,7 +51,8 @@ class InFlight:
     """The running set of one worker: deadlines, cancellation and exactly one outcome per held job.
 
     ``pool`` runs the jobs and calls ``on_done`` when a handler returns; ``report`` receives each
-    job's one outcome (a ``Report``); ``clock`` gives monotonic seconds (deadlines are
+    job's one outcome (a ``Report``; one from a returned handler carries its ``run_seconds``, for
+    the receiver to observe in ``jobs_execution_duration_seconds``); ``clock`` gives monotonic seconds (deadlines are
     ``clock() + job.timeout_seconds``); ``worker_id`` only names the worker in log lines.
     """
 
@@ -146,9 +147,8 @@ class InFlight:
                     self._stuck = max(0, self._stuck - 1)
                     metrics.worker_stuck_threads.set(self._stuck)
             return False
-        metrics.child(metrics.jobs_execution_duration_seconds, entry.job.type, entry.job.queue).observe(
-            self.clock() - entry.started
-        )
+        # Observed by the report's receiver, one batch at a time (``metrics.observe_many``).
+        report.run_seconds = self.clock() - entry.started
         self._report(report)
         return True
 

@@ -366,9 +366,12 @@ class Worker:
         # Every claim, empty ones too: their time grows with the dead entries that jobs leave in
         # the claim index until a VACUUM of stint_job (README, Operations).
         metrics.worker_claim_duration_seconds.observe(took)
+        lags: dict[tuple[str, str], list[float]] = {}
         for job in jobs:
             lag = max(0.0, (job.started_at - job.scheduled_at).total_seconds())
-            metrics.child(metrics.jobs_schedule_lag_seconds, job.queue, priority_label(job.priority)).observe(lag)
+            lags.setdefault((job.queue, priority_label(job.priority)), []).append(lag)
+        for labels, values in lags.items():
+            metrics.observe_many(metrics.child(metrics.jobs_schedule_lag_seconds, *labels), values)
         return len(jobs), free
 
     def _start_thread(self, role: str) -> threading.Thread:
@@ -458,7 +461,24 @@ class Worker:
                     batch.append(self._reports.get_nowait())
                 except queue.Empty:
                     break
+            self._observe_run_times(batch)
             self._flush(batch)
+
+    @staticmethod
+    def _observe_run_times(batch: list[Report]) -> None:
+        """Observe the ``run_seconds`` of ``batch`` in ``jobs_execution_duration_seconds``: one write per label set.
+
+        Per job, in the pool threads, it cost two locked writes to the multiprocess metrics files each.
+        """
+        runs: dict[tuple[str, str], list[float]] = {}
+        for report in batch:
+            if report.run_seconds is not None:
+                runs.setdefault((report.job.type, report.job.queue), []).append(report.run_seconds)
+        for labels, values in runs.items():
+            try:
+                metrics.observe_many(metrics.child(metrics.jobs_execution_duration_seconds, *labels), values)
+            except Exception:  # a metric must never cost the outcomes
+                logger.exception("could not observe %d run times", len(values))
 
     def _retry_locked(self) -> None:
         """Record again, as one batch, the outcomes refused for a locked job row; give up those past their lease."""

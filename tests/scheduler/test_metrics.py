@@ -18,7 +18,7 @@ import pytest
 from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
 from core.pg_connect import pg_connect
 from scheduler import metrics
@@ -35,6 +35,34 @@ from tests.support.processes import Processes, status_is, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("fast_backoff")
+
+
+# -- observe_many ------------------------------------------------------------------------------
+
+
+def _histogram_text(fill) -> list[str]:
+    """The exposition of a fresh histogram that ``fill(child)`` observed into, its creation time left out."""
+    registry = CollectorRegistry()
+    histogram = Histogram("run_seconds", "Run time.", ["queue"], buckets=metrics.LATENCY_BUCKETS, registry=registry)
+    fill(histogram.labels("default"))
+    return [line for line in generate_latest(registry).decode().splitlines() if "_created" not in line]
+
+
+def test_observe_many_exposes_what_one_observe_per_value_does():
+    # Bucket bounds themselves (a value counts in the bucket whose bound equals it), values between
+    # them, zero, a negative, one past the last finite bound, NaN (counted in no bucket).
+    values = [0.0, 0.001, 0.0011, 0.0025, 0.003, 0.5, 0.5, 1, 2.4, 600, 601.5, -0.2, float("nan"), 0.01]
+
+    def one_by_one(child):
+        for amount in values:
+            child.observe(amount)
+
+    by_batch = _histogram_text(lambda child: metrics.observe_many(child, values))
+    assert by_batch == _histogram_text(one_by_one)
+
+
+def test_observe_many_of_nothing_writes_nothing():
+    assert _histogram_text(lambda child: metrics.observe_many(child, [])) == _histogram_text(lambda child: None)
 
 
 # -- the registry ------------------------------------------------------------------------------
