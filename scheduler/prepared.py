@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import ExecStatus
 from psycopg.types.datetime import TimestamptzLoader
 
@@ -58,8 +59,8 @@ def execute(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:
     return count
 
 
-def _prepare_flag() -> bool:
-    """Whether to prepare, after making sure psycopg will when asked.
+def _prepare_flag(raw: psycopg.Connection[Any]) -> bool:
+    """Whether to prepare on ``raw``, after making sure psycopg will when asked.
 
     Django opens its connections with ``prepare_threshold=None`` (unless ``OPTIONS`` names one),
     and with ``None`` psycopg ignores even ``prepare=True``. A threshold psycopg never reaches
@@ -68,23 +69,25 @@ def _prepare_flag() -> bool:
     """
     if not conf().prepared_statements:
         return False
-    raw = connection.connection
     if raw.prepare_threshold is None:
         raw.prepare_threshold = NEVER_AUTO
     return True
 
 
-def _cursor() -> psycopg.Cursor[Any]:
-    """A server-side-binding cursor on Django's (open) connection, loading timestamptz in C (see module)."""
-    cursor = psycopg.Cursor(connection.connection)
+def _cursor(raw: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """A server-side-binding cursor on ``raw``, Django's (open) connection, loading timestamptz in C (see module)."""
+    cursor = psycopg.Cursor(raw)
     cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
     return cursor
 
 
 def _run(sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool) -> tuple[list[tuple[Any, ...]], int]:
-    connection.ensure_connection()
-    cursor = _reused_cursor(connection.connection)
-    _execute(cursor, sql, params)
+    # The wrapper once: each ``connection.<name>`` is a lookup in an asgiref Local (about 2 us),
+    # and a statement needs five of them.
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    wrapper.ensure_connection()
+    cursor = _reused_cursor(wrapper.connection)
+    _execute(wrapper, cursor, sql, params)
     result = cursor.pgresult
     rows = cursor.fetchall() if fetch and result is not None and result.status == TUPLES_OK else []
     return rows, cursor.rowcount
@@ -99,18 +102,20 @@ def _reused_cursor(raw: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
     """
     cached = getattr(_local, "cursor", None)
     if cached is None or cached.connection is not raw or cached.closed:
-        cached = _local.cursor = _cursor()
+        cached = _local.cursor = _cursor(raw)
     return cached
 
 
-def _execute(cursor: psycopg.Cursor[Any], sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
-    """Execute on ``cursor`` with Django's error wrapping and query log (see ``PreparedCursor.execute``)."""
-    logged = connection.queries_logged
+def _execute(
+    wrapper: BaseDatabaseWrapper, cursor: psycopg.Cursor[Any], sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> None:
+    """Execute on ``cursor`` with ``wrapper``'s error wrapping and query log (see ``PreparedCursor.execute``)."""
+    logged = wrapper.queries_logged
     started = time.monotonic() if logged else 0.0
-    with connection.wrap_database_errors:
-        cursor.execute(sql, params, prepare=_prepare_flag())
+    with wrapper.wrap_database_errors:
+        cursor.execute(sql, params, prepare=_prepare_flag(cursor.connection))
     if logged:
-        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+        wrapper.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
 
 
 class PreparedCursor:
@@ -121,8 +126,9 @@ class PreparedCursor:
     """
 
     def __init__(self) -> None:
-        connection.ensure_connection()
-        self._cursor = _cursor()
+        self._wrapper = connections[DEFAULT_DB_ALIAS]
+        self._wrapper.ensure_connection()
+        self._cursor = _cursor(self._wrapper.connection)
 
     def __enter__(self) -> PreparedCursor:
         return self
@@ -132,7 +138,7 @@ class PreparedCursor:
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
         """Execute ``sql`` with ``params`` (prepared unless ``SCHEDULER["PREPARED_STATEMENTS"]`` is off)."""
-        _execute(self._cursor, sql, params)
+        _execute(self._wrapper, self._cursor, sql, params)
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         """The statement's rows."""
