@@ -8,6 +8,7 @@ import uuid
 import pytest
 from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
+from django.db.models.signals import post_init
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -57,6 +58,8 @@ def test_enqueue_is_one_statement_and_returns_the_job_as_stored(user):
         job = scheduler.enqueue("DEMO_TASK", {"result": [1, "é"]}, owner=user, queue="fresh", name="n")
 
     assert len(queries) == 1  # queue row, job, its two events and the NOTIFY: no read-back
+    assert job.get_deferred_fields() == set()  # every column already held: none is read back when used
+    assert (job._state.adding, job._state.db) == (False, "default")  # as a model read from the database
     stored = Job.objects.get(id=job.id)
     assert model_to_dict(job) == model_to_dict(stored)
     columns = [f.attname for f in Job._meta.concrete_fields]
@@ -70,6 +73,23 @@ def test_enqueue_is_one_statement_and_returns_the_job_as_stored(user):
     job.name = "renamed"
     job.save(update_fields=["name"])  # a usable model instance, known to be in the database
     assert Job.objects.get(id=job.id).name == "renamed"
+
+
+def test_the_returned_job_is_heard_by_init_signals_as_every_model_instance_is(user):
+    heard = []
+
+    def receiver(sender, instance, **kwargs):
+        heard.append((instance.id, instance.status, instance.payload))
+
+    post_init.connect(receiver, sender=Job)
+    try:
+        job = scheduler.enqueue("DEMO_TASK", {"result": 2}, owner=user)
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+
+    assert heard == [(job.id, JobStatus.QUEUED, {"result": 2})]
+    assert model_to_dict(job) == model_to_dict(Job.objects.get(id=job.id))
+    assert (job._state.adding, job._state.db) == (False, "default")
 
 
 @pytest.mark.django_db(transaction=True)
