@@ -32,11 +32,13 @@ import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
+from django.db import transaction
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from core.metrics import rate_limit_backend_errors_total, rate_limit_rejections_total
+from scheduler.states import priority_label
 
 logger = logging.getLogger(__name__)
 
@@ -299,12 +301,8 @@ def jobs_created_on_commit(jobs: Sequence[_NewJob], created_ids: Iterable[Any]) 
     the named points: at most 201 values). A rolled-back insert counts
     nothing; outside a transaction the count is immediate (Django's ``on_commit``).
     """
-    from django.db import transaction
-
-    from scheduler.states import priority_label
-
     if len(jobs) == 1:  # one enqueue: no grouping
-        if any(True for _ in created_ids):
+        if next(iter(created_ids), None) is not None:
             job = jobs[0]
             transaction.on_commit(child(jobs_created_total, job.type, job.queue, priority_label(job.priority)).inc)
         return
