@@ -272,26 +272,47 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
 
 
 def _new_job(
-    *, owner_id: int | None, trace_context: dict[str, str] | None, idempotency_key: str | None = None, **fields: Any
+    *,
+    type_: str,
+    payload: Any,
+    priority: str | int,
+    queue: str,
+    scheduled_at: dt.datetime | None,
+    max_retries: int | None,
+    timeout_seconds: int | None,
+    name: str,
+    owner_id: int | None,
+    trace_context: dict[str, str] | None,
+    trusted: bool = False,
+    idempotency_key: str | None = None,
 ) -> NewJob:
-    """Validate one job's ``fields`` (``jobspec.job_spec_validate``'s arguments) and return its row.
+    """Validate one job's fields (``jobspec.job_spec_validate``'s arguments) and return its row.
 
     A None payload is ``{}``. The row's payload is the JSON the database stores, read back from
     the validated text: object keys are strings (``{1: "a"}`` is ``{"1": "a"}``; of two keys
     that become one, the last wins, as in jsonb), tuples are lists, and the job never shares an
     object with the caller. Raises what ``job_spec_validate`` raises.
     """
-    payload = {} if fields["payload"] is None else fields["payload"]
-    spec = job_spec_validate(**{**fields, "payload": payload})
+    spec = job_spec_validate(
+        type_=type_,
+        payload={} if payload is None else payload,
+        priority=priority,
+        queue=queue,
+        scheduled_at=scheduled_at,
+        max_retries=max_retries,
+        timeout_seconds=timeout_seconds,
+        name=name,
+        trusted=trusted,
+    )
     return NewJob(
         id=new_job_id(),
         owner_id=owner_id,
-        name=fields["name"],
-        type=fields["type_"],
+        name=name,
+        type=type_,
         payload=json.loads(spec.payload_json),
         priority=spec.priority,
-        queue=fields["queue"],
-        scheduled_at=fields["scheduled_at"],
+        queue=queue,
+        scheduled_at=scheduled_at,
         max_retries=spec.max_retries,
         timeout_seconds=spec.timeout_seconds,
         idempotency_key=idempotency_key,

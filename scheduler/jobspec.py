@@ -22,6 +22,9 @@ TIMEOUT_RANGE = (1, 3600)  # seconds
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")  # \Z: "$" also matches before a final newline
 MAX_PAYLOAD_DEPTH = 32  # levels of nested lists/objects in a payload (handlers and pages walk it)
 NAME_MAX = 200  # characters of a job's name
+# ``payload_json``'s encoder, made once: ``json.dumps`` with options builds one per call. It holds
+# only its options, so threads share it.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,7 +129,7 @@ def payload_json(payload: Any) -> tuple[str, int]:
         details={"payload": [f"At most {MAX_PAYLOAD_DEPTH} levels of nesting."]},
     )
     try:
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _encode(payload)
     except RecursionError:  # thousands of levels: deeper than the encoder's stack, far past the limit
         raise too_deep from None
     except (TypeError, ValueError) as exc:
