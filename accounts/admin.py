@@ -15,3 +15,6 @@ class UserAdmin(BaseUserAdmin):
     list_display = ("username", "email", "role", "is_staff", "is_active", "date_joined")
     list_filter = ("role", "is_staff", "is_active")
     fieldsets = (*BaseUserAdmin.fieldsets, ("Stint", {"fields": ("role",)}))
+    # Read-only: the form's split date and time inputs hold whole seconds, so saving a user wrote
+    # both back without their microseconds, a change nobody made (and one the history could show).
+    readonly_fields = ("last_login", "date_joined")
