@@ -134,7 +134,10 @@ class JobFilterForm(forms.Form):
     priority = forms.ChoiceField(choices=[("", "any priority"), *PRIORITY_CHOICES], required=False)
     queue = forms.CharField(max_length=100, required=False)
     search = JobSearchField(
-        help_text='Part of the name or type; args.customer:42 (a payload value), error:"timed out" (the last error).',
+        help_text=(
+            "An id (8+ hex digits from either end), an idempotency key, or part of the name, type or last error; "
+            'args.customer:42 (a payload value), error:"timed out" (the last error).'
+        ),
         widget=forms.TextInput(attrs={"type": "search", "placeholder": "name, args.customer:42, error:timeout"}),
     )
 

@@ -20,12 +20,10 @@ from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
-    CharField,
     Q,
     QuerySet,
-    Value,
 )
-from django.db.models.functions import Cast, Now, Replace
+from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -47,7 +45,7 @@ from scheduler.bulk import (
 )
 from scheduler.exceptions import InvalidQueue, StintError
 from scheduler.ids import short_job_id
-from scheduler.job_search import job_search_parse, jobs_filter_by_search
+from scheduler.job_search import job_search_parse, jobs_filter_by_list_search
 from scheduler.models import Attempt, CronSchedule, Job, OutboxEvent, Queue, WorkerNode
 from scheduler.registry import registered_types
 from scheduler.selectors import (
@@ -268,7 +266,7 @@ class PriorityListFilter(admin.ChoicesFieldListFilter):
 
 @admin.register(Job)
 class JobAdmin(OperatorAdmin):
-    """Jobs: badges, filters, search by id/name/idempotency key, read-only detail, service actions."""
+    """Jobs: badges, filters, search (``scheduler.job_search``), read-only detail, service actions."""
 
     list_display = (
         "short_id",
@@ -293,11 +291,11 @@ class JobAdmin(OperatorAdmin):
         "scheduled_at",
         "finished_at",
     )
-    search_fields = ("name", "last_error", "=idempotency_key")
+    search_fields = ("name",)  # shows the search box; get_search_results reads it (job_search's rule)
     search_help_text = (
-        "A job id (full, or 8+ hex digits from either end), part of a name or of the last error, an exact "
-        "idempotency key; and qualifiers: args.customer:7 (a payload value; args.user.plan:pro nests), "
-        'error:"timed out".'
+        "A job id (full, or 8+ hex digits from either end), an exact idempotency key, or part of the name, "
+        "type or last error, any case; and qualifiers (their names in any case): args.customer:7 (a payload "
+        'value; args.user.plan:pro nests), error:"timed out". The same search as the API and the pages.'
     )
     list_select_related = ("owner",)
     ordering = ("-created_at", "-id")
@@ -371,38 +369,19 @@ class JobAdmin(OperatorAdmin):
         return priority_label(job.priority)
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job], search_term: str) -> tuple[Any, bool]:
-        """Search by qualifiers (``args.<path>:<value>``, ``error:<text>``) and plain text.
+        """Search as the API and the user pages do (``job_search.jobs_filter_by_list_search``).
 
-        Qualifiers are Oban Web's filter syntax (``scheduler.job_search``): a payload value at a
-        path, part of the last error. The plain text left over is a full id, 8 to 32 hex digits
-        from either end of the id, part of a name or of the last error, or an exact idempotency
-        key. The lists show a job's last 8 digits (``short_job_id``); a pasted start of an id
-        finds it too, with the other jobs made in the same stretch of time (a version 7 id
-        starts with its time). A term that cannot be read matches nothing and says why.
+        Qualifiers are Oban Web's filter syntax (``args.<path>:<value>``, ``error:<text>``, names
+        in any letter case); the plain text left over is a full id, 8 to 32 hex digits from either
+        end of the id, an exact idempotency key, or part of the name, type or last error in any
+        letter case (``job_search.plain_text_q``), not Django's ``search_fields``, whose
+        ``icontains`` folds no letter beyond ASCII in a C-locale database. A term that cannot be
+        read matches nothing and says why.
         """
         search = job_search_parse(search_term)
         for problem in search.problems:
             self.message_user(request, f"Search: {problem}", messages.WARNING)
-        if search.qualified:
-            queryset = jobs_filter_by_search(queryset, search)
-        if not search.plain:
-            return queryset, False
-        return self._plain_search(request, queryset, search.plain)
-
-    def _plain_search(self, request: HttpRequest, queryset: QuerySet[Job], term: str) -> tuple[Any, bool]:
-        try:
-            return queryset.filter(Q(id=uuid.UUID(term)) | Q(idempotency_key=term)), False
-        except ValueError:
-            pass
-        found, may_have_duplicates = super().get_search_results(request, queryset, term)
-        digits = term.lower().replace("-", "")
-        if 8 <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
-            hex_id = Replace(Cast("id", output_field=CharField()), Value("-"), Value(""))
-            by_digits = queryset.annotate(id_hex=hex_id).filter(
-                Q(id_hex__startswith=digits) | Q(id_hex__endswith=digits)
-            )
-            found = found | by_digits
-        return found, may_have_duplicates
+        return jobs_filter_by_list_search(queryset, search), False
 
     # -- actions on selected rows --------------------------------------------------------------
 

@@ -4,8 +4,9 @@ The syntax is Oban Web's filter bar's, for the two questions its qualifiers answ
 search cannot: "which jobs were about customer 7" (``args.customer:7``, a path into the payload,
 dotted for nested objects: ``args.user.plan:pro``) and "which jobs failed with this error"
 (``error:timeout``, part of ``last_error``, in any letter case). Terms are separated by spaces and
-all must hold; a value with spaces is quoted (``error:"No such customer"``). What is left over
-is the plain search (id, name, idempotency key, error text) the console had before.
+all must hold; a value with spaces is quoted (``error:"No such customer"``). A qualifier's name
+is read in any letter case (``Error:x``, ``ARGS.customer:7``); the payload keys after ``args.``
+and the value keep theirs. What is left over is the plain text (``jobs_filter_by_list_search``).
 
 A payload value matches as JSON containment (``payload @> {...}``): ``args.customer:7`` finds
 ``{"customer": 7}``, ``{"customer": "7"}`` and ``{"customer": [7, 8]}``; a quoted value
@@ -17,9 +18,11 @@ of more than ``MAX_TERMS`` terms.
 
 ``GET /api/jobs?search=``, ``GET /api/admin/jobs?search=`` and the user pages' job list read the
 same syntax through ``JobSearchField`` (at most ``SEARCH_MAX`` characters; a problem is a
-validation error, so the API answers 400 and the page shows it) and apply it with
-``jobs_filter_by_list_search``, whose plain text is part of the name or the type (the console's
-plain text also finds ids, idempotency keys and error text: ``scheduler.admin.JobAdmin``).
+validation error, so the API answers 400 and the page shows it); the console reads it with
+``job_search_parse`` (a problem is a message). All of them apply it with
+``jobs_filter_by_list_search``, one rule for the plain text: a job's full id, 8 to 32 hex digits
+from either end of it, its exact idempotency key, or part of its name, type or last error in any
+letter case. Whose jobs are searched is the caller's queryset (an owner's own, an admin's all).
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import CharField, F, Func, Q, QuerySet, Value
-from django.db.models.functions import Upper
-from django.db.models.lookups import Contains
+from django.db.models.functions import Cast, Replace, Upper
+from django.db.models.lookups import Contains, EndsWith, StartsWith
 
 from core.parsers import is_storable_text
 
@@ -44,6 +48,8 @@ MAX_PATH_DEPTH = 8  # keys in one args path (a payload nests at most core.parser
 MAX_TERM_CHARS = 1000  # characters of one qualifier's value: longer never matches a 10 KB payload key usefully
 MAX_TERMS = 20  # space-separated terms in one search: each is a filter, and 10,000 took minutes to build
 SEARCH_MAX = 200  # characters of a search the API and the user pages take (after stripping)
+ID_DIGITS_MIN = 8  # hex digits of a partial id: the lists show the last 8 (scheduler.ids.short_job_id)
+HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -103,6 +109,15 @@ def _split(term: str) -> list[tuple[str, bool]] | None:
     return pieces
 
 
+def _qualifier(piece: str) -> str:
+    """``ARGS_PREFIX`` or ``ERROR_PREFIX`` when ``piece`` starts with one in any ASCII letter case, else ""."""
+    for prefix in (ERROR_PREFIX, ARGS_PREFIX):
+        head = piece[: len(prefix)]
+        if head.isascii() and head.lower() == prefix:
+            return prefix
+    return ""
+
+
 def job_search_parse(term: str) -> JobSearch:
     """Parse the console's search box text into qualifier terms and plain text.
 
@@ -119,7 +134,8 @@ def job_search_parse(term: str) -> JobSearch:
         if count > MAX_TERMS:
             search.problems.append(f"A search takes at most {MAX_TERMS} terms; this one has {count}.")
             return search
-    if ARGS_PREFIX not in term and ERROR_PREFIX not in term:
+    lowered = term.lower()  # may over-find a qualifier (never under): each piece is checked below
+    if ARGS_PREFIX not in lowered and ERROR_PREFIX not in lowered:
         search.plain = term.strip()
         return search
     pieces = _split(term)
@@ -133,7 +149,8 @@ def job_search_parse(term: str) -> JobSearch:
         return search
     plain: list[str] = []
     for piece, quoted in pieces:
-        if piece.startswith(ERROR_PREFIX):
+        qualifier = _qualifier(piece)
+        if qualifier == ERROR_PREFIX:
             text = piece[len(ERROR_PREFIX) :]
             if not text or len(text) > MAX_TERM_CHARS:
                 search.problems.append(
@@ -141,7 +158,7 @@ def job_search_parse(term: str) -> JobSearch:
                 )
             else:
                 search.errors.append(text)
-        elif piece.startswith(ARGS_PREFIX):
+        elif qualifier == ARGS_PREFIX:
             path_text, colon, value = piece[len(ARGS_PREFIX) :].partition(":")
             path = tuple(path_text.split("."))
             if not colon or not all(path) or len(path) > MAX_PATH_DEPTH or len(value) > MAX_TERM_CHARS:
@@ -261,17 +278,45 @@ def jobs_filter_by_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySe
     return queryset
 
 
-def jobs_filter_by_list_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySet[Any]:
-    """Narrow a ``Job`` queryset to the jobs ``search`` finds in the API's job lists and the user pages.
+def plain_text_q(text: str) -> Q:
+    """Return the condition a job meets when the plain text ``text`` finds it (not empty; any characters).
 
-    Every qualifier must hold (``jobs_filter_by_search``) and the plain text, when any, is part of
-    the name or of the type, in any letter case (``_contains_any_case``; every character is literal). A search with
-    ``problems`` matches no job; callers that read it through ``JobSearchField`` never pass one.
-    Visibility is the caller's: ``queryset`` is already the jobs the user may see.
+    A full id (any spelling ``uuid.UUID`` reads) finds the job with that id or that exact
+    idempotency key: an index lookup, nothing else. Other text finds a job when it is its exact
+    idempotency key, 8 to 32 hex digits from either end of its id (hyphens ignored, any case: the
+    lists show the last 8, and a pasted start also finds the jobs made in the same stretch of time,
+    as a version 7 id starts with its time), or part of its name, type or last error in any letter
+    case, beyond ASCII too (``_contains_any_case``; every character is literal). The one rule of
+    the API, the user pages and the console.
+    """
+    try:
+        return Q(id=uuid.UUID(text)) | Q(idempotency_key=text)
+    except ValueError:
+        pass
+    found = (
+        Q(idempotency_key=text)
+        | _contains_any_case("name", text)
+        | _contains_any_case("type", text)
+        | _contains_any_case("last_error", text)
+    )
+    digits = text.lower().replace("-", "")
+    if ID_DIGITS_MIN <= len(digits) <= 32 and HEX_DIGITS.issuperset(digits):
+        hex_id = Replace(Cast("id", output_field=CharField()), Value("-"), Value(""))
+        found |= Q(StartsWith(hex_id, digits)) | Q(EndsWith(hex_id, digits))
+    return found
+
+
+def jobs_filter_by_list_search(queryset: QuerySet[Any], search: JobSearch) -> QuerySet[Any]:
+    """Narrow a ``Job`` queryset to the jobs ``search`` finds: the API's job lists, the user pages and the console.
+
+    Every qualifier must hold (``jobs_filter_by_search``) and the plain text, when any, finds the
+    job (``plain_text_q``: id, idempotency key, or part of the name, type or last error). A search
+    with ``problems`` matches no job. Visibility is the caller's: ``queryset`` is already the jobs
+    the user may see, so an owner never finds another user's job by its id, key or error.
     """
     queryset = jobs_filter_by_search(queryset, search)
     if search.plain:
-        queryset = queryset.filter(_contains_any_case("name", search.plain) | _contains_any_case("type", search.plain))
+        queryset = queryset.filter(plain_text_q(search.plain))
     return queryset
 
 

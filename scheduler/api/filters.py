@@ -82,7 +82,9 @@ class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
 
 SEARCH_HELP = (
     f"At most {SEARCH_MAX} characters of space-separated terms, all of which must hold (at most {MAX_TERMS}): "
-    "plain text is part of the job's name or type, any case; `args.<key>:<value>` a payload value at a key "
+    "plain text is the job's id (full, or 8+ hex digits from either end), its exact idempotency key, or part "
+    "of its name, type or last error, any case; qualifier names (`args.`, `error:`) are read in any case; "
+    "`args.<key>:<value>` a payload value at a key "
     f"(`args.user.plan:pro` for a nested one, at most {MAX_PATH_DEPTH} keys; `args.customer:7` also matches "
     '"7" and [7, 8], a quoted `args.customer:"7"` only text); `error:<text>` part of the last error, any '
     'case (`error:"timed out"` for text with spaces). A term that cannot be read (an unclosed quote, '
@@ -101,8 +103,9 @@ class JobSearchFilter(filters.CharFilter):
 class JobFilter(filters.FilterSet):
     """Filters of GET /api/jobs. ``created_after``/``created_before`` form a half-open range [after, before).
 
-    ``search`` takes the console's qualifiers (``scheduler.job_search``) and plain text matching
-    part of the name or of the type, case-insensitively; ``schedule`` the jobs one schedule fired
+    ``search`` takes the console's search (``scheduler.job_search``: qualifiers, and plain text
+    that is an id, an idempotency key or part of the name, type or last error, in any case), on
+    the jobs the list shows (a USER's own); ``schedule`` the jobs one schedule fired
     (its id). Any other query parameter is a 400 (``core.query_params``).
     """
 

@@ -147,6 +147,8 @@ class TestJobList:
         assert ids("error:timeout") == {failed.id}
         assert ids("week") == {failed.id}
         assert ids("args.customer:7 night") == set()
+        assert ids("ARGS.customer:42") == {mine.id} and ids("Error:TIMEOUT") == {failed.id}  # any case of the name
+        assert ids("30 S") == {failed.id}  # plain text: part of the last error too, as in the console
         assert 'value="args.customer:42"' in _html(signed_in.get("/", {"search": "args.customer:42"}))
 
     @pytest.mark.parametrize(

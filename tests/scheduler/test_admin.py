@@ -22,6 +22,7 @@ from audit.models import AuditEvent
 from scheduler import queues, schedules
 from scheduler.enqueuing import enqueue
 from scheduler.ids import short_job_id
+from scheduler.job_search import job_search_parse, jobs_filter_by_list_search
 from scheduler.models import CronSchedule, Job, JobAttempt, LeaderFence, OutboxEvent, Queue, WorkerNode
 from scheduler.states import AttemptStatus, JobStatus
 from tests.support.factories import JobFactory, UserFactory
@@ -198,6 +199,67 @@ class TestJobList:
 
         assert response.context["cl"].result_count == 0
         assert any(m.startswith("Search: 'args.k' is not args.<key>") for m in _messages(response))
+
+    def test_the_console_finds_what_the_api_finds_for_the_same_text(self, operator, user):
+        # The console searched id, name, error and key with Django's icontains (no type, no case
+        # beyond ASCII in a C-locale database); the API and the pages name or type. One rule now.
+        job = JobFactory(
+            owner=user, name="Quarterly Übersicht", type="REPORT", idempotency_key="key-123", last_error="Ärger: bank"
+        )
+        JobFactory(owner=user, name="other", last_error="KeyError")
+        terms = [
+            str(job.id),
+            short_job_id(job.id),
+            "key-123",
+            "quarterly",
+            "ÜBERSICHT",
+            "report",
+            "ärger",
+            "ÄRGER: BANK",
+            "keyerror",
+            "Error:Ärger",
+            "ARGS.k:1",
+            "nothing",
+            "%",
+            "_",
+            "\\",
+            "'",
+            '"',
+        ]
+
+        for term in terms:
+            console = operator.get(CHANGELIST, {"q": term})
+            listed = jobs_filter_by_list_search(Job.objects.all(), job_search_parse(term))
+            assert {j.id for j in console.context["cl"].result_list} == set(listed.values_list("id", flat=True)), term
+        assert {j.id for j in operator.get(CHANGELIST, {"q": "übersicht"}).context["cl"].result_list} == {job.id}
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "q=%00",
+            "q=a%00b",
+            "q=error:%00",
+            "q=%ED%A0%80",
+            "q=" + "x" * 2000,
+            "q=" + "%C3%A4" * 2000,
+            "q=%25",
+            "q=_",
+            "q=%5C",
+            "q=%27",
+            "q=%22",
+            "q=%22%27%5C%25_",
+            "q=Error:" + "%25" * 2000,
+        ],
+    )
+    def test_fuzzed_plain_search_is_never_a_500(self, operator, user, query):
+        # Django's search read a lone quote as an empty quoted phrase and listed every job.
+        JobFactory(owner=user, name="plain", type="REPORT", last_error="Bad input")
+
+        response = operator.get(f"{CHANGELIST}?{query}")
+
+        assert response.status_code in (200, 400)
+        if response.status_code == 200:
+            assert response.context["cl"].result_count == 0
 
     def test_finished_within_the_last_hour_by_the_database_clock(self, operator, user):
         recent = JobFactory(owner=user, dead=True)

@@ -4,6 +4,8 @@ Parsing is pure; matching runs against a real database (JSON containment, ``last
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -208,3 +210,63 @@ def test_the_list_search_is_every_qualifier_and_plain_text_in_the_name_or_the_ty
     assert ids("args.k:1") == {nightly.id, report.id}
     umlaut = JobFactory(owner=user, name="Übersicht", payload={"k": 1})
     assert ids("args.k:1 üBERSICHT") == {umlaut.id}  # any case beyond ASCII, whatever the database's locale
+
+
+@pytest.mark.parametrize(
+    ("text", "errors", "paths", "plain"),
+    [
+        ("Error:timeout", ["timeout"], [], ""),
+        ("ERROR:TimeOut", ["TimeOut"], [], ""),  # the value keeps its text; matching it ignores case
+        ("ARGS.customer:42", [], [("customer",)], ""),
+        ('Args.User.Plan:"pro" nightly', [], [("User", "Plan")], "nightly"),  # payload keys keep their case
+        ('eRRoR:"No such customer"', ["No such customer"], [], ""),
+        ("errors:x", [], [], "errors:x"),  # not a qualifier name: plain text
+        ("\u0130rror:x", [], [], "\u0130rror:x"),  # only ASCII letters spell a qualifier name
+    ],
+)
+def test_qualifier_names_are_read_in_any_letter_case(text, errors, paths, plain):
+    # A new user typed Error:x and ARGS.customer:42 and got a plain-text search that found nothing.
+    search = job_search_parse(text)
+
+    assert (search.errors, [t.path for t in search.args], search.plain, search.problems) == (errors, paths, plain, [])
+
+
+@pytest.mark.django_db
+class TestPlainText:
+    """One rule for the API, the user pages and the console (``jobs_filter_by_list_search``)."""
+
+    def _ids(self, term: str) -> set:
+        found = jobs_filter_by_list_search(Job.objects.all(), job_search_parse(term))
+        return set(found.values_list("id", flat=True))
+
+    def test_plain_text_is_an_id_a_key_or_part_of_the_name_type_or_last_error_in_any_case(self, user):
+        job = JobFactory(
+            id=uuid.UUID("01a23351-5603-75a0-8a05-0c4f92cf1d36"),
+            owner=user,
+            name="Quarterly Übersicht",
+            type="REPORT",
+            idempotency_key="key-123",
+            last_error="Ärger: bank said no",
+        )
+        JobFactory(id=uuid.UUID("01a23399-0000-7000-8000-000000000001"), owner=user, name="other")
+
+        for term in (
+            str(job.id),
+            str(job.id).upper(),
+            "01a23351-56",  # 8+ hex digits from the start
+            "0c4f92cf1d36",  # or from the end (the lists show the last 8)
+            "key-123",
+            "quarterly",
+            "ÜBERSICHT",
+            "report",
+            "ärger: BANK",
+        ):
+            assert self._ids(term) == {job.id}, term
+        assert self._ids("key-12") == set()  # a key matches whole
+        assert self._ids("01a2335") == set()  # fewer than 8 digits is not an id search
+
+    @pytest.mark.parametrize("text", ["%", "_", "\\", "'", '"', "' OR 1=1 --", "a" * 2000, "\u00df", "\U0001f600"])
+    def test_plain_text_is_literal_and_odd_text_finds_nothing_without_an_error(self, user, text):
+        JobFactory(owner=user, name="plain", type="REPORT", last_error="Bad input")
+
+        assert self._ids(text) == set()

@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler import enqueuing, selectors
+from scheduler.ids import short_job_id
 from scheduler.models import Job, JobAttempt, OutboxEvent
 from scheduler.states import AttemptStatus, JobStatus, Priority
 from tests.support.factories import JobFactory
@@ -439,6 +440,23 @@ def test_search_matches_part_of_the_name_or_the_type_in_any_case(user_api, user,
     assert names("  ") == {"Nightly Invoices", "weekly", "other"}
     assert user_api.get(JOBS, {"search": "x" * 201}).status_code == 400
     assert user_api.get(JOBS, {"search": "a\x00b"}).status_code == 400
+
+
+def test_search_finds_my_jobs_by_id_key_or_error_and_never_another_users(user_api, admin_api, user, other_user):
+    # The console's plain-text rule (scheduler.job_search.jobs_filter_by_list_search): id, key, error text too.
+    mine = JobFactory(owner=user, name="mine", idempotency_key="key-1", last_error="Ärger: bank said no")
+    theirs = JobFactory(owner=other_user, name="theirs", idempotency_key="key-2", last_error="Ärger: bank said no")
+
+    def ids(client, term: str) -> set[str]:
+        resp = client.get(JOBS if client is user_api else "/api/admin/jobs", {"search": term})
+        assert resp.status_code == 200, (term, resp.content)
+        return {r["id"] for r in resp.json()["results"]}
+
+    for term in (str(mine.id), short_job_id(mine.id), "key-1", "ÄRGER: BANK"):
+        assert ids(user_api, term) == {str(mine.id)}, term
+    for term in (str(theirs.id), short_job_id(theirs.id), "key-2", "theirs", "Error:ärger args.k:1"):
+        assert ids(user_api, term) == set(), term  # another user's job is never found
+    assert ids(admin_api, "ärger") == {str(mine.id), str(theirs.id)}
 
 
 @pytest.mark.parametrize("path", [JOBS, "/api/admin/jobs"])
