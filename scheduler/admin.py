@@ -19,16 +19,19 @@ from django.contrib import admin, messages
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import (
     Q,
     QuerySet,
 )
 from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.formats import date_format
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
@@ -40,8 +43,10 @@ from scheduler.bulk import (
     ELIGIBLE,
     PAST_TENSE,
     BulkAction,
+    BulkCounts,
     BulkOutcome,
     job_bulk_apply_filtered,
+    jobs_count_for_bulk,
 )
 from scheduler.exceptions import InvalidQueue, StintError
 from scheduler.ids import short_job_id
@@ -264,6 +269,24 @@ class PriorityListFilter(admin.ChoicesFieldListFilter):
         super().__init__(named, *args, **kwargs)
 
 
+class BulkCountPaginator(Paginator):
+    """Django's paginator whose ``count`` query also counts the jobs each bulk action would change.
+
+    ``bulk_counts`` (``bulk.BulkCounts``) after ``count`` is read: one scan of the matching set
+    instead of a ``COUNT(*)`` and a second query for the links.
+    """
+
+    @cached_property
+    def bulk_counts(self) -> BulkCounts:
+        """The set's total and the jobs each action would change (``bulk.jobs_count_for_bulk``)."""
+        return jobs_count_for_bulk(jobs=self.object_list)
+
+    @cached_property
+    def count(self) -> int:
+        """The number of matching jobs, from ``bulk_counts``."""
+        return self.bulk_counts.total
+
+
 @admin.register(Job)
 class JobAdmin(OperatorAdmin):
     """Jobs: badges, filters, search (``scheduler.job_search``), read-only detail, service actions."""
@@ -427,23 +450,42 @@ class JobAdmin(OperatorAdmin):
         )
         return [bulk, *super().get_urls()]
 
+    def get_paginator(self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any) -> Paginator:
+        """For the job list, a paginator whose count also counts what each bulk action would change.
+
+        ``BulkCountPaginator``; Django's for anything else (the history page pages log entries).
+        """
+        if queryset.model is not Job:
+            return super().get_paginator(request, queryset, *args, **kwargs)
+        return BulkCountPaginator(queryset, *args, **kwargs)
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        """The list, with links to act on every job that matches its filters."""
+        """The list, with links to act on every job that matches its filters, each counting what it would change.
+
+        "Cancel all matching (N)": N is how many of the matching jobs the action would change, not
+        how many match (those it skips are not counted). The page's own count query counts them
+        (``BulkCountPaginator``): no query of their own.
+        """
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if not self.has_operate_permission(request) or context is None or "cl" not in context:
+            return response  # a redirect (bad filters) or an operator who may only view
+        counts = context["cl"].paginator.bulk_counts
         query = request.GET.copy()
         query.pop(BULK_PAGE_PARAM, None)
-        extra = {
-            "bulk_actions": [
-                (
-                    action.value,
-                    f"{action.value.capitalize()} all matching",
-                    f"{reverse('admin:scheduler_job_bulk', args=[action.value])}?{query.urlencode()}",
-                )
-                for action in BulkAction
-            ]
-            if self.has_operate_permission(request)
-            else [],
-        }
-        return super().changelist_view(request, {**extra, **(extra_context or {})})
+        context["bulk_actions"] = [
+            {
+                "action": action.value,
+                "label": f"{action.value.capitalize()} all matching ({counts.eligible[action]})",
+                "title": (
+                    f"{counts.eligible[action]} of the {counts.total} matching job{pluralize(counts.total)} "
+                    f"can be {PAST_TENSE[action].lower()}; the others would be skipped."
+                ),
+                "url": f"{reverse('admin:scheduler_job_bulk', args=[action.value])}?{query.urlencode()}",
+            }
+            for action in BulkAction
+        ]
+        return response
 
     def bulk_view(self, request: HttpRequest, action: str) -> HttpResponse:
         """GET: confirm, with counts, an action on every job matching the filters; POST: apply it.

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, QuerySet
 
 from scheduler import job_actions
 from scheduler.exceptions import IllegalTransition, JobNotFound, StintError
@@ -208,3 +209,26 @@ def job_bulk_apply_filtered(
     ids = [job_id for job_id, status in rows if status in ELIGIBLE[action]]
     outcome = job_bulk_apply(action=action, job_ids=ids, actor=actor, budget_seconds=budget_seconds)
     return dataclasses.replace(outcome, skipped=outcome.skipped + len(rows) - len(ids))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkCounts:
+    """How many jobs a set holds, and how many of them each bulk action would change now."""
+
+    total: int
+    eligible: dict[BulkAction, int]
+
+
+def jobs_count_for_bulk(*, jobs: QuerySet[Job]) -> BulkCounts:
+    """Count ``jobs`` and, for each bulk action, those it would change now (their status is in ``ELIGIBLE``).
+
+    One query, one scan of the set: ``COUNT(*)`` plus a ``COUNT(*) FILTER (WHERE status IN ...)``
+    per action over ``jobs`` (any filtered ``Job`` queryset; its ordering is dropped). The
+    console's job list uses it as its page count, so the links cost no query of their own. A job
+    whose state changes before the action runs is skipped then, so the action may change fewer.
+    """
+    counts = jobs.order_by().aggregate(
+        total=Count("pk"),
+        **{action.value: Count("pk", filter=Q(status__in=ELIGIBLE[action])) for action in BulkAction},
+    )
+    return BulkCounts(total=counts["total"], eligible={action: counts[action.value] for action in BulkAction})

@@ -389,6 +389,25 @@ class TestBulkOnTheFilteredSet:
         assert "status__exact=DEAD" in link.group(1) and "type=FAILING" in link.group(1)
         assert "p=" not in link.group(1)
 
+    def test_each_link_counts_the_jobs_its_action_would_change_in_the_pages_one_count_query(self, operator, user):
+        # "Cancel all matching (4)" over 2 DEAD, 1 SUCCESS and 1 QUEUED job cancelled one of them.
+        JobFactory.create_batch(2, owner=user, dead=True)
+        JobFactory(owner=user, succeeded=True)
+        JobFactory(owner=user)
+
+        with CaptureQueriesContext(connection) as queries:
+            html = operator.get(CHANGELIST).content.decode()
+
+        links = dict(re.findall(r'data-bulk-action="(\w+)"[^>]*>([^<]*)</a>', html))
+        assert links == {
+            "cancel": "Cancel all matching (1)",
+            "retry": "Retry all matching (0)",
+            "recover": "Recover all matching (2)",
+        }
+        assert 'title="1 of the 4 matching jobs can be cancelled; the others would be skipped."' in html
+        counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"] and "stint_job" in q["sql"]]
+        assert len(counts) == 1, counts  # the page's own count counts the links too
+
     def test_confirmation_page_shows_the_count_then_applies_to_every_page(self, operator, user):
         targets = JobFactory.create_batch(55, owner=user, dead=True, type="FAILING")  # more than one page (50)
         other_type = JobFactory(owner=user, dead=True, type="DEMO_TASK")
