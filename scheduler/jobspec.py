@@ -15,10 +15,12 @@ from scheduler.conf import conf
 from scheduler.exceptions import InvalidJob, PayloadTooLarge
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS
 from scheduler.registry import get_handler, resolve
-from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, Priority, priority_value
 
-MAX_RETRIES_RANGE = (1, 10)
-TIMEOUT_RANGE = (1, 3600)  # seconds
+# MAX_RETRIES_RANGE and TIMEOUT_RANGE live in states (one source: @handler checks its defaults
+# against them, and registry cannot import this module, which imports it); the API's serializers
+# and the pages' forms import them from here.
+from scheduler.states import MAX_RETRIES_RANGE, PRIORITY_MAX, PRIORITY_MIN, TIMEOUT_RANGE, Priority, priority_value
+
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")  # \Z: "$" also matches before a final newline
 MAX_PAYLOAD_DEPTH = 32  # levels of nested lists/objects in a payload (handlers and pages walk it)
 NAME_MAX = 200  # characters of a job's name
@@ -74,9 +76,9 @@ def job_spec_validate(
     if timeout_seconds is None:
         timeout_seconds = spec.timeout_seconds if spec.timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
     if not _is_int_in(max_retries, (0, MAX_RETRIES_RANGE[1]) if trusted else MAX_RETRIES_RANGE):
-        errors["max_retries"] = ["Must be an integer from 1 to 10."]
+        errors["max_retries"] = [f"Must be an integer from {MAX_RETRIES_RANGE[0]} to {MAX_RETRIES_RANGE[1]}."]
     if not _is_int_in(timeout_seconds, TIMEOUT_RANGE):
-        errors["timeout_seconds"] = ["Must be an integer from 1 to 3600."]
+        errors["timeout_seconds"] = [f"Must be an integer from {TIMEOUT_RANGE[0]} to {TIMEOUT_RANGE[1]}."]
     if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
         errors["queue"] = ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]
     if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime) or timezone.is_naive(scheduled_at)):

@@ -19,7 +19,17 @@ from django.db.models import Q
 from scheduler import retry
 from scheduler.events import ENTRY_SQL, EVENTS_OF
 from scheduler.ids import new_job_id
-from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, AttemptStatus, EventType, JobStatus, Priority, priority_label
+from scheduler.states import (
+    MAX_RETRIES_RANGE,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    TIMEOUT_RANGE,
+    AttemptStatus,
+    EventType,
+    JobStatus,
+    Priority,
+    priority_label,
+)
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_RETRIES = 3
@@ -156,12 +166,16 @@ class Job(models.Model):
                 name="job_unique_schedule_fire",
                 condition=Q(schedule__isnull=False),
             ),
-            models.CheckConstraint(condition=Q(max_retries__gte=0, max_retries__lte=10), name="job_max_retries_range"),
+            # 0: trusted code's (a Django task's) opt-out of retries.
+            models.CheckConstraint(
+                condition=Q(max_retries__gte=0, max_retries__lte=MAX_RETRIES_RANGE[1]), name="job_max_retries_range"
+            ),
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="job_priority_range"
             ),
             models.CheckConstraint(
-                condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=3600), name="job_timeout_range"
+                condition=Q(timeout_seconds__gte=TIMEOUT_RANGE[0], timeout_seconds__lte=TIMEOUT_RANGE[1]),
+                name="job_timeout_range",
             ),
             # A result is whole (attempt, status, time) or absent, and no handler value without one.
             models.CheckConstraint(

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from core.parsers import is_storable_text
 from scheduler.exceptions import JobCancelled, UnknownJobType
 from scheduler.retry import MAX_BACKOFF_SECONDS, is_backoff_seconds
+from scheduler.states import MAX_RETRIES_RANGE, TIMEOUT_RANGE
 
 MAX_TYPE_LENGTH = 100  # characters: stint_job.type's max_length (scheduler.models.Job.type)
 
@@ -125,13 +126,27 @@ def handler(
     Per-type defaults apply when a job is enqueued without its own value. Flow limits across
     every worker (``scheduler.flow.limits``): ``concurrency`` RUNNING at once; with
     ``concurrency_key`` (a payload field), at most ``concurrency_per_key`` (default 1) RUNNING
-    per distinct value; ``rate_limit`` claims per ``rate_period_seconds``. Raises ValueError if
-    ``name`` is already registered to another function, is not 1 to ``MAX_TYPE_LENGTH``
-    characters of text a PostgreSQL ``varchar`` can hold (no NUL, no lone surrogate), a backoff
-    base or cap is not a number of seconds from 0 to ``retry.MAX_BACKOFF_SECONDS`` (a week), or a
-    limit is invalid.
+    per distinct value; ``rate_limit`` claims per ``rate_period_seconds``. Raises ValueError,
+    naming the option and its range, if ``name`` is already registered to another function, is
+    not 1 to ``MAX_TYPE_LENGTH`` characters of text a PostgreSQL ``varchar`` can hold (no NUL, no
+    lone surrogate), ``max_retries`` or ``timeout_seconds`` is not an integer of the job spec's
+    range (``states.MAX_RETRIES_RANGE``, 1-10; ``states.TIMEOUT_RANGE``, 1-3600 s: the API's, so
+    every enqueue that leaves them to the handler can take them), a backoff base or cap is not a
+    number of seconds from 0 to ``retry.MAX_BACKOFF_SECONDS`` (a week), ``backoff_jitter`` is not
+    True or False, or a limit is invalid.
     """
     _check_type_name(name)
+    for option, value, (low, high) in (
+        ("max_retries", max_retries, MAX_RETRIES_RANGE),
+        ("timeout_seconds", timeout_seconds, TIMEOUT_RANGE),
+    ):
+        # bool is an int subclass: True must not pass for 1.
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and low <= value <= high):
+            raise ValueError(
+                f"@handler({name!r}): {option} must be an integer from {low} to {high}, not {value!r:.120}"
+            )
+    if backoff_jitter is not None and not isinstance(backoff_jitter, bool):
+        raise ValueError(f"@handler({name!r}): backoff_jitter must be True or False, not {backoff_jitter!r:.120}")
     for option, value in (("backoff_base_seconds", backoff_base_seconds), ("backoff_max_seconds", backoff_max_seconds)):
         if value is not None and not is_backoff_seconds(value):
             raise ValueError(

@@ -1,4 +1,4 @@
-"""Pure data: job statuses, priorities, the allowed transitions and the event each one emits."""
+"""Pure data: job statuses, priorities, retry and timeout ranges, the allowed transitions and their events."""
 
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ class Priority(models.IntegerChoices):
 
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
+# A job's retry and time budget (DESIGN.md, Field names): what the API, the pages, ``@handler``'s
+# defaults and a Django task's OPTIONS are checked against. Trusted code may also give max_retries 0.
+MAX_RETRIES_RANGE = (1, 10)  # retries after the first run
+TIMEOUT_RANGE = (1, 3600)  # seconds
 _PRIORITY_BY_NAME = {member.name: int(member) for member in Priority}  # Priority.names builds a list per call
 _PRIORITY_NAME_BY_VALUE = {int(member): member.name for member in Priority}
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.retry import MAX_BACKOFF_SECONDS, is_backoff_seconds
+from scheduler.states import MAX_RETRIES_RANGE as JOB_MAX_RETRIES_RANGE
+from scheduler.states import TIMEOUT_RANGE
 
 OPTION_KEYS = frozenset({"defaults", "tasks", "modules", "periodic"})
 TASK_OPTION_KEYS = frozenset(
@@ -37,8 +39,9 @@ TASK_OPTION_KEYS = frozenset(
 PERIODIC_KEYS = frozenset(
     {"task", "cron", "interval_seconds", "timezone", "misfire_policy", "overlap_policy", "args", "kwargs", "enabled"}
 )
-MAX_RETRIES_RANGE = (0, 10)  # a task may opt out of retries (Django's own backends never retry)
-TIMEOUT_RANGE = (1, 3600)  # seconds
+# The job spec's ranges (scheduler.states), but a task may opt out of retries (Django's own
+# backends never retry): the backend enqueues as trusted code, which may give max_retries 0.
+MAX_RETRIES_RANGE = (0, JOB_MAX_RETRIES_RANGE[1])
 BACKOFF_RULE = f"a number of seconds from 0 to {MAX_BACKOFF_SECONDS}"  # is_backoff_seconds, as @handler's
 MODULE_NAME = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
@@ -66,8 +69,14 @@ def task_option_errors(where: str, values: Any) -> list[str]:
         return [f"{where} must be a dict of {', '.join(sorted(TASK_OPTION_KEYS))}."]
     errors = [f"{where}: unknown option {key!r}." for key in sorted(set(values) - TASK_OPTION_KEYS, key=str)]
     checks = {
-        "max_retries": (lambda v: _is_int(v) and MAX_RETRIES_RANGE[0] <= v <= MAX_RETRIES_RANGE[1], "0 to 10"),
-        "timeout_seconds": (lambda v: _is_int(v) and TIMEOUT_RANGE[0] <= v <= TIMEOUT_RANGE[1], "1 to 3600"),
+        "max_retries": (
+            lambda v: _is_int(v) and MAX_RETRIES_RANGE[0] <= v <= MAX_RETRIES_RANGE[1],
+            f"{MAX_RETRIES_RANGE[0]} to {MAX_RETRIES_RANGE[1]}",
+        ),
+        "timeout_seconds": (
+            lambda v: _is_int(v) and TIMEOUT_RANGE[0] <= v <= TIMEOUT_RANGE[1],
+            f"{TIMEOUT_RANGE[0]} to {TIMEOUT_RANGE[1]}",
+        ),
         "backoff_base_seconds": (is_backoff_seconds, BACKOFF_RULE),
         "backoff_max_seconds": (is_backoff_seconds, BACKOFF_RULE),
         "backoff_jitter": (lambda v: isinstance(v, bool), "true or false"),

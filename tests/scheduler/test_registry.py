@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scheduler import registry
+from scheduler import jobspec, registry
 from scheduler.exceptions import UnknownJobType
 from scheduler.registry import get_handler, handler, unknown_type_message
 
@@ -71,3 +71,59 @@ def test_the_unknown_type_message_names_at_most_ten_types():
         "Unknown job type 'DEMO'. Registered types: T00, T01, T02, T03, T04, T05, T06, T07, T08, T09 and 15 more."
     )
     assert unknown_type_message("DEMO", []) == "Unknown job type 'DEMO'. No job type is registered."
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("max_retries", 0),
+        ("max_retries", 11),
+        ("max_retries", -1),
+        ("max_retries", True),
+        ("max_retries", "3"),
+        ("max_retries", 2.5),
+        ("timeout_seconds", 0),
+        ("timeout_seconds", 3601),
+        ("timeout_seconds", True),
+        ("timeout_seconds", "30"),
+        ("timeout_seconds", 1.5),
+    ],
+    ids=repr,
+)
+def test_a_retry_or_timeout_default_no_job_could_have_is_refused_when_the_handler_is_declared(option, value):
+    # Once registered, every enqueue of the type that left the option to the handler failed with
+    # "Must be an integer from 1 to 10" (or 3600), naming no handler: the default was the fault.
+    low, high = {"max_retries": jobspec.MAX_RETRIES_RANGE, "timeout_seconds": jobspec.TIMEOUT_RANGE}[option]
+    with pytest.raises(
+        ValueError,
+        match=rf"^@handler\('TEST_REGISTRY_BAD_BUDGET'\): {option} must be an integer from {low} to {high}, not ",
+    ):
+        handler("TEST_REGISTRY_BAD_BUDGET", **{option: value})(lambda payload, ctx: None)
+    assert "TEST_REGISTRY_BAD_BUDGET" not in registry._REGISTRY
+
+
+def test_the_handler_ranges_are_the_job_specs():
+    # One source: the API, the pages and @handler read the same constants (scheduler.states).
+    assert (registry.MAX_RETRIES_RANGE, registry.TIMEOUT_RANGE) == (jobspec.MAX_RETRIES_RANGE, jobspec.TIMEOUT_RANGE)
+    assert registry.MAX_RETRIES_RANGE is jobspec.MAX_RETRIES_RANGE and registry.TIMEOUT_RANGE is jobspec.TIMEOUT_RANGE
+
+
+def test_the_ends_of_the_retry_and_timeout_ranges_register():
+    low, high = jobspec.MAX_RETRIES_RANGE, jobspec.TIMEOUT_RANGE
+    try:
+        handler("TEST_REGISTRY_BUDGET_LOW", max_retries=low[0], timeout_seconds=high[0])(lambda p, c: None)
+        handler("TEST_REGISTRY_BUDGET_HIGH", max_retries=low[1], timeout_seconds=high[1])(lambda p, c: None)
+        assert (
+            registry.resolve("TEST_REGISTRY_BUDGET_LOW").max_retries,
+            registry.resolve("TEST_REGISTRY_BUDGET_HIGH").timeout_seconds,
+        ) == (low[0], high[1])
+    finally:
+        registry._REGISTRY.pop("TEST_REGISTRY_BUDGET_LOW", None)
+        registry._REGISTRY.pop("TEST_REGISTRY_BUDGET_HIGH", None)
+
+
+@pytest.mark.parametrize("value", [1, "yes", 0.5], ids=repr)
+def test_a_backoff_jitter_that_is_not_true_or_false_is_refused_when_the_handler_is_declared(value):
+    with pytest.raises(ValueError, match=r"backoff_jitter must be True or False"):
+        handler("TEST_REGISTRY_BAD_JITTER", backoff_jitter=value)(lambda payload, ctx: None)
+    assert "TEST_REGISTRY_BAD_JITTER" not in registry._REGISTRY

@@ -21,6 +21,7 @@ from django.utils import timezone
 from scheduler import leasing, lifecycle, schedules
 from scheduler.enqueuing import enqueue
 from scheduler.exceptions import UnknownJobType
+from scheduler.jobspec import MAX_RETRIES_RANGE, TIMEOUT_RANGE
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed, NewJob
 from scheduler.models import CronSchedule, Job
@@ -38,7 +39,7 @@ from stint_tasks.compat import (
     task_started,
 )
 from stint_tasks.exceptions import TaskTimedOut
-from stint_tasks.options import task_option_errors
+from stint_tasks.options import TaskSettings, task_option_errors, task_settings
 from stint_tasks.periodic import task_schedule
 from tests.stint_tasks import tasks as t
 
@@ -497,6 +498,38 @@ def test_a_task_backoff_the_database_cannot_schedule_is_an_option_error(value) -
             f"OPTIONS['defaults']: {key} must be a number of seconds from 0 to 604800, not {value!r}."
         ]
     assert task_option_errors("OPTIONS['defaults']", {"backoff_base_seconds": 0, "backoff_max_seconds": 604_800}) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("max_retries", -1),
+        ("max_retries", 11),
+        ("max_retries", True),
+        ("timeout_seconds", 0),
+        ("timeout_seconds", 3601),
+    ],
+    ids=repr,
+)
+def test_a_task_retry_or_timeout_out_of_the_job_range_is_a_system_check_error(settings, option, value) -> None:
+    # The same values @handler refuses at declaration are stint_tasks.E002 here, for the backend's
+    # defaults and for one task's entry alike; the bounds are the job spec's (a task may also opt
+    # out of retries: max_retries 0).
+    low, high = {"max_retries": (0, MAX_RETRIES_RANGE[1]), "timeout_seconds": TIMEOUT_RANGE}[option]
+    settings.TASKS = {
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {"defaults": {option: value}, "tasks": {"tests.stint_tasks.tasks.add": {option: value}}},
+        }
+    }
+    errors = [m for m in task_backends["default"].check() if isinstance(m, Error)]
+
+    assert [m.id for m in errors] == ["stint_tasks.E002"] * 2
+    assert [m.msg for m in errors] == [
+        f"TASKS['default']: {where}: {option} must be {low} to {high}, not {value!r}."
+        for where in ("OPTIONS['defaults']", "OPTIONS['tasks']['tests.stint_tasks.tasks.add']")
+    ]
+    assert task_settings(settings.TASKS["default"]["OPTIONS"], "tests.stint_tasks.tasks.add") == TaskSettings()
 
 
 def test_the_check_reports_a_task_module_that_failed_to_import_for_a_task_path_too_long(settings, monkeypatch) -> None:
