@@ -1,4 +1,4 @@
-"""Queue services: pause, resume and list named queues (rows created on first use).
+"""Queue services: pause, resume and list named queues (rows created on first use), and name unused ones.
 
 A paused queue keeps its jobs QUEUED: workers re-read the paused set every poll interval and
 leave those jobs unclaimed (``scheduler.workers.runner``), so nothing is lost and resuming lets
@@ -10,6 +10,7 @@ action history (``scheduler.action_log``) in its transaction.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.admin.models import CHANGE
@@ -20,6 +21,7 @@ from scheduler.action_log import action_record
 from scheduler.exceptions import InvalidQueue
 from scheduler.jobspec import QUEUE_NAME
 from scheduler.models import Queue
+from scheduler.selectors import flow_names_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,20 @@ def _checked(name: str) -> str:
             details={"name": ["1-100 characters: letters, digits, '_', '.', ':' or '-'."]},
         )
     return name
+
+
+def queues_unused(*, names: Sequence[str]) -> list[str]:
+    """Return those of ``names`` (queue names) that nothing sends jobs to, in the order given.
+
+    Used by ``run_workers --queues`` to name typos at start. A queue is used by the default queue
+    being it, a job of any status in it, a schedule's job template, or a registered job type's
+    default queue (a Django task's ``queue_name``): ``selectors.flow_names_in_use`` without its
+    live-worker rule (the worker asking serves the names it asks about), nor does a ``stint_queue``
+    row count. At most one query, bounded by ``selectors.IN_USE_CHECK_MS`` (past it every name
+    counts as used: no warning rather than a false one). Raises only database errors.
+    """
+    used = flow_names_in_use(names=[("queue", name) for name in names], workers=False)
+    return [name for name in dict.fromkeys(names) if ("queue", name) not in used]
 
 
 def queue_ensure(*, name: str) -> None:

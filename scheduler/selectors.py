@@ -267,25 +267,28 @@ def queue_names() -> list[str]:
 
 
 # Which of the (scope, name) pairs something uses, in one statement: a queue by a schedule's job
-# template, a live worker restricted to it, or a job of any status (the default queue, always in use,
-# is never asked); a type by a schedule (handlers and tasks are known in memory). No index serves the
-# job check: an index on stint_job.queue cost every row version of a job outside the default queue an
-# entry (about 210 bytes of WAL a job, 15%) for an advisory warning; the scan stops at a name's first
-# job and is bounded by IN_USE_CHECK_MS. The comment names the query in logs and the tests' captured
-# queries.
+# template, a live worker restricted to it (when %(workers)s), or a job of any status (the default
+# queue, always in use, is never asked); a type by a schedule (handlers and tasks are known in
+# memory). No index serves the job check: an index on stint_job.queue cost every row version of a
+# job outside the default queue an entry (about 210 bytes of WAL a job, 15%) for an advisory
+# warning; the scan stops at a name's first job and is bounded by IN_USE_CHECK_MS. The comment
+# names the query in logs and the tests' captured queries.
 FLOW_NAMES_IN_USE_SQL = f"""
     /* flow_names_in_use */
     SELECT n.scope, n.name FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS n(scope, name)
     WHERE CASE WHEN n.scope = 'queue' THEN
             EXISTS (SELECT 1 FROM stint_schedule s WHERE s.job_queue = n.name)
-            OR EXISTS (SELECT 1 FROM stint_worker_node WHERE queues ? n.name AND {worker_alive_sql()})
+            OR (%(workers)s AND EXISTS (SELECT 1 FROM stint_worker_node WHERE queues ? n.name AND {worker_alive_sql()}))
             OR EXISTS (SELECT 1 FROM stint_job j WHERE j.queue = n.name AND j.queue <> %(default)s)
           ELSE EXISTS (SELECT 1 FROM stint_schedule s WHERE s.job_type = n.name) END
 """  # noqa: S608 - constant SQL
 
 
-def flow_names_params(names: list[tuple[str, str]]) -> dict[str, Any]:
-    """Return ``FLOW_NAMES_IN_USE_SQL``'s parameters for ``names``, a list of (scope, name) pairs."""
+def flow_names_params(names: list[tuple[str, str]], *, workers: bool = True) -> dict[str, Any]:
+    """Return ``FLOW_NAMES_IN_USE_SQL``'s parameters for ``names``, a list of (scope, name) pairs.
+
+    ``workers``: a live worker restricted to a queue counts as its use.
+    """
     from scheduler.models import DEFAULT_QUEUE
 
     return {
@@ -293,10 +296,11 @@ def flow_names_params(names: list[tuple[str, str]]) -> dict[str, Any]:
         "names": [name for _, name in names],
         "default": DEFAULT_QUEUE,
         "dead_after": worker_dead_after_seconds(),
+        "workers": workers,
     }
 
 
-def flow_names_in_use(*, names: Any) -> set[tuple[str, str]]:
+def flow_names_in_use(*, names: Any, workers: bool = True) -> set[tuple[str, str]]:
     """Return the pairs of ``names`` (an iterable of (scope, name), scope "queue" or "type") that something uses.
 
     A flow limit or pause on a name nothing uses is kept (as Oban lets a queue be paused before its
@@ -308,6 +312,9 @@ def flow_names_in_use(*, names: Any) -> set[tuple[str, str]]:
       one serving every queue names none); a registered job type whose default queue it is
       (``registry.registered_queues``: Django's ``@task(queue_name=...)``);
     - a type: a ``@handler`` or Django task runs it (``registry.resolve``), or a schedule creates it.
+
+    ``workers=False`` leaves live workers out of a queue's use (``queues.queues_unused``: the
+    worker asking serves the names it asks about).
 
     Cost: at most one query, whatever the number of names (none when memory answers for all). The
     job check has no index (see ``FLOW_NAMES_IN_USE_SQL``): it reads jobs until a name's first one,
@@ -344,14 +351,14 @@ def flow_names_in_use(*, names: Any) -> set[tuple[str, str]]:
         else:
             ask.append((scope, name))
     if ask:
-        used.update(_names_in_use_bounded(ask))
+        used.update(_names_in_use_bounded(ask, workers=workers))
     return used
 
 
 IN_USE_CHECK_MS = 2000  # bound of flow_names_in_use's statement (a full scan of a few million jobs)
 
 
-def _names_in_use_bounded(ask: list[tuple[str, str]]) -> set[tuple[str, str]]:
+def _names_in_use_bounded(ask: list[tuple[str, str]], *, workers: bool = True) -> set[tuple[str, str]]:
     """Run ``FLOW_NAMES_IN_USE_SQL`` for ``ask`` under ``IN_USE_CHECK_MS``; all of ``ask`` when it runs out.
 
     In a savepoint, so a cancelled statement leaves the caller's transaction usable; the time bound
@@ -365,7 +372,7 @@ def _names_in_use_bounded(ask: list[tuple[str, str]]) -> set[tuple[str, str]]:
                 [f"{IN_USE_CHECK_MS}ms"],
             )
             before = cursor.fetchone()[0]
-            cursor.execute(FLOW_NAMES_IN_USE_SQL, flow_names_params(ask))
+            cursor.execute(FLOW_NAMES_IN_USE_SQL, flow_names_params(ask, workers=workers))
             found = {(scope, name) for scope, name in cursor.fetchall()}
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
             return found

@@ -52,6 +52,7 @@ from scheduler import leasing, metrics
 from scheduler.conf import conf
 from scheduler.maintenance.rescuer import rescue_held_by
 from scheduler.models import WorkerNode
+from scheduler.queues import queues_unused
 from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, pulse_seconds, worker_process_main
 from scheduler.workers.claim_board import ClaimBoard
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
@@ -140,6 +141,30 @@ class _Rescue:
     since: float  # monotonic
 
 
+def warn_unused_queues(names: list[str], *, pid: int) -> None:
+    """Log one WARNING naming those of ``names`` (``run_workers --queues``) that nothing uses (``queues_unused``).
+
+    A typo (``reprots``) would leave the workers waiting on a queue no job is ever sent to, in
+    silence. Run once per supervisor, in a thread of its own; a failed check (the database down at
+    start) is logged at INFO and nothing else, since the workers must start regardless. Closes
+    the thread's database connection.
+    """
+    try:
+        unused = queues_unused(names=names)
+    except Exception as exc:  # never stop or hold up start-up for an advisory check
+        logger.info("supervisor %s: the --queues names could not be checked (%s)", pid, exc)
+        unused = []
+    finally:
+        connection.close()
+    if unused:
+        logger.warning(
+            "supervisor %s: --queues names queues no job, schedule or task uses: %s; check for a typo (the"
+            " workers serve them as given)",
+            pid,
+            ", ".join(repr(name) for name in unused),
+        )
+
+
 class Supervisor:
     """The ``run_workers`` process. ``run()`` blocks until ``stop()`` and every worker process exited; returns 0."""
 
@@ -189,6 +214,15 @@ class Supervisor:
             self.options.worker.pool,
             ",".join(self.options.worker.queues or ["*"]),
         )
+        if self.options.worker.queues:
+            # In a thread: the check is one bounded query, but start-up never waits on the database.
+            threading.Thread(
+                target=warn_unused_queues,
+                args=(self.options.worker.queues,),
+                kwargs={"pid": self.pid},
+                name="stint-queue-check",
+                daemon=True,
+            ).start()
         try:
             for index in range(self.options.processes):
                 self._start(str(index))

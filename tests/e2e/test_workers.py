@@ -371,6 +371,21 @@ def test_retries_then_dead_letters_woken_only_by_notify(procs: Processes) -> Non
     assert events(hopeless)[-1] == EventType.JOB_DEAD
 
 
+def test_queues_nothing_uses_are_named_in_one_warning_at_start_and_the_workers_still_run(procs: Processes) -> None:
+    enqueue("DEMO_TASK", {}, queue="reports")  # a queue a job uses
+    proc = procs.worker(extra=["--queues=default,reports,reprots,emials"], ready=False)
+    job = enqueue("DEMO_TASK", {}, queue="default")
+
+    wait_until(status_is(job, JobStatus.SUCCESS), what="a job ran on a worker started with typos in --queues")
+    warnings = wait_until(
+        lambda: [line for line in proc.output().splitlines() if "WARNING" in line and "--queues" in line],
+        what="the warning about the unused queues",
+    )
+    assert len(warnings) == 1, warnings
+    assert "'reprots', 'emials'" in warnings[0]
+    assert "'default'" not in warnings[0] and "'reports'" not in warnings[0]
+
+
 def test_a_paused_queue_is_not_leased_from_until_resumed(procs: Processes) -> None:
     Queue.objects.update_or_create(name="held", defaults={"paused": True})
     procs.worker(concurrency=2)

@@ -142,3 +142,29 @@ def test_the_time_bound_does_not_outlive_the_check_in_the_callers_transaction():
         assert selectors.flow_names_in_use(names=[("queue", "reprots")]) == set()
         cursor.execute("SHOW statement_timeout")
         assert cursor.fetchone()[0] == before
+
+
+# -- run_workers' --queues check (queues.queues_unused) ------------------------------------------
+
+
+def test_the_queues_a_worker_names_are_unused_when_no_job_schedule_or_task_uses_them(settings, monkeypatch):
+    # A typo in run_workers --queues ("reprots") would wait for ever in silence; its own worker (or
+    # another with the same typo) serving the name is no use, unlike for a pause's warning.
+    JobFactory(queue="reports", succeeded=True)
+    CronSchedule.objects.create(
+        owner=UserFactory(), name="n", interval_seconds=60, job_type="DEMO_TASK", job_queue="nightly"
+    )
+    monkeypatch.setattr(task_registry, "_TASKS", dict(task_registry._TASKS))
+    settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": []}}
+
+    def mailout() -> None:
+        return None
+
+    mailout.__module__, mailout.__qualname__ = "tests.stint_tasks.tasks", "mailout_for_queues_unused"
+    task(queue_name="mailouts")(mailout)
+    worker("live", ["reprots", "nightyl"])
+    queues.queue_pause(name="nightyl")  # a row is no use either
+
+    names = ["reprots", "default", "reports", "nightly", "mailouts", "nightyl"]
+    assert queues.queues_unused(names=names) == ["reprots", "nightyl"]
+    assert queues.queues_unused(names=["default", "reports"]) == []
