@@ -30,6 +30,8 @@ _encode_result = json.JSONEncoder(allow_nan=False).encode
 # (a count, an id, a URL), not a file: a larger one fails the run for good before it is written,
 # instead of holding the worker's memory and every outcome batch it joins (jsonb refuses 256 MB).
 MAX_RESULT_BYTES = 1024 * 1024
+# The error of a job whose handler raised JobCancelled with no cancel requested (README, handlers).
+SELF_CANCELLED = "cancelled by the handler"
 
 # The name a class was created with, read past a metaclass: ``type(exc).__name__`` runs a
 # metaclass's ``__name__`` property first, and a handler's may raise anything.
@@ -99,11 +101,13 @@ def checked_result(result: Any) -> tuple[Any, str | None]:
 def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     """Call the handler for ``job.type`` (``registry.resolve``) with (payload, context); never raises.
 
-    Returns SUCCEEDED with the result as the JSON that was checked (plain values); CANCELLED when the handler raised
-    ``JobCancelled``; PERMANENT for ``PermanentError``, an unknown type or a result that is not
-    JSON; RETRYABLE for any other exception, with its traceback, ``BaseException`` included
-    (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``...): handlers are hostile, and a
-    pool slot must keep serving whatever its handler raised.
+    Returns SUCCEEDED with the result as the JSON that was checked (plain values); CANCELLED when
+    the handler raised ``JobCancelled`` (error "cancelled" after a cancel request, else
+    ``SELF_CANCELLED`` and the exception's message: the handler cancelled its own job); PERMANENT
+    for ``PermanentError``, an unknown type or a result that is not JSON; RETRYABLE for any other
+    exception, with its traceback, ``BaseException`` included (``SystemExit``,
+    ``KeyboardInterrupt``, ``GeneratorExit``...): handlers are hostile, and a pool slot must keep
+    serving whatever its handler raised.
     """
     job_id = str(job.id)
     ctx = JobContext(
@@ -123,8 +127,17 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         if problem is not None:
             return Report(job=job, outcome=Outcome.PERMANENT, error=problem)
         return Report(job=job, outcome=Outcome.SUCCEEDED, result=result)
-    except JobCancelled:
-        return Report(job=job, outcome=Outcome.CANCELLED, error="cancelled")
+    except JobCancelled as exc:
+        # Raised after a cancel request (ctx.check_cancelled, ctx.sleep) or, with no request, by the
+        # handler's own choice: a self-cancel, whose reason is the job's error. Neither is retried.
+        if cancel_flag.is_set():
+            return Report(job=job, outcome=Outcome.CANCELLED, error="cancelled")
+        try:
+            reason = _message(exc)
+        except BaseException:  # noqa: BLE001 - a handler's __str__ may raise anything, even SystemExit
+            reason = ""
+        error = f"{SELF_CANCELLED}: {reason}" if reason else SELF_CANCELLED
+        return Report(job=job, outcome=Outcome.CANCELLED, error=error)
     except (PermanentError, UnknownJobType) as exc:
         return Report(job=job, outcome=Outcome.PERMANENT, error=_describe(exc), traceback=_format_traceback())
     except Exception as exc:  # any handler error is retryable unless it says otherwise
@@ -225,16 +238,21 @@ def _format_traceback() -> str:
         return f"its traceback could not be formatted: {_class_name(type(failure))}"
 
 
-def _describe(exc: BaseException) -> str:
-    """``"Type: message"`` of a handler's exception; its type alone when its ``str()`` raises (hostile).
+def _message(exc: BaseException) -> str:
+    """The message of a handler's exception as a plain ``str`` ("" for none); raises what its ``__str__`` raises.
 
     A plain ``str`` whatever the handler's ``__str__`` returned: a ``str`` subclass could raise from
     its own formatting or truth value, outside any handler of the handler's errors, and end the
     pool thread (or pool child) with the job's error unread.
     """
+    return str.__str__(str(exc))  # a subclass instance is copied into a plain str
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"`` of a handler's exception; its type alone when its ``str()`` raises (hostile)."""
     name = _class_name(type(exc))
     try:
-        text = str.__str__(str(exc))  # a subclass instance is copied into a plain str
+        text = _message(exc)
     except BaseException as failure:  # noqa: BLE001 - a handler's __str__ may raise anything, even SystemExit
         return f"{name} (its message could not be read: {_class_name(type(failure))})"
     return f"{name}: {text}" if text else name

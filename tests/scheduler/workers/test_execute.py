@@ -18,11 +18,16 @@ import pytest
 from django.db import connection
 
 from core import db_threads
+from scheduler import leasing
+from scheduler.enqueuing import enqueue
+from scheduler.errors import JobCancelled
 from scheduler.leasing import Outcome, Report
 from scheduler.registry import JobContext, handler
+from scheduler.states import AttemptStatus, EventType, JobStatus
 from scheduler.workers import execute
 from scheduler.workers.execute import run_handler
 from tests.support.factories import claimed_job
+from tests.support.jobs import attempts, events
 from tests.support.subprocess_env import database_url
 
 _RESULTS: dict[str, Any] = {}
@@ -484,3 +489,43 @@ def test_a_connection_whose_backend_the_handler_ended_is_replaced_for_the_thread
 
     assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2, reports[1].error
     assert "closing its thread's database connection failed" not in caplog.text
+
+
+# -- a handler that cancels its own job ------------------------------------------------------------
+
+
+@handler("TEST_EXECUTE_CANCELS_ITSELF", max_retries=3)
+def _cancels_itself(payload: Any, ctx: JobContext) -> None:
+    raise JobCancelled(*payload["reason"])  # the public name, as a handler imports it
+
+
+@pytest.mark.django_db(transaction=True)  # run_handler closes a connection left out of autocommit
+@pytest.mark.parametrize(
+    ("reason", "error"),
+    [
+        (["the customer closed the account"], "cancelled by the handler: the customer closed the account"),
+        ([], "cancelled by the handler"),
+    ],
+    ids=["with a reason", "without one"],
+)
+def test_a_handler_that_raises_job_cancelled_ends_its_job_cancelled_with_its_reason_never_retried(reason, error):
+    job = enqueue("TEST_EXECUTE_CANCELS_ITSELF", {"reason": reason})
+    (claimed,) = leasing.claim_jobs(worker_id="test-execute", limit=1, queues=None)
+
+    report = run_handler(claimed, threading.Event())
+    assert (report.outcome, report.error) == (Outcome.CANCELLED, error)
+    assert leasing.record_outcomes([report]) == {job.id}
+
+    job.refresh_from_db()
+    assert (job.status, job.last_error, job.finished_at is not None) == (JobStatus.CANCELLED, error, True)
+    assert attempts(job) == [(1, AttemptStatus.CANCELLED)]
+    assert events(job)[-1] == EventType.JOB_CANCELLED
+
+
+def test_job_cancelled_raised_after_a_cancel_request_still_reads_as_that_request() -> None:
+    flag = threading.Event()
+    flag.set()  # the owner's cancel reached the worker; ctx.check_cancelled raised
+
+    report = run_handler(claimed_job("TEST_EXECUTE_CANCELS_ITSELF", payload={"reason": []}), flag)
+
+    assert (report.outcome, report.error) == (Outcome.CANCELLED, "cancelled")
