@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import traceback
 from typing import Any
 
@@ -18,7 +19,7 @@ from core.parsers import has_lone_surrogate, has_nul
 from scheduler import tracing
 from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
 from scheduler.flow.progress import writer as progress_writer
-from scheduler.leasing import Outcome, Report
+from scheduler.leasing import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.registry import CancelFlag, JobContext, resolve
 
@@ -107,7 +108,8 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     for ``PermanentError``, an unknown type or a result that is not JSON; RETRYABLE for any other
     exception, with its traceback, ``BaseException`` included (``SystemExit``,
     ``KeyboardInterrupt``, ``GeneratorExit``...): handlers are hostile, and a pool slot must keep
-    serving whatever its handler raised.
+    serving whatever its handler raised. The error is cut to ``leasing.MAX_ERROR_CHARS`` and the
+    traceback to its last ``leasing.MAX_TRACEBACK_CHARS`` here, where they are made.
     """
     job_id = str(job.id)
     ctx = JobContext(
@@ -133,11 +135,11 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         if cancel_flag.is_set():
             return Report(job=job, outcome=Outcome.CANCELLED, error="cancelled")
         try:
-            reason = _message(exc)
+            reason = _message(exc)[:MAX_ERROR_CHARS]
         except BaseException:  # noqa: BLE001 - a handler's __str__ may raise anything, even SystemExit
             reason = ""
         error = f"{SELF_CANCELLED}: {reason}" if reason else SELF_CANCELLED
-        return Report(job=job, outcome=Outcome.CANCELLED, error=error)
+        return Report(job=job, outcome=Outcome.CANCELLED, error=error[:MAX_ERROR_CHARS])
     except (PermanentError, UnknownJobType) as exc:
         return Report(job=job, outcome=Outcome.PERMANENT, error=_describe(exc), traceback=_format_traceback())
     except Exception as exc:  # any handler error is retryable unless it says otherwise
@@ -226,16 +228,28 @@ def _reset_sessions() -> None:
 
 
 def _format_traceback() -> str:
-    """The traceback of the exception being handled; a line saying why when it cannot be formatted (hostile).
+    """The last ``MAX_TRACEBACK_CHARS`` of the traceback being handled, each part of it cut (``_cut_part``).
 
-    ``traceback.format_exc`` reads the exception's attributes (``__notes__``, its chain), which a
-    handler's exception class may turn into properties that raise: that error would escape
-    ``run_handler`` and end the pool thread or pool child instead of being the run's outcome.
+    Cut here, in the slot thread or pool child that ran the handler, so a huge message (100 MB)
+    never travels in the report: a pool child's pipe, the worker's outcome batch. Its message line
+    is cut like the error, so the frames above it stay in the traceback kept. A line saying why
+    when it cannot be formatted (hostile): formatting reads the exception's attributes
+    (``__notes__``, its chain), which a handler's exception class may turn into properties that
+    raise; that error would escape ``run_handler`` and end the pool thread or pool child instead of
+    being the run's outcome.
     """
     try:
-        return traceback.format_exc()
+        formatted = traceback.TracebackException.from_exception(sys.exc_info()[1]).format()
+        return "".join(_cut_part(part) for part in formatted)[-MAX_TRACEBACK_CHARS:]
     except BaseException as failure:  # noqa: BLE001 - a handler's property may raise anything, even SystemExit
         return f"its traceback could not be formatted: {_class_name(type(failure))}"
+
+
+def _cut_part(part: str) -> str:
+    """One part of a formatted traceback (a frame, a message) cut to ``MAX_ERROR_CHARS``, saying how much went."""
+    if len(part) <= MAX_ERROR_CHARS:
+        return part
+    return f"{part[:MAX_ERROR_CHARS]}... [{len(part) - MAX_ERROR_CHARS:,} characters cut]\n"
 
 
 def _message(exc: BaseException) -> str:
@@ -249,10 +263,14 @@ def _message(exc: BaseException) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    """``"Type: message"`` of a handler's exception; its type alone when its ``str()`` raises (hostile)."""
+    """``"Type: message"`` of a handler's exception, cut to ``MAX_ERROR_CHARS``; its type alone when ``str()`` raises.
+
+    Cut before it is joined, so a huge message is not copied whole, and here, where the handler
+    ran, so it never travels in the report (``_format_traceback``).
+    """
     name = _class_name(type(exc))
     try:
-        text = _message(exc)
+        text = _message(exc)[:MAX_ERROR_CHARS]
     except BaseException as failure:  # noqa: BLE001 - a handler's __str__ may raise anything, even SystemExit
-        return f"{name} (its message could not be read: {_class_name(type(failure))})"
-    return f"{name}: {text}" if text else name
+        return f"{name} (its message could not be read: {_class_name(type(failure))})"[:MAX_ERROR_CHARS]
+    return (f"{name}: {text}" if text else name)[:MAX_ERROR_CHARS]

@@ -26,6 +26,7 @@ from scheduler.registry import JobContext, handler
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from scheduler.workers import execute
 from scheduler.workers.execute import run_handler
+from scheduler.workers.pool import encode_report
 from tests.support.factories import claimed_job
 from tests.support.jobs import attempts, events
 from tests.support.subprocess_env import database_url
@@ -529,3 +530,52 @@ def test_job_cancelled_raised_after_a_cancel_request_still_reads_as_that_request
     report = run_handler(claimed_job("TEST_EXECUTE_CANCELS_ITSELF", payload={"reason": []}), flag)
 
     assert (report.outcome, report.error) == (Outcome.CANCELLED, "cancelled")
+
+
+# -- huge errors and tracebacks are cut where they are made ------------------------------------------
+
+
+def _raise_huge(size: int) -> None:
+    raise ValueError("x" * size)
+
+
+@handler("TEST_EXECUTE_HUGE_ERROR")
+def _huge_error(payload: Any, ctx: JobContext) -> None:
+    _raise_huge(payload["size"])
+
+
+def _ping(depth: int) -> None:
+    # Two functions in turn: Python folds a run of identical frames into one line.
+    if depth:
+        _pong(depth - 1)
+    raise ValueError("at the bottom")
+
+
+def _pong(depth: int) -> None:
+    _ping(depth)
+
+
+@handler("TEST_EXECUTE_DEEP_TRACEBACK")
+def _deep_traceback(payload: Any, ctx: JobContext) -> None:
+    _ping(payload["depth"])
+
+
+def test_a_huge_error_is_cut_in_the_slot_that_ran_it_and_its_traceback_keeps_the_frames() -> None:
+    # 10 MB here, 100 MB in the wild: the report a slot thread queues (and a pool child sends) held
+    # it whole, in the error and again in the traceback's last line, until the outcome writer cut it.
+    report = run_handler(claimed_job("TEST_EXECUTE_HUGE_ERROR", payload={"size": 10 * 1024 * 1024}), threading.Event())
+
+    assert report.outcome == Outcome.RETRYABLE
+    assert len(report.error) == leasing.MAX_ERROR_CHARS
+    assert report.error == ("ValueError: " + "x" * leasing.MAX_ERROR_CHARS)[: leasing.MAX_ERROR_CHARS]
+    assert len(report.traceback) < leasing.MAX_TRACEBACK_CHARS
+    assert "_huge_error" in report.traceback and "_raise_huge" in report.traceback  # the message line alone is cut
+    assert len(encode_report(report)) < leasing.MAX_ERROR_CHARS + leasing.MAX_TRACEBACK_CHARS + 1000  # bytes
+
+
+def test_a_long_traceback_keeps_its_last_characters_where_the_error_was_raised() -> None:
+    report = run_handler(claimed_job("TEST_EXECUTE_DEEP_TRACEBACK", payload={"depth": 300}), threading.Event())
+
+    assert len(report.traceback) == leasing.MAX_TRACEBACK_CHARS
+    assert report.traceback.endswith("ValueError: at the bottom\n")
+    assert report.error == "ValueError: at the bottom"

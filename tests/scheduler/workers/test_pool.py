@@ -19,8 +19,9 @@ import pytest
 from django.db import connections
 from prometheus_client import REGISTRY
 
-from scheduler.leasing import Outcome, Report
+from scheduler.leasing import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, Outcome, Report
 from scheduler.registry import JobContext, handler
+from scheduler.workers import pool as pool_module
 from scheduler.workers.pool import (
     READY_MESSAGE,
     ProcessPool,
@@ -187,6 +188,26 @@ def test_a_pool_child_that_closes_its_pipe_is_killed_at_once_and_its_job_reporte
     assert report.error == "its pool child closed its pipe to the worker while running this job; the child was killed"
     assert gone(child)
     serves_again(pool, reports)
+
+
+def test_a_pool_childs_report_of_a_huge_error_crosses_the_pipe_already_cut(children, monkeypatch) -> None:
+    # A 100 MB message was sent whole to the worker (the error and the traceback's last line: about
+    # 200 MB of JSON), which then held it in its outcome batch until the writer cut it.
+    pool, reports = children
+    sizes: list[int] = []
+
+    def measured(data: bytes) -> Any:
+        sizes.append(len(data))
+        return decode_message(data)
+
+    monkeypatch.setattr(pool_module, "decode_message", measured)
+    pool.submit(running("HOSTILE_HUGE_ERROR", {"megabytes": 20}))
+    _, report = reports.next()
+
+    assert report.outcome == Outcome.RETRYABLE
+    assert len(report.error) == MAX_ERROR_CHARS and report.error.startswith("ValueError: xxx")
+    assert len(report.traceback) <= MAX_TRACEBACK_CHARS and "huge_error" in report.traceback
+    assert max(sizes) < MAX_ERROR_CHARS + MAX_TRACEBACK_CHARS + 1000  # bytes: the report alone, with its JSON
 
 
 def test_a_pool_child_that_dies_is_reported_even_while_its_own_child_holds_its_pipe(children, tmp_path) -> None:

@@ -161,6 +161,12 @@ def nul_error(payload: Any, ctx: JobContext) -> None:
     raise ValueError("bad\x00byte \ud800 here\x00")
 
 
+@handler("HOSTILE_HUGE_ERROR")
+def huge_error(payload: Any, ctx: JobContext) -> None:
+    """Raise an error whose message is ``payload["megabytes"]`` MB long (a handler quoting a whole file)."""
+    raise ValueError("x" * (payload["megabytes"] * 1024 * 1024))
+
+
 @handler("HOSTILE_NUL_RESULT")
 def nul_result(payload: Any, ctx: JobContext) -> dict[str, str]:
     """Return valid JSON that ``jsonb`` refuses: a string holding U+0000."""
