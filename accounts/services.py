@@ -25,11 +25,15 @@ def user_register(*, username: str, password: str, email: str = "") -> User:
 def admin_ensure(*, username: str, password: str) -> tuple[User, bool]:
     """Create the ADMIN ``username`` with ``password`` unless it exists.
 
-    Returns (user, created). An existing account keeps its password.
+    Returns (user, created). An existing account keeps its password, which is then not checked.
+    Raises django.core.exceptions.ValidationError when the password of a new account fails
+    Django's validators (``AUTH_PASSWORD_VALIDATORS``, with the account for the similarity rule),
+    as ``user_register`` and the console's password forms do.
     """
     user = User.objects.filter(username=username).first()
     if user is not None:
         return user, False
+    validate_password(password, user=User(username=username, email=""))
     return User.objects.create_superuser(username=username, email="", password=password), True
 
 

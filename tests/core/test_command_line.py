@@ -88,6 +88,42 @@ def test_ensure_admin_refuses_a_password_variable_that_is_not_utf8(monkeypatch) 
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("password", "why"),
+    [
+        ("short1", "This password is too short. It must contain at least 8 characters."),
+        ("password123", "This password is too common."),
+        ("8675309240", "This password is entirely numeric."),
+        ("site_admin_x", "The password is too similar to the username."),
+    ],
+    ids=["short", "common", "numeric", "like the username"],
+)
+def test_ensure_admin_refuses_a_password_the_password_validators_refuse(monkeypatch, password: str, why: str) -> None:
+    # STINT_ADMIN_PASSWORD=admin made an ADMIN whose password the console's own forms would refuse.
+    monkeypatch.setenv("STINT_ADMIN_PASSWORD", password)
+    with pytest.raises(CommandError) as raised:
+        call_command("ensure_admin", "--username=site_admin")
+
+    message = str(raised.value)
+    assert message.startswith("STINT_ADMIN_PASSWORD is refused by the password validators: ")
+    assert why in message and "\n" not in message
+    assert not get_user_model().objects.filter(username="site_admin").exists()
+
+
+@pytest.mark.django_db
+def test_ensure_admin_takes_a_password_the_validators_accept_and_leaves_an_existing_accounts_alone(monkeypatch) -> None:
+    monkeypatch.setenv("STINT_ADMIN_PASSWORD", "correct horse battery staple")
+    call_command("ensure_admin", "--username=site_admin")
+    admin = get_user_model().objects.get(username="site_admin")
+    assert admin.check_password("correct horse battery staple")
+
+    monkeypatch.setenv("STINT_ADMIN_PASSWORD", "short1")  # not set on an account that exists: nothing to refuse
+    call_command("ensure_admin", "--username=site_admin")
+    admin.refresh_from_db()
+    assert admin.check_password("correct horse battery staple")
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("owner", ["a\udc80", "a\x00b"])
 def test_sync_periodic_tasks_names_nobody_for_an_owner_postgresql_cannot_be_sent(owner: str) -> None:
     with pytest.raises(CommandError, match="no user named"):

@@ -34,7 +34,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         """Create the account once; print the password only when it was generated now.
 
-        Raises CommandError when STINT_ADMIN_PASSWORD holds bytes that are not UTF-8.
+        Raises CommandError, one line, when STINT_ADMIN_PASSWORD holds bytes that are not UTF-8 or
+        the password validators refuse it (``admin_ensure``).
         """
         given = os.environ.get("STINT_ADMIN_PASSWORD", "")
         try:
@@ -42,7 +43,11 @@ class Command(BaseCommand):
         except UnicodeEncodeError:  # a byte that is not UTF-8 reaches os.environ as a lone surrogate
             raise CommandError("STINT_ADMIN_PASSWORD is not UTF-8 text; set it in UTF-8 and run again") from None
         password = given or secrets.token_urlsafe(18)
-        _, created = admin_ensure(username=options["username"], password=password)
+        try:
+            _, created = admin_ensure(username=options["username"], password=password)
+        except ValidationError as exc:
+            which = "STINT_ADMIN_PASSWORD" if given else "the generated password"
+            raise CommandError(f"{which} is refused by the password validators: {' '.join(exc.messages)}") from None
         if not created:
             self.stdout.write(f"ADMIN account '{options['username']}' already exists.")
         elif given:
