@@ -12,6 +12,10 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from django.core.management import execute_from_command_line
 
+    from core.command_line import settings_load_or_exit
+
+    settings_load_or_exit()  # settings that cannot load: one line, not a traceback
+
     execute_from_command_line(sys.argv)
 
 

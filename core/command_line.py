@@ -1,18 +1,41 @@
-"""What the long-running management commands share besides stop signals: ``-v`` to log levels, argparse types.
+"""What the management commands share besides stop signals: settings that load, ``-v`` to log levels, argparse types.
 
-``run_scheduler``, ``run_workers`` and ``run_audit_consumer`` parse with these ``type=``
-validators (a bad value is a usage error, never a traceback) and set their packages' log level
-from ``-v``.
+``manage.py`` loads the settings first (``settings_load_or_exit``). ``run_scheduler``,
+``run_workers`` and ``run_audit_consumer`` parse with these ``type=`` validators (a bad value is
+a usage error, never a traceback) and set their packages' log level from ``-v``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 STINT_LOGGERS = ("scheduler", "audit", "stint_tasks", "accounts", "core", "pages")  # the project's packages
+
+
+def settings_load_or_exit() -> None:
+    """Import the settings module ``DJANGO_SETTINGS_MODULE`` names; when it cannot load, say why in one line and exit 1.
+
+    A module that does not exist (``DJANGO_SETTINGS_MODULE=nope``), an import inside it that fails,
+    or a value it refuses (``ImproperlyConfigured``: ``LOG_LEVEL=loud``) is one line on stderr
+    naming the module and the error, where Django printed a traceback (or, for ``help``, only its
+    own commands, and exit 0). Any other error of the settings' code keeps its traceback: a bug.
+    """
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 - the first read imports the module
+    except (ImportError, ImproperlyConfigured) as exc:
+        name = os.environ.get("DJANGO_SETTINGS_MODULE")
+        why = " ".join(str(exc).split())  # one line, whatever the message holds
+        where = f"the settings module {name!r} (DJANGO_SETTINGS_MODULE)"
+        sys.stderr.write(f"manage.py: cannot load {where}: {type(exc).__name__}: {why}\n")
+        raise SystemExit(1) from None
 
 
 def verbosity_level(verbosity: int) -> int:

@@ -1,14 +1,20 @@
-"""The commands' option types and run_scheduler's leader TTL: bad values are clear errors, never a traceback."""
+"""The commands' option types, run_scheduler's leader TTL and unloadable settings: clear errors, never a traceback."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from core.command_line import positive_float
+
+ROOT = Path(__file__).resolve().parents[2]  # manage.py's directory
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "inf", "-inf", "nan", "1e999", "abc", ""])
@@ -128,3 +134,38 @@ def test_ensure_admin_takes_a_password_the_validators_accept_and_leaves_an_exist
 def test_sync_periodic_tasks_names_nobody_for_an_owner_postgresql_cannot_be_sent(owner: str) -> None:
     with pytest.raises(CommandError, match="no user named"):
         call_command("sync_periodic_tasks", f"--owner={owner}")
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("argv", [["check"], ["run_workers", "--queues=default"], ["help"], []], ids=" ".join)
+def test_settings_that_cannot_be_imported_are_one_line_and_a_failure_not_a_traceback(argv: list[str]) -> None:
+    # Before: a 20-line ModuleNotFoundError traceback, or (help) the core commands and exit 0.
+    result = _manage(*argv, DJANGO_SETTINGS_MODULE="nope")
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "manage.py: cannot load the settings module 'nope' (DJANGO_SETTINGS_MODULE):"
+        " ModuleNotFoundError: No module named 'nope'"
+    ]
+    assert result.stdout == ""
+
+
+def test_settings_that_refuse_a_value_are_one_line_naming_it() -> None:
+    result = _manage("check", DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="loud")
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "manage.py: cannot load the settings module 'config.settings' (DJANGO_SETTINGS_MODULE): ImproperlyConfigured:"
+        " LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (got 'LOUD')"
+    ]
