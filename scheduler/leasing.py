@@ -66,8 +66,10 @@ class Outcome(enum.StrEnum):
 class Report:
     """One finished (or abandoned) run to record. ``result`` is JSON; errors are strings.
 
-    ``run_seconds``: for a run whose handler returned, seconds from its claim to that return (the
-    worker's flusher observes them in ``jobs_execution_duration_seconds``, one batch at a time).
+    ``run_seconds``: for a run whose handler returned, seconds from its slot beginning it to that
+    return (the worker's flusher observes them in ``jobs_execution_duration_seconds``, one batch
+    at a time). ``started_at``: when its slot began it (database clock: the claim's time plus the
+    wait for a slot), for a run that waited after its claim (claimed ahead); None: at its claim.
     """
 
     job: Claimed
@@ -77,6 +79,7 @@ class Report:
     traceback: str = ""
     finished_at: dt.datetime | None = field(default=None)
     run_seconds: float | None = None
+    started_at: dt.datetime | None = None
 
 
 def claim_jobs(
@@ -298,7 +301,7 @@ def _attempt_end(report: Report, to: JobStatus) -> lifecycle.AttemptEnd:
         lease_token=job.lease_token,
         status=_ATTEMPT_STATUS[report.outcome],
         worker=job.worker,
-        started_at=job.started_at,
+        started_at=report.started_at,
         finished_at=report.finished_at,
         error=report.error,
         traceback=report.traceback,
@@ -469,6 +472,7 @@ def record_batch(reports: Sequence[Report], *, split_locked: bool = True) -> Bat
             outcome=Outcome.PERMANENT,
             error=f"{what} could not be stored: {refused}",
             finished_at=report.finished_at,
+            started_at=report.started_at,
         )
         try:
             done.accepted |= record_outcomes([failed], final=done.final)

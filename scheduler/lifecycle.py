@@ -213,7 +213,7 @@ def _transition(
             FROM locked l, v
             WHERE j.id = l.id AND v.id = j.id
             RETURNING j.id, l.old_status, j.event_sequence, j.attempts, j.owner_id, j.type, j.queue,
-                      j.priority, v.evp
+                      j.priority, v.evp, j.started_at
         ), ev AS ({_outbox_row(source="old_status", to="%(to)s::text", extra="evp")}
         ){"".join(f", {cte}" for cte in also)}
         SELECT id, old_status, event_sequence, attempts FROM moved
@@ -340,7 +340,9 @@ class AttemptEnd:
     - ``lease_token``: the lease the attempt held; the write happens only while the job still
       holds it (the fencing rule of DESIGN.md).
     - ``status``: the attempt row's status (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, LOST).
-    - ``worker``, ``started_at``: who ran it and since when (None: the database's now()).
+    - ``worker``, ``started_at``: who ran it and since when: an aware datetime, the time its
+      handler began when that was later than its claim (a job claimed ahead waits for a slot),
+      written to the job row too; None: the job row's ``started_at`` (its claim) stands.
     - ``finished_at``: an aware datetime, or None for the database's now().
     - ``error`` (the job's ``last_error`` and the event's ``error``), ``traceback``: storable text.
     - ``isolated``: the job's ``isolated`` flag afterwards; None leaves it as it is.
@@ -464,7 +466,7 @@ def rescue_leases(
 _ATTEMPT_ROW = """att AS (
     INSERT INTO stint_job_attempt (job_id, attempt_number, status, worker, lease_token, started_at,
                                    finished_at, error, traceback)
-    SELECT m.id, m.attempts, v.ast, coalesce(v.worker, ''), v.token, coalesce(v.started, now()),
+    SELECT m.id, m.attempts, v.ast, coalesce(v.worker, ''), v.token, m.started_at,
            coalesce(v.fin, now()), v.err, v.tb
     FROM moved m JOIN v ON v.id = m.id
 )"""
@@ -505,6 +507,8 @@ def _end_attempts(
     columns: dict[str, Any] = {
         "lease_expires_at": _NULL,
         "isolated": _Sql("coalesce(v.iso, j.isolated)"),
+        # The claim wrote its time; a run that began later (claimed ahead) brings its own.
+        "started_at": _Sql("coalesce(v.started, j.started_at)"),
     }
     if attempt_row:
         columns.update(lease_owner=_NULL, lease_token=_NULL)
@@ -514,12 +518,12 @@ def _end_attempts(
         "err": ("text", [e.error for e in ends]),
         "iso": ("bool", [e.isolated for e in ends]),
         "ast": ("text", [AttemptStatus(e.status).value for e in ends]),
+        "started": ("timestamptz", [e.started_at for e in ends]),
     }
     also = []
     if attempt_row:
         inputs.update(
             worker=("text", [e.worker for e in ends]),
-            started=("timestamptz", [e.started_at for e in ends]),
             fin=("timestamptz", [e.finished_at for e in ends]),
             tb=("text", [e.traceback for e in ends]),
         )

@@ -81,6 +81,10 @@ worker_slots_total = Gauge("worker_slots_total", "Pool slots of the worker proce
 worker_stuck_threads = Gauge(
     "worker_stuck_threads", "Threads still running a handler past its timeout.", multiprocess_mode="livesum"
 )
+worker_claimed_ahead_handed_back_total = Counter(
+    "worker_claimed_ahead_handed_back_total",
+    "Jobs claimed ahead of a free thread slot that waited past CLAIM_AHEAD_MAX_WAIT and were handed back unrun.",
+)
 worker_threads_lost_total = Counter(
     "worker_threads_lost_total", "Pool threads that died (and were replaced) although handlers cannot kill them."
 )
@@ -179,6 +183,7 @@ SERVED_BY: dict[str, tuple[Any, ...]] = {
         worker_slots_busy,
         worker_slots_total,
         worker_stuck_threads,
+        worker_claimed_ahead_handed_back_total,
         worker_threads_lost_total,
         worker_processes_died_total,
         worker_outcomes_unrecorded_total,

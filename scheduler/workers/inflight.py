@@ -8,12 +8,20 @@ deadlines with a clock of its own, in-process, without sleeping
 (``tests/scheduler/workers/test_inflight.py``). Outcomes go to ``report``: the worker's queue,
 which its flusher records in batches (``scheduler.workers.runner``).
 
-Every method is thread-safe: the claim loop, the pool's threads (``on_done``) and the heartbeat
-thread call them concurrently.
+Every method is thread-safe: the claim loop, the pool's threads (``begin``, ``on_done``) and the
+heartbeat thread call them concurrently.
+
+Claimed ahead: a thread pool's queue may hold jobs beyond its free slots (the worker claims
+ahead while runs are short, ``runner.CLAIM_AHEAD_MAX_RUN``). Such a job is held (its lease is
+heartbeated) but not begun: its timeout starts when a slot begins it (``begin``), and its
+``started_at`` is then corrected at its outcome. One still waiting after ``CLAIM_AHEAD_MAX_WAIT``
+(every slot busy with long runs), or when the worker drains, is handed back unrun
+(``hand_back_waiting``); one whose cancel is requested ends CANCELLED without running.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -30,6 +38,16 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]  # monotonic seconds
 LOST_THREAD_ERROR = "its pool thread died while running it"
+# Seconds a job claimed ahead may wait in the thread pool's queue for a slot before it is handed
+# back unrun (no attempt spent): reached only while every slot runs something long.
+CLAIM_AHEAD_MAX_WAIT = 5.0
+# Seconds of waiting for a slot past which a run's started_at is corrected to when its slot began
+# it; below it the claim's time stands (an outcome then carries no start time of its own).
+START_SLACK = 0.001
+# Weight of each new run in the recent average run time (an exponential moving average).
+RUN_AVERAGE_WEIGHT = 0.2
+WAITED_TOO_LONG_ERROR = "claimed ahead; no slot freed within {seconds:g} s, so it was handed back unrun"
+DRAINED_ERROR = "claimed ahead; the worker stopped before a slot began it, so it was handed back unrun"
 
 
 class Pool(Protocol):
@@ -39,6 +57,8 @@ class Pool(Protocol):
     slots: int
 
     def busy(self) -> int: ...
+
+    def load(self) -> int: ...
 
     def submit(self, entry: Running) -> None: ...
 
@@ -53,7 +73,10 @@ class InFlight:
     ``pool`` runs the jobs and calls ``on_done`` when a handler returns; ``report`` receives each
     job's one outcome (a ``Report``; one from a returned handler carries its ``run_seconds``, for
     the receiver to observe in ``jobs_execution_duration_seconds``); ``clock`` gives monotonic seconds (deadlines are
-    ``clock() + job.timeout_seconds``); ``worker_id`` only names the worker in log lines.
+    ``clock() + job.timeout_seconds`` from when a slot begins the job); ``worker_id`` only names
+    the worker in log lines. A pool with ``watch_begins`` (``ThreadPool``) tells ``begin`` when a
+    slot takes a job, so its jobs may wait in its queue (claimed ahead); any other pool's jobs
+    begin when submitted.
     """
 
     def __init__(
@@ -71,12 +94,30 @@ class InFlight:
         self._lock = threading.Lock()
         self._running: dict[uuid.UUID, Running] = {}
         self._stuck = 0  # threads still running a handler past its reported timeout
+        self._recent_run: float | None = None  # seconds: average of the recent runs (None: none yet)
+        watch = getattr(pool, "watch_begins", None)
+        self._begins_later = watch is not None
+        if watch is not None:
+            watch(self.begin)
 
     # -- reading ----------------------------------------------------------------------------
 
     def free(self) -> int:
-        """Slots that can take a job now: the pool's slots less its busy ones (never below 0)."""
-        return max(0, self.pool.slots - self.pool.busy())
+        """Slots that can take a job now: the pool's slots less its busy ones and its waiting jobs (never below 0)."""
+        return max(0, self.pool.slots - self.pool.load())
+
+    def room(self, ahead: int) -> int:
+        """Jobs to claim now to fill every free slot and queue up to ``ahead`` more (never below 0).
+
+        ``ahead`` counts only for a pool whose jobs may wait for a slot (``ThreadPool``).
+        """
+        ahead = ahead if self._begins_later else 0
+        return max(0, self.pool.slots + ahead - self.pool.load())
+
+    @property
+    def recent_run(self) -> float | None:
+        """Seconds: the recent runs' average (a timed-out run counts its timeout); None before the first."""
+        return self._recent_run
 
     def pending(self) -> list[Running]:
         """The held jobs that have no outcome yet."""
@@ -110,9 +151,12 @@ class InFlight:
         cannot be sent to a child process (``UnsendableJob``).
         """
         entries = []
+        later = self._begins_later
         for job in jobs:
             now = self.clock()
-            entry = Running(job=job, deadline=now + job.timeout_seconds, started=now)
+            # Until a slot begins it, a job's deadline is the time it is handed back unrun.
+            deadline = now + (CLAIM_AHEAD_MAX_WAIT if later else job.timeout_seconds)
+            entry = Running(job=job, deadline=deadline, started=now, claimed=now, begun=not later)
             with self._lock:
                 self._running[job.id] = entry
             entries.append(entry)
@@ -124,7 +168,36 @@ class InFlight:
                 self._conclude(entry, Outcome.PERMANENT, f"cannot run in a child: {exc}")
         return entries
 
+    def begin(self, entry: Running) -> bool:
+        """Pool callback: a slot takes ``entry``. Start its timeout now; False if it already has its outcome.
+
+        A job claimed ahead was handed back, cancelled or lost while it waited: the slot skips it.
+        """
+        with self._lock:
+            if entry.finalized:
+                return False
+            now = self.clock()
+            entry.started = now
+            entry.deadline = now + entry.job.timeout_seconds
+            entry.begun = True
+        return True
+
     # -- outcomes ----------------------------------------------------------------------------
+
+    def _started_at(self, entry: Running) -> dt.datetime | None:
+        """When ``entry``'s slot began it, on the database's clock, if it waited past ``START_SLACK``; else None.
+
+        The claim's ``started_at`` (database clock) plus the wait measured on ``clock``.
+        """
+        waited = entry.started - entry.claimed
+        if not entry.begun or waited <= START_SLACK:
+            return None
+        return entry.job.started_at + dt.timedelta(seconds=waited)
+
+    def _observe_run(self, seconds: float) -> None:
+        # Unlocked: pool threads race here, and a lost update only drops one run from the average.
+        recent = self._recent_run
+        self._recent_run = seconds if recent is None else recent + (seconds - recent) * RUN_AVERAGE_WEIGHT
 
     def finalize(self, entry: Running) -> bool:
         """Mark ``entry`` as given its outcome and drop it from the set; False if it already was."""
@@ -148,23 +221,47 @@ class InFlight:
                     metrics.worker_stuck_threads.set(self._stuck)
             return False
         # Observed by the report's receiver, one batch at a time (``metrics.observe_many``).
-        report.run_seconds = self.clock() - entry.started
+        report.run_seconds = run = self.clock() - entry.started
+        report.started_at = self._started_at(entry)
+        self._observe_run(run)
         self._report(report)
         return True
 
     def enforce_deadlines(self) -> list[Running]:
-        """Report TIMED_OUT for every pending job whose deadline is at or before ``clock()``; return them.
+        """Report TIMED_OUT for every begun job whose deadline is at or before ``clock()``; return them.
 
         The pool aborts each one: a process slot's child is killed (the slot is free at once); a
         thread cannot be killed, so its slot stays busy until the handler returns (``stuck``).
+        A job claimed ahead that no slot began by its deadline (``CLAIM_AHEAD_MAX_WAIT`` after its
+        claim) is handed back unrun instead (HANDED_BACK: no attempt spent), and not returned.
         """
         now = self.clock()
         late = [e for e in self.pending() if e.deadline <= now]
         timed_out = []
         for entry in late:
+            if not entry.begun:
+                if self._finalize_waiting(entry):
+                    self._report(
+                        Report(
+                            job=entry.job,
+                            outcome=Outcome.HANDED_BACK,
+                            error=WAITED_TOO_LONG_ERROR.format(seconds=CLAIM_AHEAD_MAX_WAIT),
+                        )
+                    )
+                    metrics.worker_claimed_ahead_handed_back_total.inc()
+                    logger.warning(
+                        "job %s: claimed ahead, it waited %.1f s with every slot busy; handed back unrun",
+                        entry.job.id,
+                        now - entry.claimed,
+                        extra={"job_id": str(entry.job.id), "attempt": entry.job.attempt, "worker": self._worker_id},
+                    )
+                    continue
+                if entry.deadline > self.clock():  # a slot began it just now: its deadline moved on
+                    continue
             if not self.finalize(entry):
                 continue
             job = entry.job
+            self._observe_run(float(job.timeout_seconds))
             metrics.jobs_timed_out_total.labels(job.type, job.queue).inc()
             if not self.pool.abort(entry):
                 with self._lock:
@@ -176,9 +273,25 @@ class InFlight:
                     job.timeout_seconds,
                     extra={"job_id": str(job.id), "attempt": job.attempt, "worker": self._worker_id},
                 )
-            self._report(Report(job=job, outcome=Outcome.TIMED_OUT, error=f"timed out after {job.timeout_seconds} s"))
+            self._report(
+                Report(
+                    job=job,
+                    outcome=Outcome.TIMED_OUT,
+                    error=f"timed out after {job.timeout_seconds} s",
+                    started_at=self._started_at(entry),
+                )
+            )
             timed_out.append(entry)
         return timed_out
+
+    def _finalize_waiting(self, entry: Running) -> bool:
+        """Like ``finalize``, for a job no slot has begun: False once one has (or it has its outcome)."""
+        with self._lock:
+            if entry.finalized or entry.begun:
+                return False
+            entry.finalized = True
+            self._running.pop(entry.job.id, None)
+            return True
 
     def cancel(self, job_id: uuid.UUID) -> None:
         """A cancel was requested for ``job_id``: set its cancel flag.
@@ -191,6 +304,9 @@ class InFlight:
         if entry is None or entry.finalized:
             return
         entry.cancel_flag.set()
+        if self._finalize_waiting(entry):  # claimed ahead, not begun: it never runs
+            self._report(Report(job=entry.job, outcome=Outcome.CANCELLED, error="cancelled before it started"))
+            return
         if self.pool.kind == "processes" and self.finalize(entry):
             self.pool.abort(entry)
             self._report(Report(job=entry.job, outcome=Outcome.CANCELLED, error="cancelled: child process killed"))
@@ -215,6 +331,19 @@ class InFlight:
         for entry in lost:
             self._report(Report(job=entry.job, outcome=Outcome.RETRYABLE, error=LOST_THREAD_ERROR))
         return lost
+
+    def hand_back_waiting(self, error: str = DRAINED_ERROR) -> list[Running]:
+        """Report HANDED_BACK (with ``error``) for every job claimed ahead that no slot has begun; return them.
+
+        The worker's drain calls it first: those jobs go back at once, unrun and with no attempt
+        spent, for another worker to run, instead of starting during the grace period.
+        """
+        with self._lock:
+            waiting = [e for e in self._running.values() if not e.begun and not e.finalized]
+        waiting = [e for e in waiting if self._finalize_waiting(e)]
+        for entry in waiting:
+            self._report(Report(job=entry.job, outcome=Outcome.HANDED_BACK, error=error))
+        return waiting
 
     def hand_back_all(self, error: str = "worker shut down") -> list[Running]:
         """Report HANDED_BACK (with ``error``) for every pending job, aborting it; return them."""

@@ -85,11 +85,19 @@ class CancelEvent:
 
 @dataclass(slots=True, eq=False)
 class Running:
-    """A job this worker holds: its lease, deadline (monotonic seconds), cancel flag and state."""
+    """A job this worker holds: its lease, deadline (monotonic seconds), cancel flag and state.
+
+    ``claimed``: monotonic seconds when its claim returned. ``begun``: a slot began running it
+    (``InFlight.begin``); until then it waits in the thread pool's queue (claimed ahead) and its
+    ``deadline`` is the time by which it is handed back if no slot took it; from then on
+    ``started`` is when its slot began it and ``deadline`` is ``started + timeout_seconds``.
+    """
 
     job: Claimed
     deadline: float
     started: float
+    claimed: float = 0.0
+    begun: bool = False
     cancel_flag: CancelEvent = field(default_factory=CancelEvent)
     finalized: bool = False  # an outcome was reported; any later result is discarded
     slot: int | None = None  # process pool: the child running it
@@ -147,15 +155,23 @@ def reap(process: Any, seconds: float) -> int | None:
 
 
 class ThreadPool:
-    """``slots`` daemon threads taking jobs from a queue, watched by ``reap_lost()``."""
+    """``slots`` daemon threads taking jobs from a queue, watched by ``reap_lost()``.
+
+    The queue may hold more jobs than there are idle threads (jobs claimed ahead, ``runner``):
+    each waits there until a thread frees. With ``watch_begins(begin)``, a thread that takes a
+    job first calls ``begin(entry)``, and skips the job when it returns False (it was handed
+    back, cancelled or lost while it waited).
+    """
 
     kind = "threads"
 
     def __init__(self, slots: int, on_done: DoneCallback) -> None:
         self.slots = slots
         self._on_done = on_done
+        self._on_begin: Callable[[Running], bool] | None = None
         self._tasks: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
-        self._busy = 0
+        self._busy = 0  # threads running a handler (it took its job, the handler has not returned)
+        self._waiting = 0  # jobs submitted that no thread has taken yet
         self._lock = threading.Lock()
         self._closed = False
         # Per slot: the job its thread took (until it is reported), and whether that job still
@@ -169,14 +185,22 @@ class ThreadPool:
         thread.start()
         return thread
 
+    def watch_begins(self, begin: Callable[[Running], bool]) -> None:
+        """Have each thread call ``begin(entry)`` when it takes a job, and skip the job when that returns False."""
+        self._on_begin = begin
+
     def busy(self) -> int:
-        """Slots whose handler has not returned."""
-        return self._busy
+        """Slots taken: threads whose handler has not returned, plus jobs waiting for one; at most ``slots``."""
+        return min(self.slots, self._busy + self._waiting)
+
+    def load(self) -> int:
+        """Jobs in the pool: threads whose handler has not returned plus queued jobs (may exceed ``slots``)."""
+        return self._busy + self._waiting
 
     def submit(self, entry: Running) -> None:
-        """Run ``entry.job`` on a free thread. The caller never submits more than ``slots - busy()``."""
+        """Queue ``entry.job`` for the next free thread; it waits in the queue while every thread is busy."""
         with self._lock:
-            self._busy += 1
+            self._waiting += 1
         self._tasks.put(entry)
 
     def abort(self, entry: Running) -> bool:
@@ -229,7 +253,14 @@ class ThreadPool:
             entry = self._tasks.get()
             if entry is None:
                 return
+            # Outside the pool's lock: ``begin`` takes InFlight's, which is never held while this one is wanted.
+            if self._on_begin is not None and not self._on_begin(entry):
+                with self._lock:
+                    self._waiting -= 1
+                continue  # handed back, cancelled or lost while it waited: it has its outcome
             with self._lock:
+                self._waiting -= 1
+                self._busy += 1
                 self._current[slot] = entry
                 self._counted[slot] = True
             try:
@@ -384,6 +415,10 @@ class ProcessPool:
         """Slots running a job, plus slots whose child is (re)starting."""
         with self._lock:
             return sum(1 for c in self._children if c.entry is not None or not c.ready)
+
+    def load(self) -> int:
+        """The same as ``busy()``: this pool never queues a job beyond its slots."""
+        return self.busy()
 
     def submit(self, entry: Running) -> None:
         """Send ``entry.job`` to an idle ready child.

@@ -55,6 +55,7 @@ from scheduler.models import WorkerNode
 from scheduler.queues import queues_unused
 from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, pulse_seconds, worker_process_main
 from scheduler.workers.claim_board import ClaimBoard
+from scheduler.workers.inflight import CLAIM_AHEAD_MAX_WAIT
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
 from scheduler.workers.process_group import kill_group, kill_leftovers
 from scheduler.workers.runner import WEDGED_EXIT_CODE, WorkerOptions
@@ -188,6 +189,13 @@ class Supervisor:
         # How often the pulses of the worker processes are read: a starved one's leases must be
         # renewed well within a lease of its last heartbeat.
         self._pulse_check_seconds = pulse_seconds(options.worker.heartbeat_seconds)
+        # Seconds past a held job's timeout, counted from its claim (the database's started_at), at
+        # which a starved process is killed: a heartbeat interval, plus, in the thread pool, the
+        # longest a job claimed ahead waits for a slot before it is handed back: its timeout starts
+        # when a slot begins it, which may be that much after its claim.
+        self._overdue_after = options.worker.heartbeat_seconds + (
+            CLAIM_AHEAD_MAX_WAIT if options.worker.pool == "threads" else 0.0
+        )
         # Where its ordinary processes publish their claims, one row each (slot "0" is row 0...).
         self._board = ClaimBoard(options.processes, self._ctx)
 
@@ -382,11 +390,11 @@ class Supervisor:
         still to go on (run twice). The supervisor is another process, never starved, and knows
         the process is alive: it renews those leases (``leasing.extend_leases_held_by``) while the
         process misses its pulses. Once a job it holds has run past its timeout (plus a heartbeat
-        interval), a deadline only killing the whole process can enforce, it kills the process:
+        interval, and in the thread pool the longest a job claimed ahead may wait for a slot:
+        ``_overdue_after``), a deadline only killing the whole process can enforce, it kills the process:
         reaped like a crash, its jobs LOST and isolated (README, Operations / crashes).
         A stopped process (SIGSTOP) is ``_kill_frozen``'s. ``now``: monotonic seconds.
         """
-        worker = self.options.worker
         silent_after = STARVED_AFTER_PULSES * self._pulse_check_seconds
         for child in self._children.values():
             if not child.ready or child.killed or child.frozen or child.starved_killed:
@@ -408,7 +416,7 @@ class Supervisor:
             try:
                 bound_lock_waits(LOCK_TIMEOUT_MS)
                 held, overdue = leasing.extend_leases_held_by(
-                    worker_id=child.worker_id, overdue_after=worker.heartbeat_seconds
+                    worker_id=child.worker_id, overdue_after=self._overdue_after
                 )
             except Exception:  # the database is down: the rescuer's stall guard covers that; again next check
                 logger.warning(

@@ -9,6 +9,7 @@ the call the worker's flusher makes, against the test database.
 
 from __future__ import annotations
 
+import datetime as dt
 import queue
 import threading
 import uuid
@@ -23,10 +24,11 @@ from scheduler.leasing import Outcome, Report
 from scheduler.models import Attempt, Job
 from scheduler.registry import JobContext, handler
 from scheduler.states import AttemptStatus, JobStatus
-from scheduler.workers.inflight import InFlight
+from scheduler.workers.inflight import CLAIM_AHEAD_MAX_WAIT, InFlight
 from scheduler.workers.pool import PoolFull, Running, ThreadPool, UnsendableJob
 from tests.support.clock import FakeClock
 from tests.support.factories import claimed_job
+from tests.support.processes import wait_until
 
 WAIT = 10.0  # seconds a real pool thread may take to return once released
 
@@ -63,6 +65,9 @@ class ManualPool:
 
     def busy(self) -> int:
         return len(self.running)
+
+    def load(self) -> int:
+        return len(self.running)  # it never queues a job beyond its slots
 
     def submit(self, entry: Running) -> None:
         if self.refuse is not None:
@@ -308,9 +313,16 @@ def threads() -> Any:
         pool.close()
 
 
+def begun(entry: Running) -> Running:
+    """Wait until a pool thread began ``entry`` (a thread takes a submitted job a moment later)."""
+    wait_until(lambda: entry.begun, what="a slot began the job")
+    return entry
+
+
 def test_on_the_thread_pool_a_timed_out_handler_holds_its_slot_until_it_returns(threads) -> None:
     inflight, clock, reports, callbacks = threads
-    inflight.start([claimed_job("TEST_INFLIGHT_GATED", timeout_seconds=5)])
+    (entry,) = inflight.start([claimed_job("TEST_INFLIGHT_GATED", timeout_seconds=5)])
+    begun(entry)  # its timeout runs from here
     clock.advance(5)
     inflight.enforce_deadlines()
     assert inflight.free() == 0
@@ -327,11 +339,101 @@ def test_on_the_thread_pool_a_cancelled_handler_ends_cancelled_and_frees_its_slo
     inflight, _, reports, callbacks = threads
     (entry,) = inflight.start([claimed_job("TEST_INFLIGHT_UNTIL_CANCELLED")])
 
-    inflight.cancel(entry.job.id)
+    inflight.cancel(begun(entry).job.id)
     assert callbacks.next() is True
 
     assert [(r.outcome, r.error) for r in reports] == [(Outcome.CANCELLED, "cancelled")]
     assert inflight.free() == 1
+
+
+# -- jobs claimed ahead: waiting in the thread pool's queue for a slot ------------------------
+
+
+def test_a_job_claimed_ahead_starts_its_timeout_and_its_start_time_when_a_slot_begins_it(threads) -> None:
+    inflight, clock, reports, callbacks = threads
+    first, ahead = inflight.start(
+        [claimed_job("TEST_INFLIGHT_UNTIL_CANCELLED"), claimed_job("TEST_INFLIGHT_GATED", timeout_seconds=5)]
+    )
+    begun(first)
+    assert not ahead.begun  # one slot: the second waits in the pool's queue
+    assert inflight.free() == 0
+
+    clock.advance(4)
+    inflight.cancel(first.job.id)  # the slot frees after 4 s
+    assert callbacks.next() is True
+    begun(ahead)
+    clock.advance(4.9)  # 8.9 s after its claim, 4.9 s after it began: not timed out
+    assert inflight.enforce_deadlines() == []
+    clock.advance(0.1)
+    assert inflight.enforce_deadlines() == [ahead]
+
+    timed_out = reports[-1]
+    assert timed_out.outcome == Outcome.TIMED_OUT
+    # Its start is when the slot began it: the claim's time plus the 4 s it waited.
+    assert timed_out.started_at == ahead.job.started_at + dt.timedelta(seconds=4)
+    assert reports[0].outcome == Outcome.CANCELLED and reports[0].started_at is None  # no wait: the claim's time
+
+
+def test_a_job_claimed_ahead_that_waits_past_the_limit_is_handed_back_unrun(threads) -> None:
+    inflight, clock, reports, callbacks = threads
+    running, ahead = inflight.start(
+        [claimed_job("TEST_INFLIGHT_GATED", timeout_seconds=60), claimed_job("TEST_INFLIGHT_GATED", timeout_seconds=60)]
+    )
+    begun(running)
+    clock.advance(CLAIM_AHEAD_MAX_WAIT - 0.1)
+    assert inflight.enforce_deadlines() == []
+    assert inflight.seconds_to_next_deadline(at_most=60) == pytest.approx(0.1)  # the claim loop wakes for it
+    clock.advance(0.1)
+    assert inflight.enforce_deadlines() == []  # not timed out: handed back
+
+    assert [(r.job.id, r.outcome) for r in reports] == [(ahead.job.id, Outcome.HANDED_BACK)]
+    assert "handed back unrun" in reports[0].error
+    assert [e.job.id for e in inflight.pending()] == [running.job.id]
+    GATE.set()
+    assert callbacks.next() is True  # the running job ends as usual
+    wait_until(lambda: inflight.free() == 1, what="the handed-back job left the queue")
+    assert not ahead.begun  # the slot skipped it: it never ran
+    assert [r.outcome for r in reports] == [Outcome.HANDED_BACK, Outcome.SUCCEEDED]
+
+
+def test_only_the_jobs_claimed_ahead_that_no_slot_began_are_handed_back_when_the_worker_drains(threads) -> None:
+    inflight, _, reports, callbacks = threads
+    running, *waiting = inflight.start([claimed_job("TEST_INFLIGHT_GATED") for _ in range(3)])
+    begun(running)
+
+    assert inflight.hand_back_waiting() == waiting
+    assert [(r.job.id, r.outcome) for r in reports] == [(e.job.id, Outcome.HANDED_BACK) for e in waiting]
+    assert [e.job.id for e in inflight.pending()] == [running.job.id]  # the grace period is for this one
+    GATE.set()
+    assert callbacks.next() is True
+    wait_until(lambda: inflight.free() == 1, what="the handed-back jobs left the queue")
+    assert not any(e.begun for e in waiting)
+
+
+def test_a_job_claimed_ahead_whose_cancel_is_requested_ends_cancelled_without_running(threads) -> None:
+    inflight, _, reports, callbacks = threads
+    running, ahead = inflight.start([claimed_job("TEST_INFLIGHT_GATED"), claimed_job("TEST_INFLIGHT_GATED")])
+    begun(running)
+    inflight.cancel(ahead.job.id)
+    assert [(r.job.id, r.outcome) for r in reports] == [(ahead.job.id, Outcome.CANCELLED)]
+    GATE.set()
+    assert callbacks.next() is True
+    wait_until(lambda: inflight.free() == 1, what="the cancelled job left the queue")
+    assert not ahead.begun
+
+
+def test_the_thread_pool_never_counts_more_busy_slots_than_it_has_and_claims_ahead_only_up_to_its_room(threads) -> None:
+    inflight, _, _, callbacks = threads
+    entries = inflight.start([claimed_job("TEST_INFLIGHT_GATED") for _ in range(3)])
+    begun(entries[0])
+    pool = inflight.pool
+    assert (pool.busy(), pool.load()) == (1, 3)  # one slot: busy is 1 however many jobs wait
+    assert inflight.free() == 0
+    assert inflight.room(ahead=1) == 0 and inflight.room(ahead=5) == 3
+    GATE.set()
+    for _ in entries:
+        assert callbacks.next() is True
+    assert inflight.recent_run is not None  # the claim loop's measure of short runs
 
 
 # -- what the flusher records ----------------------------------------------------------------

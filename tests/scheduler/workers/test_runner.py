@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 
@@ -14,13 +15,17 @@ import tests.support.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job ty
 from scheduler import leasing, metrics
 from scheduler.enqueuing import enqueue
 from scheduler.flow import claim as flow_claim
+from scheduler.flow import limits as flow_limits
 from scheduler.leasing import Outcome, Report
-from scheduler.models import Attempt, Job
-from scheduler.states import AttemptStatus, JobStatus
+from scheduler.models import Attempt, Job, OutboxEvent, WorkerNode
+from scheduler.notify import CHANNEL
+from scheduler.registry import handler
+from scheduler.states import AttemptStatus, EventType, JobStatus
 from scheduler.workers.inflight import InFlight
 from scheduler.workers.pool import ThreadPool
 from scheduler.workers.runner import Worker, WorkerOptions
-from tests.support.jobs import attempts
+from scheduler.workers.wakeup import Listener, WaitSet
+from tests.support.jobs import attempts, events
 from tests.support.processes import WAIT, wait_until
 from tests.support.subprocess_env import database_url
 
@@ -261,3 +266,125 @@ def test_a_pool_child_that_locks_the_job_table_is_still_timed_out_and_killed(mon
     assert not thread.is_alive()
     assert Job.objects.get(id=job.id).status == JobStatus.RETRYING
     assert attempts(job) == [(1, AttemptStatus.TIMED_OUT)]
+
+
+# -- claim ahead ------------------------------------------------------------------------------
+
+AHEAD_GATE = threading.Event()  # TEST_RUNNER_GATED handlers return once it is set
+
+
+@handler("TEST_RUNNER_GATED")
+def _runner_gated(payload, ctx) -> str:
+    AHEAD_GATE.wait(WAIT)
+    return "done"
+
+
+@pytest.fixture
+def one_slot_worker():
+    """A ``Worker`` with one thread slot, its pool and ``InFlight`` made as ``run()`` makes them; not running."""
+    AHEAD_GATE.clear()
+    worker = Worker(WorkerOptions(concurrency=1, poll_seconds=3600, heartbeat_seconds=3600, grace_seconds=0.5))
+    worker.pool = ThreadPool(1, worker._on_done)
+    worker.inflight = InFlight(worker.pool, worker._reports.put, clock=time.monotonic, worker_id=worker.id)
+    # A listener never opened: the drain waits on the waker alone.
+    listener = Listener(
+        {}, CHANNEL, on_notify=str, on_connect=object, wake=worker._wake.set, retry_seconds=1, name="test"
+    )
+    worker._wake.open()
+    worker._waitset = WaitSet(worker._wake, listener)
+    try:
+        yield worker
+    finally:
+        AHEAD_GATE.set()
+        worker.pool.close()
+        worker._wake.close()
+
+
+def flush(worker: Worker) -> None:
+    """Record what the worker reported so far, as its flusher would."""
+    batch = []
+    while not worker._reports.empty():
+        batch.append(worker._reports.get())
+    worker._flush(batch)
+
+
+def test_claims_ahead_only_while_a_backlog_of_short_runs_lasts(one_slot_worker: Worker) -> None:
+    worker = one_slot_worker
+    assert worker._ahead(backlog=True) == 0  # no run yet
+    worker.inflight._observe_run(0.001)
+    assert worker._ahead(backlog=True) == 1  # the slots' count
+    assert worker._ahead(backlog=False) == 0  # the queue ran dry: claim for the free slots only
+    worker.inflight._observe_run(60.0)
+    assert worker._ahead(backlog=True) == 0  # runs are long again
+
+
+def test_a_job_claimed_ahead_is_handed_back_unrun_when_the_worker_drains(one_slot_worker: Worker) -> None:
+    worker = one_slot_worker
+    running, waiting = (enqueue("TEST_RUNNER_GATED", max_retries=1) for _ in range(2))
+    assert worker._claim(worker.inflight.room(ahead=1), cooldown=False, ahead=1) == (2, 2)
+    wait_until(lambda: worker.pool._busy == 1, what="the slot began the first job")
+
+    threading.Timer(0.2, AHEAD_GATE.set).start()  # the running job ends within the grace period
+    worker._drain()
+    flush(worker)
+
+    assert Job.objects.get(id=running.id).status == JobStatus.SUCCESS
+    back = Job.objects.get(id=waiting.id)
+    assert back.status == JobStatus.RETRYING  # due now: the promoter queues it, another worker runs it
+    assert back.scheduled_at <= back.updated_at
+    assert back.attempts_left == 2  # the unrun attempt cost nothing: still 1 + max_retries to go
+    (attempt,) = Attempt.objects.filter(job_id=waiting.id)
+    assert attempt.status == AttemptStatus.LOST and "handed back unrun" in attempt.error
+    assert events(back) == [EventType.JOB_CREATED, EventType.JOB_QUEUED, EventType.JOB_STARTED, EventType.JOB_RETRIED]
+    sequences = list(
+        OutboxEvent.objects.filter(job_id=waiting.id).order_by("sequence").values_list("sequence", flat=True)
+    )
+    assert sequences == list(range(1, len(sequences) + 1))  # gapless
+
+
+def test_a_job_claimed_ahead_records_when_its_slot_began_it_as_its_start(one_slot_worker: Worker) -> None:
+    worker = one_slot_worker
+    first, ahead = (enqueue("TEST_RUNNER_GATED") for _ in range(2))
+    assert worker._claim(worker.inflight.room(ahead=1), cooldown=False, ahead=1) == (2, 2)
+    claimed_at = Job.objects.get(id=ahead.id).started_at
+    time.sleep(0.3)  # the second job waits this long for the slot
+    AHEAD_GATE.set()
+    wait_until(lambda: worker._reports.qsize() == 2, what="both jobs ran")
+    flush(worker)
+
+    job = Job.objects.get(id=ahead.id)
+    assert job.status == JobStatus.SUCCESS
+    assert job.started_at - claimed_at >= dt.timedelta(seconds=0.3)
+    assert job.started_at <= job.finished_at
+    (attempt,) = Attempt.objects.filter(job_id=ahead.id)  # the successful attempt, from the job row
+    assert attempt.started_at == job.started_at
+    assert Job.objects.get(id=first.id).started_at <= job.started_at
+
+
+def test_the_heartbeat_reports_no_more_busy_slots_than_the_worker_has(one_slot_worker: Worker) -> None:
+    worker = one_slot_worker
+    for _ in range(2):
+        enqueue("TEST_RUNNER_GATED")
+    worker._register()
+    assert worker._claim(worker.inflight.room(ahead=1), cooldown=False, ahead=1) == (2, 2)
+    worker._heartbeat()
+    assert WorkerNode.objects.get(id=worker.id).busy_slots == 1
+    assert metrics.worker_slots_busy._value.get() == 1
+
+
+def test_a_job_claimed_ahead_holds_its_flow_limit_unit_while_it_waits(one_slot_worker: Worker, settings) -> None:
+    worker = one_slot_worker
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "FLOW_LIMITS": [{"scope": "type", "name": "TEST_RUNNER_GATED", "concurrency": 2}],
+    }
+    flow_limits.forget_cache()
+    try:
+        for _ in range(5):
+            enqueue("TEST_RUNNER_GATED")
+        # One slot and one ahead: both units of the limit, one of them by a job that only waits.
+        assert worker._claim(worker.inflight.room(ahead=1), cooldown=False, ahead=1) == (2, 2)
+        assert leasing.claim_jobs(worker_id="w-other", limit=5, queues=None) == []
+        assert Job.objects.filter(type="TEST_RUNNER_GATED", status=JobStatus.RUNNING).count() == 2
+    finally:
+        flow_limits.forget_cache()
