@@ -47,12 +47,14 @@ def worker_process_main(
     log_level: int,
     board: tuple[Any, int, int] | None = None,
     pulse: Any = None,
+    ahead: Any = None,
 ) -> None:
     """Run one ``Worker`` with ``options`` (``WorkerOptions`` fields) until told to stop.
 
     ``board``: (its supervisor's ``ClaimBoard`` array, this process's row, rows), or None.
     ``pulse``: a shared double (``multiprocessing`` ``RawValue``) that a thread of this process
     sets to ``time.monotonic()`` every ``pulse_seconds(heartbeat)``, or None (``_pulse``).
+    ``ahead``: a shared bool the worker sets once it claims jobs ahead of its free slots, or None.
 
     Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
     could not be unpickled before Django is set up.
@@ -95,6 +97,7 @@ def worker_process_main(
         worker_id=make_worker_id(os.getpid(), token),
         ready=lambda: _send(control, READY),
         board=BoardView(*board) if board is not None else None,
+        ahead_mark=ahead,
     )
     threading.Thread(target=_obey, args=(control, worker), name="stint-supervisor-watch", daemon=True).start()
     code = worker.run()

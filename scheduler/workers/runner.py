@@ -142,13 +142,15 @@ class Worker:
         ready: Callable[[], None] | None = None,
         clock: Clock = time.monotonic,
         board: BoardView | None = None,
+        ahead_mark: Any = None,
     ) -> None:
         """``worker_id`` defaults to a new ``make_worker_id``; ``ready`` is called once it has registered.
 
         ``clock`` (monotonic seconds, ``time.monotonic`` by default) times the jobs' deadlines, the
         polls, the idle exit and the shutdown grace period; the claim cooldown and the flush window
         are waits on real time. ``board``: this process's row on its supervisor's claim board
-        (None: claim on every NOTIFY).
+        (None: claim on every NOTIFY). ``ahead_mark``: a shared bool (``multiprocessing`` ``RawValue``)
+        set once this worker claims ahead, for its supervisor's rule on starved processes, or None.
         """
         if options.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -162,6 +164,7 @@ class Worker:
         self._listener: Listener | None = None
         self._waitset: WaitSet | None = None
         self._board = board
+        self._ahead_mark = ahead_mark
         self._recheck = False  # a sibling's running claim may serve our NOTIFY: look again soon
         self.exit_code = 0  # what run() returns (WEDGED_EXIT_CODE: hung handlers held every slot)
         self._stopping = threading.Event()
@@ -393,6 +396,8 @@ class Worker:
             board.claim_finished(short=len(jobs) < free and leasing.short_claim_took_all())
         took = time.monotonic() - started
         self.inflight.start(jobs)  # before the metrics: the handlers need not wait for them
+        if ahead and jobs and self._ahead_mark is not None and not self._ahead_mark.value:
+            self._ahead_mark.value = True
         # Every claim, empty ones too: their time grows with the dead entries that jobs leave in
         # the claim index until a VACUUM of stint_job (README, Operations).
         metrics.worker_claim_duration_seconds.observe(took)

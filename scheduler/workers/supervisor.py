@@ -132,6 +132,7 @@ class _Child:
     pulse: Any = None  # shared double: the monotonic time of the process's last pulse (0.0: none yet)
     starved_since: float | None = None  # its last pulse before it starved, while starved (leases renewed)
     starved_killed: bool = False  # killed by the supervisor: starved past a job's timeout
+    ahead: Any = None  # shared bool: the process has claimed jobs ahead of its free slots (``runner._ahead``)
 
 
 @dataclass(slots=True, eq=False)
@@ -189,13 +190,7 @@ class Supervisor:
         # How often the pulses of the worker processes are read: a starved one's leases must be
         # renewed well within a lease of its last heartbeat.
         self._pulse_check_seconds = pulse_seconds(options.worker.heartbeat_seconds)
-        # Seconds past a held job's timeout, counted from its claim (the database's started_at), at
-        # which a starved process is killed: a heartbeat interval, plus, in the thread pool, the
-        # longest a job claimed ahead waits for a slot before it is handed back: its timeout starts
-        # when a slot begins it, which may be that much after its claim.
-        self._overdue_after = options.worker.heartbeat_seconds + (
-            CLAIM_AHEAD_MAX_WAIT if options.worker.pool == "threads" else 0.0
-        )
+
         # Where its ordinary processes publish their claims, one row each (slot "0" is row 0...).
         self._board = ClaimBoard(options.processes, self._ctx)
 
@@ -312,16 +307,22 @@ class Supervisor:
         token = uuid.uuid4().hex[:6]
         board = None if isolation else (self._board.array, int(slot), self._board.rows)
         pulse = self._ctx.RawValue(ctypes.c_double, 0.0)
+        ahead = self._ctx.RawValue(ctypes.c_bool, False)
         process = self._ctx.Process(
             target=worker_process_main,
-            args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board, pulse),
+            args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board, pulse, ahead),
             name=f"stint-worker-{slot}",
             daemon=False,  # an isolation process starts pool children of its own
         )
         process.start()
         theirs.close()
         child = _Child(
-            slot=slot, process=process, control=ours, worker_id=make_worker_id(process.pid, token), pulse=pulse
+            slot=slot,
+            process=process,
+            control=ours,
+            worker_id=make_worker_id(process.pid, token),
+            pulse=pulse,
+            ahead=ahead,
         )
         self._children[slot] = child
         logger.info(
@@ -390,8 +391,8 @@ class Supervisor:
         still to go on (run twice). The supervisor is another process, never starved, and knows
         the process is alive: it renews those leases (``leasing.extend_leases_held_by``) while the
         process misses its pulses. Once a job it holds has run past its timeout (plus a heartbeat
-        interval, and in the thread pool the longest a job claimed ahead may wait for a slot:
-        ``_overdue_after``), a deadline only killing the whole process can enforce, it kills the process:
+        interval, and once it has claimed ahead the longest a job claimed ahead may wait for a
+        slot), a deadline only killing the whole process can enforce, it kills the process:
         reaped like a crash, its jobs LOST and isolated (README, Operations / crashes).
         A stopped process (SIGSTOP) is ``_kill_frozen``'s. ``now``: monotonic seconds.
         """
@@ -415,9 +416,13 @@ class Supervisor:
                 continue
             try:
                 bound_lock_waits(LOCK_TIMEOUT_MS)
-                held, overdue = leasing.extend_leases_held_by(
-                    worker_id=child.worker_id, overdue_after=self._overdue_after
-                )
+                # Past a held job's timeout, counted from its claim (the database's started_at): a
+                # heartbeat interval, plus, once the process has claimed ahead, the longest a job
+                # claimed ahead waits for a slot: its timeout starts when a slot begins it.
+                overdue_after = self.options.worker.heartbeat_seconds
+                if child.ahead is not None and child.ahead.value:
+                    overdue_after += CLAIM_AHEAD_MAX_WAIT
+                held, overdue = leasing.extend_leases_held_by(worker_id=child.worker_id, overdue_after=overdue_after)
             except Exception:  # the database is down: the rescuer's stall guard covers that; again next check
                 logger.warning(
                     "supervisor %s: could not renew the leases of starved worker process %s",
