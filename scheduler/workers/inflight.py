@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 import time
 import uuid
@@ -152,10 +153,19 @@ class InFlight:
         """
         entries = []
         later = self._begins_later
+        # The first jobs fill the free slots; the rest are claimed ahead and wait for a slot.
+        free = self.free()
         for job in jobs:
             now = self.clock()
-            # Until a slot begins it, a job's deadline is the time it is handed back unrun.
-            deadline = now + (CLAIM_AHEAD_MAX_WAIT if later else job.timeout_seconds)
+            if not later:
+                deadline = now + job.timeout_seconds
+            elif free > 0:
+                # A slot is free for it: it is never handed back for waiting (a handler that holds
+                # the GIL may keep that slot's thread from beginning it for a while).
+                free -= 1
+                deadline = math.inf
+            else:
+                deadline = now + CLAIM_AHEAD_MAX_WAIT  # until a slot begins it: when it is handed back unrun
             entry = Running(job=job, deadline=deadline, started=now, claimed=now, begun=not later)
             with self._lock:
                 self._running[job.id] = entry
@@ -232,8 +242,10 @@ class InFlight:
 
         The pool aborts each one: a process slot's child is killed (the slot is free at once); a
         thread cannot be killed, so its slot stays busy until the handler returns (``stuck``).
-        A job claimed ahead that no slot began by its deadline (``CLAIM_AHEAD_MAX_WAIT`` after its
-        claim) is handed back unrun instead (HANDED_BACK: no attempt spent), and not returned.
+        A job claimed ahead (beyond the slots free at its claim) that no slot began by its deadline
+        (``CLAIM_AHEAD_MAX_WAIT`` after its claim) is handed back unrun instead (HANDED_BACK: no
+        attempt spent), and not returned; a job a free slot was waiting for has no deadline until
+        that slot's thread begins it.
         """
         now = self.clock()
         late = [e for e in self.pending() if e.deadline <= now]

@@ -88,9 +88,10 @@ class Running:
     """A job this worker holds: its lease, deadline (monotonic seconds), cancel flag and state.
 
     ``claimed``: monotonic seconds when its claim returned. ``begun``: a slot began running it
-    (``InFlight.begin``); until then it waits in the thread pool's queue (claimed ahead) and its
-    ``deadline`` is the time by which it is handed back if no slot took it; from then on
-    ``started`` is when its slot began it and ``deadline`` is ``started + timeout_seconds``.
+    (``InFlight.begin``); until then it waits in the thread pool's queue and its ``deadline`` is
+    the time by which it is handed back if no slot took it (infinite for a job that had a free
+    slot at its claim); from then on ``started`` is when its slot began it and ``deadline`` is
+    ``started + timeout_seconds``.
     """
 
     job: Claimed

@@ -410,6 +410,41 @@ def test_only_the_jobs_claimed_ahead_that_no_slot_began_are_handed_back_when_the
     assert not any(e.begun for e in waiting)
 
 
+class SlowToBeginPool(ManualPool):
+    """A ``ManualPool`` whose slots begin a job only when the test calls ``begin`` (threads starved, say)."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(slots)
+        self._begin: Any = None
+
+    def watch_begins(self, begin: Any) -> None:
+        self._begin = begin
+
+    def submit(self, entry: Running) -> None:
+        self.running[entry.job.id] = entry  # queued: it may wait beyond the slots
+
+    def begin(self, entry: Running) -> bool:
+        return self._begin(entry)
+
+
+def test_a_job_that_had_a_free_slot_at_its_claim_is_never_handed_back_for_waiting() -> None:
+    # A handler holding the GIL can keep a free slot's thread from beginning its job for longer
+    # than CLAIM_AHEAD_MAX_WAIT; only the jobs claimed beyond the free slots wait for a busy one.
+    pool, clock, reports = SlowToBeginPool(1), FakeClock(), []
+    inflight = InFlight(pool, reports.append, clock=clock, worker_id="w-test")
+    slotted, ahead = inflight.start([claimed_job(timeout_seconds=5), claimed_job(timeout_seconds=5)])
+
+    clock.advance(CLAIM_AHEAD_MAX_WAIT + 60)
+    assert inflight.enforce_deadlines() == []
+    assert [(r.job.id, r.outcome) for r in reports] == [(ahead.job.id, Outcome.HANDED_BACK)]
+    assert pool.begin(slotted) is True
+    assert pool.begin(ahead) is False  # handed back: its slot skips it
+    clock.advance(4.9)
+    assert inflight.enforce_deadlines() == []  # its timeout runs from when it began
+    clock.advance(0.1)
+    assert inflight.enforce_deadlines() == [slotted]
+
+
 def test_a_job_claimed_ahead_whose_cancel_is_requested_ends_cancelled_without_running(threads) -> None:
     inflight, _, reports, callbacks = threads
     running, ahead = inflight.start([claimed_job("TEST_INFLIGHT_GATED"), claimed_job("TEST_INFLIGHT_GATED")])
