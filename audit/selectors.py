@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Count, Max, Q, QuerySet
 
 from audit.models import AuditEvent, QuarantinedMessage
-from scheduler.admin_dashboard import age_seconds
+from core.db_clock import age_seconds
 from scheduler.exceptions import JobNotFound
 from scheduler.maintenance.reconciler import STATE_NAME
 from scheduler.models import Job, OutboxReconcile

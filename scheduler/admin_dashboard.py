@@ -12,10 +12,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count, F, Func, Max, Min, Q, Sum, Value
 from django.db.models.functions import Left, TruncMinute
 
+from core.db_clock import age_seconds, db_now
 from scheduler.action_log import actions_recent
 from scheduler.job_search import error_term
 from scheduler.leadership import DEFAULT_ROLE
@@ -120,18 +120,6 @@ class Dashboard:
     paused_queues: list[str] = field(default_factory=list)
     error_groups: list[ErrorGroup] = field(default_factory=list)
     operator_actions: list[Any] = field(default_factory=list)  # LogEntry rows, newest first
-
-
-def db_now() -> dt.datetime:
-    """Return the database's clock (aware UTC)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
-
-
-def age_seconds(now: dt.datetime, then: dt.datetime | None) -> float | None:
-    """Return the seconds from ``then`` to ``now`` (at least 0), or None when ``then`` is None."""
-    return None if then is None else max(0.0, (now - then).total_seconds())
 
 
 def chart_build(*, now: dt.datetime, counts: dict[dt.datetime, tuple[int, int]]) -> Chart:

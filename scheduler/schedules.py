@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
+from core.db_clock import db_now
 from core.parsers import has_nul, is_storable_text
 from scheduler import lifecycle, tracing
 from scheduler.action_log import action_record, changes_text
@@ -69,13 +70,6 @@ RECORDED_FIELDS = (
     "job_max_retries",
     "job_timeout_seconds",
 )
-
-
-def db_now() -> dt.datetime:
-    """Return the database's clock (``clock_timestamp()``, aware UTC)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
 
 
 # -- reads ------------------------------------------------------------------------------------

@@ -13,6 +13,6 @@ register = template.Library()
 def audit_trail_card(*, outbox_backlog: int) -> dict[str, Any]:
     """Render the event trail's card of the admin dashboard: quarantine and reconciler figures."""
     from audit.selectors import trail_health
-    from scheduler.admin_dashboard import db_now
+    from core.db_clock import db_now
 
     return {"trail": trail_health(now=db_now()), "outbox_backlog": outbox_backlog}

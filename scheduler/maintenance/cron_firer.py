@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connection, transaction
 
+from core.db_clock import db_now
 from core.dberrors import db_error_is_transient
 from scheduler import lifecycle, metrics, tracing
 from scheduler.cron import FirePlan, plan_fires, spec_of
@@ -18,7 +19,7 @@ from scheduler.exceptions import InvalidSchedule
 from scheduler.leadership import fence_check
 from scheduler.lifecycle import NewJob
 from scheduler.notify import notify_queued
-from scheduler.schedules import db_now, schedule_job
+from scheduler.schedules import schedule_job
 from scheduler.states import FINISHED, JobStatus
 
 if TYPE_CHECKING:
