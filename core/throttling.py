@@ -141,6 +141,18 @@ def client_address(request: HttpRequest) -> str:
     return _address_key(peer) or peer or "unknown"
 
 
+def rate_identity(*, scope: str, user: Any, request: HttpRequest) -> str:
+    """Return whose budget a request in ``scope`` counts against: ``"addr:<address>"`` or ``"user:<pk>"``.
+
+    A scope in ``ADDRESS_SCOPES``, or an anonymous caller (``user`` None or not authenticated),
+    is counted per ``client_address(request)``; every other caller per user. The one rule for
+    the API throttle and the pages' and admin's limits alike.
+    """
+    if scope in ADDRESS_SCOPES or user is None or not user.is_authenticated:
+        return f"addr:{client_address(request)}"
+    return f"user:{user.pk}"
+
+
 class _Interval:
     """A restartable span of ``interval`` seconds on the monotonic clock (thread-safe)."""
 
@@ -244,11 +256,7 @@ class SlidingWindowThrottle(BaseThrottle):
         rate = rate_for_scope(scope)
         if rate is None:
             return True
-        user = getattr(request, "user", None)
-        if scope in ADDRESS_SCOPES or user is None or not user.is_authenticated:
-            identity = f"addr:{client_address(request._request)}"
-        else:
-            identity = f"user:{user.pk}"
+        identity = rate_identity(scope=scope, user=getattr(request, "user", None), request=request._request)
         decision = window_hit(scope=scope, identity=identity, rate=rate)
         if decision is None:
             return True

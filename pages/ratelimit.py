@@ -17,11 +17,10 @@ from django.template.response import TemplateResponse
 
 from core.metrics import rate_limit_rejections_total
 from core.throttling import (
-    ADDRESS_SCOPES,
     REQUEST_ATTR,
     RateLimitDecision,
-    client_address,
     rate_for_scope,
+    rate_identity,
     window_hit,
 )
 
@@ -38,11 +37,7 @@ def rate_limit_hit(request: HttpRequest, *, scope: str) -> RateLimitDecision | N
     rate = rate_for_scope(scope)
     if rate is None:
         return None
-    user = getattr(request, "user", None)
-    if scope in ADDRESS_SCOPES or user is None or not user.is_authenticated:
-        identity = f"addr:{client_address(request)}"
-    else:
-        identity = f"user:{user.pk}"
+    identity = rate_identity(scope=scope, user=getattr(request, "user", None), request=request)
     decision = window_hit(scope=scope, identity=identity, rate=rate)
     if decision is not None:
         setattr(request, REQUEST_ATTR, decision)
