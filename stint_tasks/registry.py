@@ -23,8 +23,6 @@ from stint_tasks.options import task_modules, task_settings
 
 logger = logging.getLogger(__name__)
 
-BACKEND_PATH = "stint_tasks.backend.StintBackend"
-
 _TASKS: dict[str, Any] = {}  # task path -> the first Task object registered under it
 _DISCOVERED: set[str] = set()  # paths registered by the time discovery finished
 _IMPORT_FAILURES: dict[str, str] = {}  # OPTIONS['modules'] entry -> why its import failed at discovery

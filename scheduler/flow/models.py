@@ -6,7 +6,6 @@ Imported by ``scheduler.models`` so Django sees them as models of the ``schedule
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
 
 
 class LimitScope(models.TextChoices):
@@ -78,10 +77,3 @@ class FlowPace(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} next at {self.tat}"
-
-
-# Columns the flow package adds to ``stint_job`` (declared on ``Job``):
-# - ``progress``: {"percent": 0-100, "message": str, "at": ISO 8601} from ``ctx.progress``;
-# - ``unique_key`` / ``unique_states``: a unique job's content key and the statuses in which it
-#   blocks a duplicate; the partial unique index ``job_unique_live`` is the race-free guard.
-UNIQUE_INDEX_CONDITION = Q(unique_key__isnull=False)
