@@ -14,7 +14,7 @@ from django.utils.text import Truncator
 from audit.models import AuditEvent, QuarantinedMessage
 from audit.quarantine import MAX_VALUE_BYTES, clean_text
 from audit.timeline import job_timeline
-from scheduler.admin import EventSearchMixin, JobAdmin, OperatorAdmin, job_link
+from scheduler.admin import EventListMixin, JobAdmin, OperatorAdmin, job_link
 from scheduler.models import Job
 
 PREVIEW_CHARS = 80  # characters of an error or value shown in the list
@@ -39,7 +39,7 @@ class JobWithTrailAdmin(JobAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(EventSearchMixin, OperatorAdmin):
+class AuditEventAdmin(EventListMixin, OperatorAdmin):
     """Audit events, newest first; searchable by job id or event id, filterable by type."""
 
     list_display = (
@@ -54,19 +54,6 @@ class AuditEventAdmin(EventSearchMixin, OperatorAdmin):
         "received_at",
     )
     list_filter = ("event_type",)
-    search_fields = ("job_id",)
-    search_help_text = "A job id or an event id (full)."
-    ordering = ("-id",)
-
-    @admin.display(description="job")
-    def job(self, event: AuditEvent) -> SafeString:
-        """Link to the job (its page may be gone once the job was cleaned up)."""
-        return job_link(event.job_id)
-
-    @admin.display(description="transition")
-    def transition(self, event: AuditEvent) -> str:
-        """from -> to."""
-        return f"{event.from_status or '-'} \u2192 {event.to_status}"
 
 
 def _bytes_text(value: bytes | memoryview | None) -> str:

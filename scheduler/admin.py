@@ -951,8 +951,26 @@ def job_link(job_id: uuid.UUID) -> SafeString:
     return format_html('<a href="{}">{}</a>', reverse("admin:scheduler_job_change", args=[job_id]), job_id)
 
 
-class EventSearchMixin:
-    """Search events by their job's full id or their own ``event_id``."""
+class EventListMixin:
+    """The event lists' shared parts (outbox, audit trail).
+
+    Search by the job's full id or the event's own ``event_id``, newest first, and the ``job``
+    and ``transition`` columns.
+    """
+
+    search_fields = ("job_id",)
+    search_help_text = "A job id or an event id (full)."
+    ordering = ("-id",)
+
+    @admin.display(description="job")
+    def job(self, event: Any) -> SafeString:
+        """Link to the job (its page may be gone once the job was cleaned up)."""
+        return job_link(event.job_id)
+
+    @admin.display(description="transition")
+    def transition(self, event: Any) -> str:
+        """from -> to."""
+        return f"{event.from_status or '-'} \u2192 {event.to_status}"
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any], search_term: str) -> tuple[Any, bool]:
         """Exact job id or event id; anything else matches the event type."""
@@ -965,7 +983,7 @@ class EventSearchMixin:
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(EventSearchMixin, OperatorAdmin):
+class OutboxEventAdmin(EventListMixin, OperatorAdmin):
     """The outbox, read-only: what waits for Kafka and what was relayed."""
 
     list_display = (
@@ -979,19 +997,6 @@ class OutboxEventAdmin(EventSearchMixin, OperatorAdmin):
         "published_at",
     )
     list_filter = (PublishedFilter, "event_type")
-    search_fields = ("job_id",)
-    search_help_text = "A job id or an event id (full)."
-    ordering = ("-id",)
-
-    @admin.display(description="job")
-    def job(self, event: OutboxEvent) -> SafeString:
-        """Link to the job."""
-        return job_link(event.job_id)
-
-    @admin.display(description="transition")
-    def transition(self, event: OutboxEvent) -> str:
-        """from -> to."""
-        return f"{event.from_status or '-'} \u2192 {event.to_status}"
 
 
 # -- operator actions -------------------------------------------------------------------------------
