@@ -26,6 +26,7 @@ class Explainer:
     _paces: dict[str, float | None] = field(default_factory=dict)
 
     def paused(self) -> set[str]:
+        """Return the names of the paused queues (read once per explainer)."""
         if self._paused is None:
             self._paused = set(Queue.objects.filter(paused=True).values_list("name", flat=True))
         return self._paused
@@ -37,7 +38,12 @@ class Explainer:
                 self._counts[what] = cursor.fetchone()[0]
         return self._counts[what]
 
-    def _running(self, limit: Limit, partition: Any = None, *, by_partition: bool = False) -> int:
+    def running(self, limit: Limit, partition: Any = None, *, by_partition: bool = False) -> int:
+        """Return how many RUNNING jobs ``limit`` counts now (one query, cached per explainer).
+
+        All RUNNING jobs of its queue or type; with ``by_partition``, only those whose payload's
+        ``partition_key`` field reads as ``partition`` through ``->>`` (None: missing or JSON null).
+        """
         column = "type" if limit.scope == "type" else "queue"
         if not by_partition:
             return self._count(
@@ -52,7 +58,8 @@ class Explainer:
             [limit.name, limit.partition_key, partition],
         )
 
-    def _admitted(self, limit: Limit) -> int:
+    def admitted(self, limit: Limit) -> int:
+        """Return how many starts ``limit``'s admission log holds for its last ``rate_period_seconds``."""
         return self._count(
             (limit.key, "rate"),
             "SELECT count(*) FROM stint_flow_admission WHERE key = %s"
@@ -88,7 +95,7 @@ class Explainer:
                 continue
             what = f"{limit.scope} {limit.name}"
             if limit.concurrency is not None:
-                running = self._running(limit)
+                running = self.running(limit)
                 if running >= limit.concurrency:
                     return {
                         "code": "concurrency_limit",
@@ -98,7 +105,7 @@ class Explainer:
                 payload = job.payload if isinstance(job.payload, dict) else {}
                 value = payload.get(limit.partition_key)
                 value = None if value is None else (value if isinstance(value, str) else _json_text(value))
-                running = self._running(limit, value, by_partition=True)
+                running = self.running(limit, value, by_partition=True)
                 if running >= (limit.partition_concurrency or 1):
                     return {
                         "code": "partition_limit",
@@ -106,7 +113,7 @@ class Explainer:
                         f"{running} of {limit.partition_concurrency} running.",
                     }
             if limit.rate_limit is not None:
-                admitted = self._admitted(limit)
+                admitted = self.admitted(limit)
                 if admitted >= limit.rate_limit:
                     return {
                         "code": "rate_limit",
@@ -149,6 +156,6 @@ def limit_usage(limit: Limit) -> dict[str, int | None]:
     """
     explainer = Explainer()
     return {
-        "running": explainer._running(limit),
-        "admitted_in_window": explainer._admitted(limit) if limit.rate_limit is not None else None,
+        "running": explainer.running(limit),
+        "admitted_in_window": explainer.admitted(limit) if limit.rate_limit is not None else None,
     }
