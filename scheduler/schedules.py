@@ -45,6 +45,9 @@ from scheduler.states import JobStatus, Priority
 logger = logging.getLogger(__name__)
 
 NEXT_FIRE_TIMES = 5  # fire times shown with a schedule
+# A schedule's runs newest fire first (manual triggers have fire times too); the partial unique
+# index on (schedule, fire_time) serves it.
+RUN_ORDER = ("-fire_time", "-id")
 PREVIEW_COUNT_RANGE = (1, 100)
 NAME_MAX = 200  # characters
 JOB_KEYS = frozenset({"type", "payload", "priority", "queue", "max_retries", "timeout_seconds"})
@@ -52,6 +55,7 @@ JOB_KEYS = frozenset({"type", "payload", "priority", "queue", "max_retries", "ti
 TIMING_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "enabled"})
 GAP_SAMPLE_FIRES = 200  # fires of a cron expression examined for its shortest gap (about 30 ms at worst)
 NEVER_FIRES = "This expression never fires."  # create, update and preview refuse it alike
+ONE_TIMING = "Give exactly one of cron and interval_seconds."  # create, update and preview alike
 WRITABLE = frozenset(
     {"name", "cron", "interval_seconds", "timezone", "enabled", "misfire_policy", "overlap_policy", "job"}
 )
@@ -123,7 +127,7 @@ def schedule_runs(*, schedule_id: int, actor: Any = None) -> QuerySet[Job]:
     the same however many runs the schedule has (the retention pruner bounds them anyway).
     """
     schedule_get(schedule_id=schedule_id, actor=actor)
-    return Job.objects.filter(schedule_id=schedule_id).order_by("-fire_time", "-id")
+    return Job.objects.filter(schedule_id=schedule_id).order_by(*RUN_ORDER)
 
 
 def with_last_run(schedules: QuerySet[CronSchedule]) -> QuerySet[CronSchedule]:
@@ -131,7 +135,7 @@ def with_last_run(schedules: QuerySet[CronSchedule]) -> QuerySet[CronSchedule]:
 
     One correlated probe of the (schedule, fire_time) index per schedule; None where it never fired.
     """
-    latest = Job.objects.filter(schedule_id=OuterRef("pk")).order_by("-fire_time", "-id")
+    latest = Job.objects.filter(schedule_id=OuterRef("pk")).order_by(*RUN_ORDER)
     return schedules.annotate(
         last_run_id=Subquery(latest.values("id")[:1]),
         last_run_status=Subquery(latest.values("status")[:1]),
@@ -149,7 +153,10 @@ def schedule_run_counts(*, schedule_id: int) -> dict[str, int]:
 
 
 def run_duration_seconds(job: Job) -> float | None:
-    """Seconds from the start of ``job``'s last attempt to its finish (None until it finished)."""
+    """Return how long ``job``'s last attempt ran, in seconds; None until it finished.
+
+    From ``started_at`` to ``finished_at``, rounded to the millisecond and at least 0.
+    """
     if job.started_at is None or job.finished_at is None:
         return None
     return round(max(0.0, (job.finished_at - job.started_at).total_seconds()), 3)
@@ -160,13 +167,14 @@ def schedule_history_context(*, schedule: CronSchedule, runs: Any) -> dict[str, 
 
     ``runs`` is the page of runs to list (jobs, newest fire first, e.g. a slice of
     ``schedule_runs``); each gets ``duration_seconds``. Adds the counts by status over every
-    kept run and the last run. One grouped query besides ``runs``.
+    kept run and the last run: two queries besides ``runs`` (one grouped count, one for the
+    last run).
     """
     listed = list(runs)
     for job in listed:
         job.duration_seconds = run_duration_seconds(job)
     counts = schedule_run_counts(schedule_id=schedule.id)
-    last = Job.objects.filter(schedule_id=schedule.id).order_by("-fire_time", "-id").first()
+    last = Job.objects.filter(schedule_id=schedule.id).order_by(*RUN_ORDER).first()
     if last is not None:
         last.duration_seconds = run_duration_seconds(last)
     return {
@@ -255,10 +263,7 @@ def _validate(schedule: CronSchedule, *, stored_cron: str | None = None) -> None
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX or not is_storable_text(name):
         raise _invalid("name", "1-200 characters of valid Unicode, without U+0000.")
     if (schedule.cron is None) == (schedule.interval_seconds is None):
-        raise InvalidSchedule(
-            "Give exactly one of cron and interval_seconds.",
-            details={"cron": ["Give exactly one of cron and interval_seconds."]},
-        )
+        raise _invalid("cron", ONE_TIMING)
     zone_for(schedule.timezone)
     if schedule.cron is not None:
         stored = stored_cron is not None and schedule.cron == stored_cron
@@ -391,7 +396,6 @@ def _check_quota(owner_id: int) -> None:
     one after another. Raises InvalidSchedule (400).
     """
     from accounts.models import Role, User
-    from scheduler.conf import conf
 
     limit = conf().max_schedules_per_user
     if not limit:
@@ -549,10 +553,7 @@ def schedule_preview(
     cut short by year 9999 is no error.
     """
     if (cron is None) == (interval_seconds is None):
-        raise InvalidSchedule(
-            "Give exactly one of cron and interval_seconds.",
-            details={"cron": ["Give exactly one of cron and interval_seconds."]},
-        )
+        raise _invalid("cron", ONE_TIMING)
     if (
         isinstance(count, bool)
         or not isinstance(count, int)

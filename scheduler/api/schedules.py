@@ -274,7 +274,7 @@ class ScheduleDetailView(APIView):
 class ScheduleRunPagination(KeysetPagination):
     """A schedule's runs, newest fire first, paged by key; the page also carries ``by_status``."""
 
-    ordering = ("-fire_time", "-id")
+    ordering = schedules.RUN_ORDER
 
     def __init__(self) -> None:
         super().__init__()
