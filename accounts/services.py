@@ -1,4 +1,4 @@
-"""Account services: registration and token revocation."""
+"""Account services: registration, the ensured ADMIN account (``ensure_admin``) and refresh-token revocation."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The operator console: jobs, schedules, workers, queues and the outbox in Django's admin.
+"""The operator console: jobs, schedules, workers, queues, the outbox and the operator action history in Django's admin.
 
-Every model here is read-only in the admin: the only writes are the actions, and each action
-calls the same services as the API (``scheduler.job_actions`` through ``scheduler.bulk``,
-``scheduler.schedules``, ``scheduler.queues``), so no admin path can set a status by hand.
+No model here has an admin add, change or delete form: the only writes are the actions and the
+schedule edit page (``CronScheduleAdmin.edit_view``), and each calls the same services as the
+API (``scheduler.job_actions`` through ``scheduler.bulk``, ``scheduler.schedules``,
+``scheduler.queues``), so no admin path can set a status by hand. Flow limits have their own
+admin (``scheduler.flow.admin``).
 Access is the site's rule (``config.admin_site``: active staff with role ADMIN); the
 permission hooks below repeat it so that an ADMIN who is not a superuser needs no Django
 model permissions.
@@ -541,7 +543,10 @@ class JobAdmin(OperatorAdmin):
 
 @admin.register(CronSchedule)
 class CronScheduleAdmin(OperatorAdmin):
-    """Schedules: enable/disable, trigger now, and the next five fire times (``scheduler.schedules``)."""
+    """Schedules: enable/disable, trigger now, an edit page, the next five fire times and the latest runs.
+
+    Every change goes through ``scheduler.schedules``, with the API's rules.
+    """
 
     list_display = ("name", "owner", "timing", "timezone", "enabled", "job_template", "fires")
     list_filter = ("enabled", "job_type", "misfire_policy", "overlap_policy")

@@ -1,4 +1,8 @@
-"""Reads of jobs, their attempts and results, scoped to what the asking user may see; and the worker-liveness rule.
+"""Reads for the API, pages and console: jobs, attempts and results scoped to what the asking user may see.
+
+Also the reads those views share beyond one job: the worker-liveness rule and the workers' and
+queues' counts (console), and whether a queue or type name is in use (``flow_name_use``: the
+warning on a pause or flow limit that matches nothing). Nothing here writes.
 
 Visibility rule (DESIGN.md, REST API): a USER sees their own jobs, an ADMIN sees every job.
 A job the actor may not see is reported as missing (``JobNotFound``, 404), never as forbidden,

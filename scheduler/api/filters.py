@@ -30,6 +30,7 @@ class PriorityField(forms.CharField):
     """A priority as the API reads it back: HIGH, MEDIUM, LOW, or a whole number from -100 to 100 ("37")."""
 
     def to_python(self, value: object) -> int | None:
+        """Return the priority's integer (None when empty); raise ValidationError (400) otherwise."""
         text = super().to_python(value)
         if text in (None, ""):
             return None

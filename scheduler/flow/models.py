@@ -1,4 +1,4 @@
-"""Tables of flow control: limits set through the API or console, and the rate limits' admission log.
+"""Tables of flow control: limits set through the API or console, and the rate limits' admission log and pacing state.
 
 Imported by ``scheduler.models`` so Django sees them as models of the ``scheduler`` app.
 """
