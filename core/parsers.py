@@ -8,7 +8,7 @@ middleware reads the body.
 Python's json module accepts text that Stint cannot use: nesting a few KB deep (it recurses per
 level: RecursionError), integers past 4,300 digits (ValueError), and ``\\ud800``-style escapes
 of a lone UTF-16 surrogate, which are valid JSON but no valid Unicode: nothing can encode them
-as UTF-8 (the payload's size, psycopg), so they used to surface as a UnicodeEncodeError (500).
+as UTF-8 (the payload's size, psycopg), so unchecked they would surface as a UnicodeEncodeError (500).
 
 ``json_loads`` parses for both readers and says in its own words what is wrong: the json
 module's and the codecs' messages name Python's internals (``sys.set_int_max_str_digits()``,
@@ -21,7 +21,7 @@ import codecs
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -235,15 +235,25 @@ def json_text_load(text: str) -> Any:
     numbers out of range, integers past Python's digit limit), and deep recursion. Never raises
     anything else.
     """
+    return _checked(lambda: json_loads(text), error=ValueError, syntax="Not valid JSON")
+
+
+def _checked(load: Callable[[], Any], *, error: type[Exception], syntax: str) -> Any:
+    """Return ``load()``'s JSON value if Stint can use it; raise ``error`` with a message a person can act on.
+
+    The one refusal rule of both readers: ``"<syntax>: <what json_loads said>."`` for text that
+    is no JSON, a depth message for nesting Python cannot parse, and ``json_problem``'s for a
+    value it can parse but Stint cannot store.
+    """
     try:
-        value = json_loads(text)
+        value = load()
     except JSONTextError as exc:
-        raise ValueError(f"Not valid JSON: {exc}.") from exc
+        raise error(f"{syntax}: {exc}.") from exc
     except RecursionError as exc:
-        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
+        raise error(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
     problem = json_problem(value)
     if problem:
-        raise ValueError(problem)
+        raise error(problem)
     return value
 
 
@@ -275,8 +285,8 @@ def body_too_large(declared: int | None = None) -> RequestBodyTooLarge:
 def declared_charset(request: Any) -> str | None:
     """Return the ``charset`` of ``request``'s Content-Type (None when it names none); raise 415 if unusable.
 
-    Unusable: no codec of that name (``charset=bogus``, which Django silently drops, so the body
-    used to be read as UTF-8 whatever the client meant), or a codec that is no text encoding
+    Unusable: no codec of that name (``charset=bogus``, which Django silently drops, so unchecked
+    the body would be read as UTF-8 whatever the client meant), or a codec that is no text encoding
     (``rot13``, ``base64``). Both are ``UnsupportedMediaType`` (415, as Express's body-parser
     answers an unsupported charset): the body cannot be read as the client says it is written.
     """
@@ -325,13 +335,4 @@ class SafeJSONParser(JSONParser):
         if len(body) > limit:
             raise body_too_large()
         encoding = declared_charset(request) or (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
-        try:
-            data = json_bytes_load(body, encoding=encoding)
-        except JSONTextError as exc:
-            raise ParseError(f"JSON parse error: {exc}.") from exc
-        except RecursionError as exc:
-            raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.") from exc
-        problem = json_problem(data)
-        if problem:
-            raise ParseError(problem)
-        return data
+        return _checked(lambda: json_bytes_load(body, encoding=encoding), error=ParseError, syntax="JSON parse error")
