@@ -1,12 +1,12 @@
 """Consume ``job-lifecycle-events`` into the audit table: every event stored once, offsets committed after the DB.
 
-``AuditConsumer`` is one member of the consumer group ``stint-audit`` (``KAFKA_AUDIT_GROUP``);
-run as many as the topic has partitions. Each round polls up to ``batch_size`` messages, stores
-them (one binary ``COPY`` into a staging table, one ``INSERT ... ON CONFLICT (event_id) DO
-NOTHING``) in one transaction, and only then
-commits the batch's offsets synchronously. A consumer killed anywhere in that sequence leaves
-either an uncommitted offset (the batch is delivered again and the insert skips what is already
-stored) or nothing at all: nothing is lost and nothing is stored twice (DESIGN.md, Events).
+``AuditConsumer`` is one member of the consumer group ``stint-audit`` (``KAFKA_AUDIT_GROUP``); run
+up to as many as the topic has partitions (more sit idle). Each round polls up to ``batch_size`` messages, stores them
+(one binary ``COPY`` into a staging table, one ``INSERT ... ON CONFLICT (event_id) DO NOTHING``)
+in one transaction, and only then commits the batch's offsets synchronously. A consumer killed
+anywhere in that sequence leaves either an uncommitted offset (the batch is delivered again and
+the insert skips what is already stored) or nothing at all: nothing is lost and nothing is stored
+twice (DESIGN.md, Events).
 
 No message stops the trail (DESIGN.md, "Rules that keep it correct"). One that is not a valid
 ``LifecycleEvent``, or that parses but that PostgreSQL refuses to store (a payload number such

@@ -1,4 +1,4 @@
-"""Reads of the audit trail, scoped to what the asking user may see."""
+"""Reads of the audit trail: a job's events, scoped to what the asking user may see; the trail's health."""
 
 from __future__ import annotations
 

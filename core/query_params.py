@@ -1,7 +1,7 @@
 """Refuse query parameters a list endpoint does not know, instead of silently ignoring them.
 
-A misspelt or unsupported filter (``?statuss=DEAD``, ``?owner=`` on a USER's list) used to
-answer the whole, unfiltered list: a client could not tell "no such filter" from "everything
+A misspelt or unsupported filter (``?statuss=DEAD``, ``?owner=`` on a USER's list) would
+otherwise answer the whole, unfiltered list: a client could not tell "no such filter" from "everything
 matches". Every list of the API pages by key (``core.pagination.KeysetPagination``), which
 calls ``check_known`` first, so the rule holds for every list without a line in any view.
 """

@@ -201,8 +201,8 @@ class JobAttemptSerializer(serializers.ModelSerializer):
 class JobResultSerializer(serializers.Serializer):
     """The outcome of a job's latest finished attempt."""
 
-    # Serializes a ``scheduler.models.JobResult`` (kept in the job row); the OpenAPI shape is the
-    # one the table's model serializer had.
+    # Serializes a ``scheduler.models.JobResult``, a value read from the job row rather than a
+    # model, so each field is declared here for the OpenAPI schema.
 
     status = AttemptStatusField()
     result = serializers.JSONField(read_only=True, allow_null=True)

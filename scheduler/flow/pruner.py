@@ -20,14 +20,14 @@ BATCH = 10_000  # rows deleted per run at most
 
 
 class AdmissionPruner:
-    """Delete admission-log rows older than the longest possible window; ``run_once(now) -> rows deleted``."""
+    """Delete admission-log and pacing rows older than the longest window a limit may have (``run_once``)."""
 
     name = "flow-admission-pruner"
     interval_seconds = 60.0
     leader_only = False
 
     def run_once(self, now: dt.datetime | None = None) -> int:
-        """Delete up to ``BATCH`` rows of each table older than a day; return the rows deleted.
+        """Delete up to ``BATCH`` rows of each table older than ``MAX_PERIOD_SECONDS`` (a day); return how many.
 
         ``now`` (aware) defaults to the database clock.
         """

@@ -4,7 +4,8 @@ Retention of finished jobs (``SCHEDULER["RETENTION_<STATUS>_DAYS"]``, 0 keeps fo
 applied per status in bounded batches, each one statement in its own short transaction: it
 locks up to ``JOB_BATCH_SIZE`` of the oldest expired jobs of one status (``FOR UPDATE SKIP
 LOCKED``, so concurrent pruners and a racing retry or recover never collide) and deletes them
-together with everything keyed by them: attempts, result, idempotency records and audit events.
+together with everything keyed by them: attempts, idempotency records and audit events (the
+result lives in the job row).
 Their published outbox events stay until the outbox pruner deletes their rows by age (an outbox
 row holds the events of one statement, often of many jobs); the event reconciler (which
 re-publishes a published outbox event that has no audit row) skips events whose job is gone, so
