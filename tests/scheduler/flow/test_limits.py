@@ -193,6 +193,19 @@ def test_a_partition_value_that_is_an_object_is_explained_as_postgresql_compares
     assert '({"a": "é", "b": 1})' in reason["message"]
 
 
+def test_a_partition_limit_stored_without_its_concurrency_is_explained_as_the_claim_counts_it():
+    # A row written by hand may hold NULL; the claim counts it as 1, and so does the explanation.
+    flow_limits.limit_set(scope="type", name=LIMITED, data={"partition_key": "customer"})
+    FlowLimit.objects.filter(scope="type", name=LIMITED).update(partition_concurrency=None)
+    flow_limits.forget_cache()
+    enqueue(LIMITED, {"customer": "a"})
+    waiting = enqueue(LIMITED, {"customer": "a"})
+    assert len(_claim(10)) == 1
+    reason = Explainer().reason(Job.objects.get(id=waiting.id))
+    assert reason["code"] == "partition_limit"
+    assert reason["message"].endswith("(a): 1 of 1 running.")
+
+
 def test_database_limit_wins_over_the_handler_and_is_removable(settings):
     flow_limits.limit_set(scope="type", name=PER_CUSTOMER, data={"concurrency": 1})
     for customer in ["a", "b"]:
