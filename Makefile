@@ -17,7 +17,7 @@ AUDIT_METRICS_PORT ?= $(shell expr $(PORT) + 1103)
 
 
 .PHONY: test-django6 tasks-conformance
-.PHONY: run serve test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz screenshots flow-bench flow-rate
+.PHONY: run serve web-port test lint fmt loadtest bench chaos clean observe observe-config prometheus-tools fuzz screenshots flow-bench flow-rate
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,13 +31,18 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 
 # make run also loads the example Django tasks (examples/tasks.py); STINT_EXTRA_APPS overrides.
 run serve: export STINT_EXTRA_APPS ?= examples
-run: $(VENV)/.runtime
+run: web-port $(VENV)/.runtime
 	@$(DEVSTACK) $(MAKE) --no-print-directory serve
+
+# A taken web port stops make run first, before the venv, the dev stack, the migrations and the
+# one-time admin password (the web server binds last). devstack needs only the standard library.
+web-port:
+	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m devstack web-port $(PORT)
 
 # Runs inside the dev stack (the server URLs are in the environment).
 # The metrics ports derive from PORT (8000: 9101-9103) and are replaced by free ones when taken, so
 # a second stack on the same host (PORT=8080 make run) starts too.
-serve:
+serve: web-port
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py create_topics
 	$(PY) manage.py ensure_admin

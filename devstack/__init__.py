@@ -7,6 +7,7 @@ Usage (from the project root)::
     python -m devstack env                  # export lines for the recorded servers that answer
     python -m devstack down                 # stop every recorded server
     python -m devstack metrics-ports --web-port 8000  # export lines: free metrics ports for make run
+    python -m devstack web-port 8000        # exit 1 with a message if make run's web port is taken
 
 A server is started only when its variable (``DATABASE_URL``, ``REDIS_URL``,
 ``KAFKA_BOOTSTRAP_SERVERS``) is unset or empty. State lives in ``<project root>/.devstack/``
@@ -248,6 +249,39 @@ def command_metrics_ports(web_port: int) -> int:
     for name, port in metrics_ports(web_port).items():
         print(f"export {name}={port}")
     return 0
+
+
+WEB_PORT_SEARCH = 100  # ports after a taken web port looked at for a free one to suggest
+
+
+def web_port_problem(port: int) -> str | None:
+    """Return why ``make run`` cannot serve on HOST:``port`` (a sentence naming a free port to use instead), or None.
+
+    ``make run`` checks this before it starts anything: the web server binds last, so a taken
+    port used to end the stack only after the migrations, the one-time admin password and a
+    link to whatever program held the port had been printed. A race with another program binding
+    the port after this check remains; ``runserver`` then stops the stack as before.
+    """
+    if not 0 < port < 65536:
+        return f"PORT={port} is not a TCP port (1-65535); pick another: PORT=8001 make run"
+    if port_free(port):
+        return None
+    spare = next((p for p in range(port + 1, min(port + 1 + WEB_PORT_SEARCH, 65536)) if port_free(p)), None)
+    suggestion = f"PORT={spare} make run" if spare is not None else "PORT=<a free port> make run"
+    return (
+        f"port {port} is already in use on {HOST} (another program listens there, e.g. another `make run`"
+        " or `python -m http.server`), so the web server could not start: stopped before anything was"
+        f" started or created. Pick another port: {suggestion}"
+    )
+
+
+def command_web_port(port: int) -> int:
+    """Print ``web_port_problem(port)`` to stderr and return 1 if there is one; else return 0 silently."""
+    problem = web_port_problem(port)
+    if problem is None:
+        return 0
+    print(f"make run: {problem}", file=sys.stderr)
+    return 1
 
 
 def port_open(port: int, timeout: float = PROBE_TIMEOUT) -> bool:
@@ -991,6 +1025,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("down", help="stop every recorded server")
     ports = sub.add_parser("metrics-ports", help="print export lines of free metrics ports for make run")
     ports.add_argument("--web-port", type=int, default=8000, help="the web port they are derived from")
+    web = sub.add_parser("web-port", help="exit 1 with a message if make run's web port is taken")
+    web.add_argument("port", type=int, help="the web port (make run's PORT)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="devstack: %(message)s", stream=sys.stderr)
     if args.command == "run":
@@ -1002,4 +1038,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_env()
     if args.command == "metrics-ports":
         return command_metrics_ports(args.web_port)
+    if args.command == "web-port":
+        return command_web_port(args.port)
     return command_down()

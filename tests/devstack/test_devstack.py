@@ -277,6 +277,51 @@ def test_the_metrics_ports_command_prints_export_lines_for_make_run() -> None:
     assert names == [f"export {n}" for n in devstack.METRICS_PORT_NAMES]
 
 
+def test_a_free_web_port_has_no_problem() -> None:
+    assert devstack.web_port_problem(devstack.pick_port(None)) is None
+
+
+def test_a_taken_web_port_is_refused_naming_it_and_a_free_one_to_use_instead() -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))  # noqa: S104 - as `python -m http.server` binds: every interface
+        taken.listen()
+        port = taken.getsockname()[1]
+        problem = devstack.web_port_problem(port)
+
+    assert problem is not None and f"port {port} is already in use" in problem
+    suggested = int(problem.rsplit("PORT=", 1)[1].split()[0])
+    assert suggested > port and devstack.port_free(suggested)
+
+
+def test_make_run_on_a_taken_web_port_stops_before_starting_or_printing_anything(tmp_path: Path) -> None:
+    # The web server binds last: make run used to migrate, print the one-time admin password and a
+    # link to the program holding the port, and only then fail.
+    stack = tmp_path / "devstack"
+    unreachable = {  # were anything started, it would fail on these at once instead of starting servers
+        "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+    }
+    with socket.socket() as taken:
+        taken.bind((devstack.HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        made = subprocess.run(
+            ["make", "--no-print-directory", "run", f"PORT={port}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env={**os.environ, **unreachable, devstack.DIR_ENV: str(stack)},
+            check=False,
+        )
+
+    assert made.returncode != 0
+    assert f"make run: port {port} is already in use" in made.stderr
+    assert "make run" in made.stderr.split("Pick another port:", 1)[1]
+    assert made.stdout == "" and not stack.exists()
+
+
 def test_a_url_set_only_in_dot_env_counts_as_set_and_the_real_environment_wins(tmp_path):
     dotenv = tmp_path / ".env"
     dotenv.write_text(
