@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -16,7 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from core.stop_signals import exit_now, install_stack_dump
-from scheduler.workers.process_group import lead_own_group
+from scheduler.workers.process_group import ignore_stop_signals, lead_own_group
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +67,7 @@ def worker_process_main(
     ``exit_now``, so nothing a handler left in the process holds up that exit.
     """
     lead_own_group()
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
-        signal.signal(signum, signal.SIG_IGN)
+    ignore_stop_signals()  # the supervisor decides; it started us with them blocked (stop_signals_held)
     install_stack_dump()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django

@@ -33,7 +33,13 @@ from typing import Any
 from core.stop_signals import exit_now, install_stack_dump
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
-from scheduler.workers.process_group import kill_group, kill_leftovers, lead_own_group
+from scheduler.workers.process_group import (
+    ignore_stop_signals,
+    kill_group,
+    kill_leftovers,
+    lead_own_group,
+    stop_signals_held,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -302,8 +308,7 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
     # The parent decides when children stop (a message, or SIGKILL). Process managers signal every
     # process of the unit (honcho, systemd's KillMode=control-group): a child that died of that
     # SIGTERM would fail its job before the parent's graceful drain.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the supervisor decides
-        signal.signal(signum, signal.SIG_IGN)
+    ignore_stop_signals()  # the parent started us with them blocked (stop_signals_held)
     install_stack_dump()  # a SIGUSR1 meant for this process dumps its stacks rather than killing it
     threading.Thread(
         target=_exit_with_parent, args=(parent_pid, own_group), name="stint-parent-watch", daemon=True
@@ -399,7 +404,8 @@ class ProcessPool:
     def _spawn(self) -> _Child:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(target=_child_main, args=(child, os.getpid()), daemon=True, name="stint-pool-child")
-        process.start()
+        with stop_signals_held():
+            process.start()
         child.close()
         return _Child(process=process, conn=parent)
 

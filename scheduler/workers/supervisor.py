@@ -57,7 +57,7 @@ from scheduler.workers.child import FORCE, READY, STOP, make_worker_id, pulse_se
 from scheduler.workers.claim_board import ClaimBoard
 from scheduler.workers.inflight import CLAIM_AHEAD_MAX_WAIT
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
-from scheduler.workers.process_group import kill_group, kill_leftovers
+from scheduler.workers.process_group import kill_group, kill_leftovers, stop_signals_held
 from scheduler.workers.runner import WEDGED_EXIT_CODE, WorkerOptions
 
 logger = logging.getLogger(__name__)
@@ -314,7 +314,8 @@ class Supervisor:
             name=f"stint-worker-{slot}",
             daemon=False,  # an isolation process starts pool children of its own
         )
-        process.start()
+        with stop_signals_held():  # a SIGTERM to our group while it starts up is not its death
+            process.start()
         theirs.close()
         child = _Child(
             slot=slot,

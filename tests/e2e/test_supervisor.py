@@ -8,7 +8,9 @@ here registers the same types in this process, so that ``enqueue`` accepts them.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import signal
+import time
 
 import pytest
 from django.db import connection
@@ -23,10 +25,12 @@ from tests.support.jobs import attempts, events, status
 from tests.support.metrics import scrape, scrape_text, value
 from tests.support.net import free_port
 from tests.support.processes import (
+    READY_WAIT,
     Processes,
     gone,
     live_workers,
     pool_children,
+    process_group,
     status_is,
     wait_until,
     worker_of,
@@ -288,6 +292,26 @@ def test_a_worker_process_that_keeps_dying_at_start_up_is_restarted_with_backoff
     assert worker.popen.poll() is None  # the supervisor itself stays up
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_a_sigterm_to_its_group_while_its_worker_processes_start_up_is_a_clean_stop(procs: Processes) -> None:
+    # honcho stops a process by signalling its group: a make run stopped a second after start (its web
+    # port taken) reached worker processes that had not yet left the supervisor's group, and the
+    # supervisor logged "worker process ... died (signal 15: SIGTERM)" at ERROR for each.
+    worker = procs.worker(processes=2, ready=False)
+
+    def starting() -> bool:  # a worker process still in the supervisor's group: not yet set up
+        if worker.popen.poll() is not None:
+            raise AssertionError(f"run_workers exited with {worker.popen.returncode}:\n{worker.output()}")
+        return any(process_group(child) == worker.pid for child in pool_children(worker.pid))
+
+    deadline = time.monotonic() + READY_WAIT
+    while not starting():  # no sleep: the window lasts a few hundred milliseconds
+        assert time.monotonic() < deadline, "no worker process was seen starting up"
+    os.killpg(worker.pid, signal.SIGTERM)
+
+    assert worker.wait() == 0
+    assert "ERROR" not in worker.output() and "died" not in worker.output()
 
 
 def test_a_handler_that_spoils_its_threads_connection_costs_the_next_job_on_that_thread_nothing(
