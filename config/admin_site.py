@@ -93,3 +93,12 @@ class StintAdminConfig(AdminConfig):
     """``django.contrib.admin`` with ``StintAdminSite`` as ``admin.site``."""
 
     default_site = "config.admin_site.StintAdminSite"
+
+    def ready(self) -> None:
+        """Django's admin autodiscovery; then register the project's deploy checks (``config.checks``).
+
+        The first app of ``INSTALLED_APPS`` and the project's own (``config``): its checks run
+        whatever other apps are installed.
+        """
+        super().ready()
+        import config.checks  # noqa: F401 - registers them

@@ -94,6 +94,9 @@ _DEV_JWT_KEY = "dev-insecure-jwt-signing-key-change-me-0123456789"  # noqa: S105
 SECRET_KEY = env.str("SECRET_KEY", default="" if PRODUCTION else _DEV_SECRET)
 JWT_SIGNING_KEY = env.str("JWT_SIGNING_KEY", default="" if PRODUCTION else _DEV_JWT_KEY)
 MIN_KEY_BYTES = 32  # bytes
+# The ADMIN account's password on its first start (manage.py ensure_admin reads the variable itself);
+# read here for the deploy check that refuses the example files' placeholders (config.checks).
+STINT_ADMIN_PASSWORD = env.str("STINT_ADMIN_PASSWORD", default="")
 
 if PRODUCTION:
     for _name, _value in (("SECRET_KEY", SECRET_KEY), ("JWT_SIGNING_KEY", JWT_SIGNING_KEY)):
