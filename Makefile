@@ -179,14 +179,21 @@ clean:
 
 # prometheus and promtool come from Debian's `prometheus` package: the tests run `promtool check`
 # on docker/prometheus/, and `make observe` runs a real Prometheus. Installed with apt-get when
-# missing and we are root; otherwise say so (the promtool tests then fail with a clear message).
+# missing and we are root, after saying what, why and how to undo it; otherwise say so (the
+# promtool tests then fail with a clear message). PROMETHEUS_WHY: what the target needs it for.
+PROMETHEUS_WHY ?= make test checks docker/prometheus/ with promtool
+observe: PROMETHEUS_WHY = make observe runs a local Prometheus server (and promtool checks its config)
 prometheus-tools:
 	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "prometheus/promtool not found: installing Debian's prometheus package (apt-get update && apt-get install prometheus)"; \
+	  echo "prometheus/promtool not found; $(PROMETHEUS_WHY)."; \
+	  echo "Installing Debian's prometheus package system-wide now (as root: apt-get update, then"; \
+	  echo "apt-get install --no-install-recommends prometheus; about 100 MB, its output hidden; a minute or two)."; \
+	  echo "To undo: apt-get remove prometheus."; \
 	  { apt-get -o DPkg::Lock::Timeout=300 update -qq \
 	    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends prometheus; \
-	  } >/dev/null || echo "WARNING: could not install Debian's prometheus package: promtool checks will fail"; \
+	  } >/dev/null && echo "Installed: $$(command -v prometheus), $$(command -v promtool)" \
+	  || echo "WARNING: could not install Debian's prometheus package: promtool checks will fail"; \
 	else \
 	  echo "WARNING: promtool not found and cannot install it (needs root and apt-get): promtool checks will fail"; \
 	fi

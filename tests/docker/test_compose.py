@@ -431,6 +431,54 @@ def test_make_observe_writes_a_config_promtool_accepts(promtool: str, tmp_path: 
     assert config["rule_files"] == [str(ALERTS)]
 
 
+# Logs its arguments beside itself; "install" writes do-nothing prometheus and promtool there.
+FAKE_APT_GET = r"""#!/bin/sh
+echo "apt-get $*" >> "${0%/*}/apt.log"
+case "$*" in *install*)
+  for tool in prometheus promtool; do printf '#!/bin/sh\n' > "${0%/*}/$tool"; chmod +x "${0%/*}/$tool"; done;;
+esac
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("observe", "make observe runs a local Prometheus server"),
+        ("prometheus-tools", "make test checks docker/prometheus/ with promtool"),
+    ],
+)
+def test_a_missing_prometheus_is_installed_only_after_saying_what_why_and_how_to_undo(
+    tmp_path: Path, target: str, why: str
+) -> None:
+    # make observe used to apt-install Debian's prometheus package with its output hidden and no word of why.
+    bin_dir = tmp_path / "bin"  # a PATH without prometheus: the tools make needs, root's id and a fake apt-get
+    bin_dir.mkdir()
+    for tool in ("sed", "mkdir", "expr", "chmod"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    for tool, script in (("apt-get", FAKE_APT_GET), ("id", "#!/bin/sh\necho 0\n")):
+        (bin_dir / tool).write_text(script)
+        (bin_dir / tool).chmod(0o755)
+
+    made = subprocess.run(
+        [shutil.which("make"), "--no-print-directory", "-s", target, f"OBSERVE_DIR={tmp_path / 'observe'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+        check=False,
+    )
+
+    assert made.returncode == 0, made.stdout + made.stderr
+    said = made.stdout.split("Installed:")[0]
+    assert f"prometheus/promtool not found; {why}" in said
+    assert "Debian's prometheus package" in said and "apt-get install --no-install-recommends prometheus" in said
+    assert "To undo: apt-get remove prometheus." in said
+    assert (
+        (bin_dir / "apt.log").read_text().splitlines()[-1].endswith("install -y -qq --no-install-recommends prometheus")
+    )
+
+
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_make_runs_observe_hint_carries_an_observe_port_that_was_set(how: str) -> None:
     # `make run` prints the `make observe ...` line to paste; it dropped OBSERVE_PORT, so the pasted
