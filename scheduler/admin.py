@@ -920,7 +920,7 @@ class QueueAdmin(OperatorAdmin):
 
     @admin.action(description="Pause selected queues", permissions=["operate"])
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-        """Pause each: workers stop leasing from it within one poll interval; its jobs wait QUEUED."""
+        """Pause each: no claim that begins after the pause commits takes its jobs; they wait QUEUED."""
         self._set(request, queryset, pause=True)
 
     @admin.action(description="Resume selected queues", permissions=["operate"])

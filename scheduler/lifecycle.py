@@ -836,6 +836,13 @@ class Claimed:
         )
 
 
+# The queues paused now, read by the claim statement itself (an InitPlan: once per statement, from
+# its snapshot). A pause is honoured by every claim statement that starts after it committed,
+# whatever paused list the worker last read (each poll interval); a claim whose statement had
+# begun before that commit may still take the queue's jobs: it was in flight.
+NOT_PAUSED = "{column} <> ALL(ARRAY(SELECT pq.name FROM stint_queue pq WHERE pq.paused))"
+
+
 def _candidates_where(
     queues: Sequence[str] | None, paused: Sequence[str], *, isolated: bool, include_held: bool
 ) -> str:
@@ -847,7 +854,7 @@ def _candidates_where(
         where += " AND queue = ANY(%(queues)s::text[])"
     if paused:
         where += " AND NOT (queue = ANY(%(paused)s::text[]))"
-    return where
+    return where + " AND " + NOT_PAUSED.format(column="queue")
 
 
 def claim_keys_ahead(
@@ -901,7 +908,9 @@ def claim(
     and ``lease_expires_at = now() + lease_seconds``; its JOB_STARTED event is written by the
     same statement. Its ``JobAttempt`` row is written once, by the verb that ends the attempt:
     until then the job row itself (attempts, lease_owner, started_at) is the running attempt.
-    ``queues`` None means every queue; ``paused`` queues are skipped. ``isolated`` False
+    ``queues`` None means every queue; ``paused`` queues are skipped, and so is every queue whose
+    pause had committed when the statement began (``NOT_PAUSED``: read in the statement, so the
+    worker's paused list, re-read each poll, cannot be stale against a pause). ``isolated`` False
     (ordinary workers) claims only jobs that are not isolated; True (a supervisor's isolation
     slot) only isolated ones, through their own small partial index. ``flow``
     (``scheduler.flow.claim``): an extra ``AND ...`` filter on the candidates and its named

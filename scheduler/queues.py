@@ -1,8 +1,10 @@
 """Queue services: pause, resume and list named queues (rows created on first use), and name unused ones.
 
-A paused queue keeps its jobs QUEUED: workers re-read the paused set every poll interval and
-leave those jobs unclaimed (``scheduler.workers.runner``), so nothing is lost and resuming lets
-them run in their usual order. The admin and ``POST /api/admin/queues/{name}/pause|resume``
+A paused queue keeps its jobs QUEUED: each claim statement reads the paused flags itself
+(``lifecycle.NOT_PAUSED``), so no claim that begins after a pause has committed takes the queue's
+jobs (one in flight then may still finish); workers also re-read the paused set every poll
+interval (``scheduler.workers.runner``), which is how soon they see a resume. Nothing is lost and
+resuming lets the jobs run in their usual order. The admin and ``POST /api/admin/queues/{name}/pause|resume``
 call these; a pause or resume that changes the queue for an actor is recorded in the operator
 action history (``scheduler.action_log``) in its transaction.
 """

@@ -397,6 +397,9 @@ def _claim_limited(
         # claim below re-checks each under FOR UPDATE SKIP LOCKED, and the counts are read after it.
         queue_filter = "AND j.queue = ANY(%(wq)s::text[])" if queues else ""
         paused_filter = "AND NOT (j.queue = ANY(%(paused)s::text[]))" if paused else ""
+        # Read in the statement, as the claim below does (lifecycle.NOT_PAUSED): a job of a queue
+        # paused since the worker's last poll takes no slot of this round.
+        paused_filter += f" AND {lifecycle.NOT_PAUSED.format(column='j.queue')}"
         scan = max(SCAN_MIN, SCAN_FACTOR * slots)
         relevant_types, relevant_queues = _names_by_scope(relevant)
         cursor.execute(

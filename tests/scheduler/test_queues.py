@@ -61,6 +61,49 @@ def test_paused_jobs_wait_queued_and_run_after_resume(user):
     assert {c.id for c in claimed} == {j.id for j in waiting}
 
 
+PAUSE_LIMITS = {
+    "none": [],
+    # Governed by a limit: claimed by the flow path's limited phase (its own candidate read and claim).
+    "limited queue": [{"scope": "queue", "name": "reports", "concurrency": 10}],
+    # A limit elsewhere: the flow path's unlimited phase claims the paused queue's jobs.
+    "limit elsewhere": [{"scope": "queue", "name": "elsewhere", "concurrency": 10}],
+}
+
+
+@pytest.mark.parametrize("limits", list(PAUSE_LIMITS))
+def test_no_claim_made_after_a_pause_committed_takes_its_jobs_whatever_the_worker_last_read(user, settings, limits):
+    # A worker re-reads the paused queues every poll interval; its claims used to skip only the
+    # queues of that list, so a job started about 90 ms after the pause API had answered. The claim
+    # statement reads the flag itself: a claim already in flight may still finish, no later one starts.
+    from scheduler.flow import limits as flow_limits
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "FLOW_LIMITS": PAUSE_LIMITS[limits]}
+    flow_limits.forget_cache()
+    try:
+        held = [enqueue("DEMO_TASK", {}, queue="reports", owner=user, priority="HIGH") for _ in range(2)]
+        other = enqueue("DEMO_TASK", {}, queue="default", owner=user)
+        stale = _paused()  # read before the pause, as a worker's last poll was
+        queues.queue_pause(name="reports")
+
+        claimed = leasing.claim_jobs(worker_id="w1", limit=10, queues=None, paused=stale)
+
+        assert [c.id for c in claimed] == [other.id]
+        assert {
+            status for status in Job.objects.filter(id__in=[j.id for j in held]).values_list("status", flat=True)
+        } == {JobStatus.QUEUED}
+        assert leasing.claim_jobs(worker_id="w1", limit=10, queues=["reports"], paused=stale) == []
+    finally:
+        flow_limits.forget_cache()
+
+
+def test_a_resumed_queue_is_claimed_by_the_next_claim(user):
+    queues.queue_pause(name="reports")
+    waiting = enqueue("DEMO_TASK", {}, queue="reports", owner=user)
+    queues.queue_resume(name="reports")
+
+    assert [c.id for c in leasing.claim_jobs(worker_id="w1", limit=10, queues=None, paused=_paused())] == [waiting.id]
+
+
 class TestQueueApi:
     def test_admin_pauses_and_resumes(self, admin_api):
         response = admin_api.post("/api/admin/queues/reports/pause")
