@@ -67,6 +67,22 @@ class Explainer:
             [limit.key, limit.rate_period_seconds],
         )
 
+    def _window_frees_in(self, limit: Limit, admitted: int) -> float | None:
+        """Seconds until the rate window of ``limit``, holding ``admitted`` starts, has room again; None if unknown.
+
+        The window has room once all but ``rate_limit - 1`` of them have aged out: when the
+        ``admitted - rate_limit + 1``-th oldest is ``rate_period_seconds`` old (database clock).
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT extract(epoch FROM admitted_at + make_interval(secs => %s) - now())::float8"
+                " FROM stint_flow_admission WHERE key = %s AND admitted_at > now() - make_interval(secs => %s)"
+                " ORDER BY admitted_at OFFSET %s LIMIT 1",
+                [limit.rate_period_seconds, limit.key, limit.rate_period_seconds, admitted - limit.rate_limit],
+            )
+            row = cursor.fetchone()
+        return None if row is None else max(0.0, row[0])
+
     def _pace_ahead(self, limit: Limit) -> float | None:
         """Seconds until the rate limit's pacing admits a claim (<= 0: now), or None without pacing state."""
         from scheduler.flow.claim import burst, pace_start
@@ -115,11 +131,15 @@ class Explainer:
             if limit.rate_limit is not None:
                 admitted = self.admitted(limit)
                 if admitted >= limit.rate_limit:
-                    return {
-                        "code": "rate_limit",
-                        "message": f"Rate limit of {what}: {admitted} of {limit.rate_limit} started in the last "
-                        f"{limit.rate_period_seconds:g} s.",
-                    }
+                    message = (
+                        f"Rate limit of {what}: {admitted} of {limit.rate_limit} started in the last "
+                        f"{limit.rate_period_seconds:g} s"
+                    )
+                    frees_in = self._window_frees_in(limit, admitted)
+                    if frees_in is not None:  # pacing may space the starts after that further apart
+                        wait = max(frees_in, self._pace_ahead(limit) or 0.0)
+                        message += f"; the next start it admits is in about {wait:.1f} s"
+                    return {"code": "rate_limit", "message": message + "."}
                 ahead = self._pace_ahead(limit)
                 if ahead is not None and ahead > 0:
                     return {

@@ -145,6 +145,33 @@ def test_rate_limit_caps_every_window_whatever_the_pacing_allows(settings):
     assert FlowAdmission.objects.filter(key=f"type:{LIMITED}").count() == 4
 
 
+@pytest.mark.parametrize(("pace_in", "wait"), [(None, 10.0), (30.0, 15.0)])
+def test_a_job_held_by_a_full_rate_window_is_told_how_long_until_the_next_start(settings, pace_in, wait):
+    # The message said how many had started in the window, not when the next could. The window (4 per
+    # 60 s) frees when its oldest start is 60 s old: in 10 s; pacing (15 s apart) may say later.
+    _limit(settings, scope="type", name=LIMITED, rate_limit=4, rate_period_seconds=60)
+    with connection.cursor() as cursor:  # one transaction: now() stands still for the whole test
+        cursor.execute(
+            "INSERT INTO stint_flow_admission (key, admitted_at) SELECT %s, now() - make_interval(secs => s)"
+            " FROM unnest(ARRAY[50, 50, 20, 5]) AS s",
+            [f"type:{LIMITED}"],
+        )
+        if pace_in is not None:
+            cursor.execute(
+                "INSERT INTO stint_flow_pace (key, tat) VALUES (%s, now() + make_interval(secs => %s))",
+                [f"type:{LIMITED}", pace_in],
+            )
+    waiting = enqueue(LIMITED)
+
+    reason = Explainer().reason(Job.objects.get(id=waiting.id))
+
+    assert reason == {
+        "code": "rate_limit",
+        "message": f"Rate limit of type {LIMITED}: 4 of 4 started in the last 60 s; the next start it admits is in "
+        f"about {wait:.1f} s.",
+    }
+
+
 @pytest.mark.parametrize(
     "tat_in,expected",
     [
