@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -97,6 +98,57 @@ def test_every_stint_metric_is_served_by_a_process_and_each_process_serves_only_
     assert "worker_slots_busy" not in metrics.served_families("web")
     assert "scheduler_is_leader" not in metrics.served_families("workers")
     assert "jobs_queue_depth" in metrics.served_families("scheduler")
+
+
+def _listed(text: str) -> set[str]:
+    """Metric names in backticks in ``text``, ``a_x/y/z_total`` spelled out; each also without ``_total``.
+
+    prometheus_client names a counter's family without its ``_total``, a gauge's as it is.
+    """
+    names = set()
+    for token in re.findall(r"`([a-z_]+(?:/[a-z_]+)*)`", text):
+        first, *rest = token.split("/")
+        suffix = "_total" if rest and rest[-1].endswith("_total") else ""
+        prefix = first[: first.index("_") + 1] if rest else ""
+        for name in [first + (suffix if rest else ""), *(prefix + part.removesuffix(suffix) + suffix for part in rest)]:
+            names |= {name, name.removesuffix("_total")}
+    return names
+
+
+PROCESS_COMMANDS = {
+    "scheduler": "`run_scheduler",
+    "workers": "`run_workers",
+    "audit": "`run_audit_consumer",
+    "web": "web",
+}
+
+
+def _process_rows(path: Path) -> dict[str, set[str]]:
+    """{role: families listed} from the rows of ``path``'s table of what each process serves."""
+    rows: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for role, command in PROCESS_COMMANDS.items():
+            if len(cells) > 1 and cells[0].startswith(command):
+                rows[role] = _listed(cells[-1])
+    return rows
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/observability.md"])
+def test_the_docs_list_every_family_each_process_serves(doc: str) -> None:
+    # README's table of what each process serves lacked the scheduler's jobs_queued_oldest_age_seconds.
+    rows = _process_rows(ROOT / doc)
+
+    assert set(rows) == {"web", "scheduler", "workers", "audit"}
+    for role, listed in rows.items():
+        assert metrics.served_families(role) - listed == set(), role
+
+
+def test_the_metric_reference_has_a_row_for_every_family() -> None:
+    table = [line for line in (ROOT / "docs/observability.md").read_text().splitlines() if line.startswith("| `")]
+    rows = set().union(*(_listed(line.split("|")[1]) for line in table))
+
+    assert metrics.STINT_FAMILIES - rows == set()
 
 
 def test_registering_the_cluster_collector_twice_registers_it_once() -> None:
