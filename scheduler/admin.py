@@ -548,13 +548,13 @@ class CronScheduleAdmin(OperatorAdmin):
     Every change goes through ``scheduler.schedules``, with the API's rules.
     """
 
-    list_display = ("name", "owner", "timing", "timezone", "enabled", "job_template", "fires")
+    list_display = ("name", "owner", "timing", "timezone", "enabled", "job_template", "job_priority_name", "fires")
     list_filter = ("enabled", "job_type", "misfire_policy", "overlap_policy")
     search_fields = ("name",)
     list_select_related = ("owner",)
     ordering = ("id",)
     actions = ("enable_schedules", "disable_schedules", "trigger_schedules")
-    readonly_fields = ("edit_link", "timing", "next_fire_times", "runs")
+    readonly_fields = ("edit_link", "timing", "next_fire_times", "runs", "job_priority_name")
     fieldsets = (
         (
             None,
@@ -579,7 +579,7 @@ class CronScheduleAdmin(OperatorAdmin):
                 "fields": (
                     "job_type",
                     "job_payload",
-                    "job_priority",
+                    "job_priority_name",
                     "job_queue",
                     "job_max_retries",
                     "job_timeout_seconds",
@@ -593,6 +593,11 @@ class CronScheduleAdmin(OperatorAdmin):
     def job_template(self, schedule: CronSchedule) -> str:
         """The job it fires: type on queue."""
         return f"{schedule.job_type} on {schedule.job_queue}"
+
+    @admin.display(description="job priority", ordering="job_priority")
+    def job_priority_name(self, schedule: CronSchedule) -> str:
+        """HIGH, MEDIUM or LOW at a named point, else the integer: as the API and the job list say it."""
+        return schedule.job_priority_label
 
     @admin.display(description="fires (UTC)", ordering="next_fire_at")
     def fires(self, schedule: CronSchedule) -> SafeString:

@@ -556,6 +556,22 @@ class TestSchedules:
         assert preview.status_code == 200 and "Preview: the next 5 fire times" in preview.content.decode()
         assert operator.get("/admin/scheduler/cronschedule/999999/edit/").status_code == 404
 
+    @pytest.mark.parametrize(("priority", "shown"), [(None, "MEDIUM"), ("HIGH", "HIGH"), (37, "37")])
+    def test_the_job_priority_reads_as_the_api_says_it_in_the_list_and_the_detail(
+        self, operator, user, priority, shown
+    ):
+        # The console showed the template's priority as 0 where the API says MEDIUM.
+        job = {"type": "DEMO_TASK"} | ({} if priority is None else {"priority": priority})
+        schedule = schedules.schedule_create(owner=user, name="hourly", cron="0 * * * *", job=job)
+
+        listed = operator.get("/admin/scheduler/cronschedule/").content.decode()
+        detail = operator.get(f"/admin/scheduler/cronschedule/{schedule.id}/change/").content.decode()
+
+        assert re.findall(r'<td class="field-job_priority_name">([^<]*)</td>', listed) == [shown]
+        field = re.search(r'field-job_priority_name.*?<div class="readonly">([^<]*)</div>', detail, re.DOTALL)
+        assert field is not None and field.group(1) == shown
+        assert 'field-job_priority"' not in detail and "field-job_priority " not in detail
+
     def test_disable_enable_and_trigger(self, operator, schedule):
         url = "/admin/scheduler/cronschedule/"
 
