@@ -202,28 +202,79 @@ def _check_type_name(name: Any) -> None:
         raise ValueError(f"a job type cannot hold a NUL character or a lone surrogate: {name!r:.120}")
 
 
-UNKNOWN_TYPES_NAMED = 10  # registered types an unknown-type error lists
+UNKNOWN_TYPES_NAMED = 10  # registered types (and as many Django tasks) an unknown-type error lists
 
 
-def unknown_type_message(name: str, registered: list[str]) -> str:
-    """Return the error for job type ``name``, naming the first ``UNKNOWN_TYPES_NAMED`` of ``registered`` (sorted).
+def _named(names: list[str]) -> str:
+    """The first ``UNKNOWN_TYPES_NAMED`` of ``names`` (sorted), then how many more."""
+    names = sorted(names)
+    more = len(names) - UNKNOWN_TYPES_NAMED
+    return ", ".join(names[:UNKNOWN_TYPES_NAMED]) + (f" and {more} more" if more > 0 else "")
 
-    A typo (``DEMO`` for ``DEMO_TASK``) is then visible in the answer itself.
+
+def unknown_type_message(
+    name: str, registered: list[str], tasks: Iterable[str] = (), *, tasks_by_type: bool = True
+) -> str:
+    """Return the error for job type ``name``, naming the ``registered`` types and the Django ``tasks``.
+
+    Each list is sorted and cut to its first ``UNKNOWN_TYPES_NAMED``, so a typo (``DEMO`` for
+    ``DEMO_TASK``) is visible in the answer itself. ``tasks_by_type`` False: the caller enqueues
+    by type, which takes ``@handler`` types only (the REST API, ``scheduler.enqueue``); a Django
+    task is enqueued with its own ``.enqueue()``, and the message says so.
     """
-    if not registered:
+    tasks = sorted(tasks)
+    if not registered and not tasks:
         return f"Unknown job type {name!r}. No job type is registered."
-    shown = ", ".join(registered[:UNKNOWN_TYPES_NAMED])
-    more = len(registered) - UNKNOWN_TYPES_NAMED
-    return f"Unknown job type {name!r}. Registered types: {shown}{f' and {more} more' if more > 0 else ''}."
+    message = f"Unknown job type {name!r}. " + (
+        f"Registered types: {_named(registered)}." if registered else "No @handler type is registered."
+    )
+    if tasks:
+        how = "" if tasks_by_type else " (enqueued with their .enqueue(), never by type)"
+        message += f" Django tasks{how}: {_named(tasks)}."
+    return message
 
 
 def get_handler(name: str) -> HandlerSpec:
-    """Return the spec for ``name``; raise ``UnknownJobType`` (naming the registered types) when none is registered."""
+    """Return the ``@handler`` spec for ``name``; raise ``UnknownJobType`` (naming the registered types) when none is.
+
+    This is enqueue by type (the REST API, the pages, schedules, ``scheduler.enqueue``), which takes
+    ``@handler`` types only: the error also names the Django tasks (``add_type_source``) and
+    says they are enqueued with their ``.enqueue()``; a Django task's own path gets that answer.
+    """
     try:
         return _REGISTRY[name]
     except KeyError:
-        message = unknown_type_message(name, registered_types())
+        tasks = task_types()
+        if name in tasks:
+            message = (
+                f"Unknown job type {name!r} here: it is a Django task, enqueued with its .enqueue(); by type (the"
+                f" REST API, schedules, scheduler.enqueue) only the registered types are:"
+                f" {_named(registered_types()) or 'none'}."
+            )
+        else:
+            message = unknown_type_message(name, registered_types(), tasks, tasks_by_type=False)
         raise UnknownJobType(message, details={"type": [message]}) from None
+
+
+# Trusted sources of job types that resolvers run besides the @handlers, for error messages: the
+# Django Tasks backend's task paths.
+TypeSource = Callable[[], Iterable[str]]
+_TYPE_SOURCES: list[TypeSource] = []
+
+
+def add_type_source(source: TypeSource) -> None:
+    """Let unknown-type errors also name the job types ``source() -> names`` lists (idempotent)."""
+    with _LOCK:
+        if source not in _TYPE_SOURCES:
+            _TYPE_SOURCES.append(source)
+
+
+def task_types() -> list[str]:
+    """Return the job types of ``add_type_source`` sources (Django tasks' paths), sorted; no database read."""
+    names: set[str] = set()
+    for source in list(_TYPE_SOURCES):
+        names.update(source())
+    return sorted(names)
 
 
 def add_resolver(resolver: Resolver) -> None:
@@ -272,7 +323,8 @@ def resolve(name: str) -> HandlerSpec:
         spec = resolver(name)
         if spec is not None:
             return spec
-    return get_handler(name)
+    message = unknown_type_message(name, registered_types(), task_types())
+    raise UnknownJobType(message, details={"type": [message]})
 
 
 def handler_limits() -> dict[str, dict[str, Any]]:

@@ -13,9 +13,10 @@ class StintTasksConfig(AppConfig):
 
     def ready(self) -> None:
         """Let workers resolve task paths and flow control see the tasks' queues, then import the task modules."""
-        from scheduler.registry import add_queue_source, add_resolver
+        from scheduler.registry import add_queue_source, add_resolver, add_type_source
         from stint_tasks import registry
 
         add_resolver(registry.resolve_task)
         add_queue_source(registry.task_queues)
+        add_type_source(registry.registered_paths)  # named by unknown-type errors beside the @handler types
         registry.discover()

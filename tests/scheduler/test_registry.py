@@ -127,3 +127,47 @@ def test_a_backoff_jitter_that_is_not_true_or_false_is_refused_when_the_handler_
     with pytest.raises(ValueError, match=r"backoff_jitter must be True or False"):
         handler("TEST_REGISTRY_BAD_JITTER", backoff_jitter=value)(lambda payload, ctx: None)
     assert "TEST_REGISTRY_BAD_JITTER" not in registry._REGISTRY
+
+
+def test_the_unknown_type_message_names_the_django_tasks_too_sorted_and_capped():
+    tasks = [f"app.tasks.t{n:02}" for n in reversed(range(12))]
+
+    message = unknown_type_message("DEMO", ["A", "B"], tasks)
+
+    assert message == (
+        "Unknown job type 'DEMO'. Registered types: A, B. Django tasks: "
+        + ", ".join(f"app.tasks.t{n:02}" for n in range(10))
+        + " and 2 more."
+    )
+
+
+@pytest.fixture
+def a_task_type():
+    """A Django task path known to the registry (as stint_tasks registers its tasks' paths), sorted first."""
+    source = lambda: ["a.tasks.send_receipt"]  # noqa: E731
+    registry.add_type_source(source)
+    yield "a.tasks.send_receipt"
+    registry._TYPE_SOURCES.remove(source)
+
+
+def test_a_type_no_worker_can_resolve_is_refused_naming_handlers_and_django_tasks(a_task_type):
+    # Workers and trusted enqueues run Django tasks too: the error named only the @handler types.
+    with pytest.raises(UnknownJobType) as refused:
+        registry.resolve("a.tasks.send_reciept")
+
+    message = str(refused.value)
+    assert message.startswith("Unknown job type 'a.tasks.send_reciept'. Registered types: ")
+    assert "DEMO_TASK" in message and f"Django tasks: {a_task_type}" in message
+
+
+def test_an_enqueue_by_type_names_the_django_tasks_and_how_they_are_enqueued(a_task_type):
+    with pytest.raises(UnknownJobType) as unknown:
+        get_handler("DEMO")
+    with pytest.raises(UnknownJobType) as a_task:
+        get_handler(a_task_type)
+
+    assert f"Django tasks (enqueued with their .enqueue(), never by type): {a_task_type}" in str(unknown.value)
+    assert str(a_task.value).startswith(
+        f"Unknown job type '{a_task_type}' here: it is a Django task, enqueued with its .enqueue(); by type (the REST"
+        " API, schedules, scheduler.enqueue) only the registered types are: DATA_CLEANUP, DEMO_TASK, "
+    )
