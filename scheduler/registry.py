@@ -46,8 +46,10 @@ class JobContext:
     """What a handler gets besides its payload.
 
     ``job_id`` (UUID), ``attempt`` (1-based), ``owner_id`` (int or None), ``logger`` (a
-    LoggerAdapter carrying job_id/attempt), and ``cancelled`` (True once cancellation was
-    requested; long handlers should check it or use ``sleep``).
+    LoggerAdapter carrying job_id/attempt), ``cancelled`` (True once cancellation was
+    requested; long handlers should check it or use ``sleep``), and ``attempts_left`` (attempts
+    the job's budget allows after this one: a retryable error is retried while it is above 0;
+    None outside a worker run).
     """
 
     job_id: uuid.UUID
@@ -56,6 +58,7 @@ class JobContext:
     logger: logging.LoggerAdapter
     cancel_flag: CancelFlag = field(default_factory=threading.Event)
     lease_token: uuid.UUID | None = None  # this run's fencing token: progress writes carry it
+    attempts_left: int | None = None
 
     def progress(self, percent: float, message: str = "") -> None:
         """Report progress: ``percent`` a number from 0 to 100, ``message`` a short text (500 characters kept).

@@ -13,11 +13,14 @@ As Django's own backends do, the worker sends ``task_started`` before the task r
 RUNNING) and ``task_finished`` after it (SUCCESSFUL, or FAILED with the attempt's error added;
 sent inside the exception handler, so Django's logging receiver logs the traceback). Receivers
 are called with ``send_robust``: one that raises is logged and cannot change the attempt's outcome.
+Django's receiver logs every FAILED result at ERROR; for an attempt Stint will retry,
+``RetriedAttemptFilter`` makes that line a WARNING saying so, and the final failure stays an ERROR.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 import logging
@@ -44,6 +47,36 @@ from stint_tasks.exceptions import TaskExited, TaskResultNotJSON
 
 CANCEL_POLL_SECONDS = 0.05  # how often an async task's event loop checks the job's cancel flag
 logger = logging.getLogger(__name__)
+# (attempt, attempts left) while task_finished is sent for an attempt the worker will retry.
+_retried: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("stint_retried", default=None)
+
+
+class RetriedAttemptFilter(logging.Filter):
+    """On Django's tasks logger: an ERROR logged during ``task_finished`` of an attempt Stint retries is a WARNING.
+
+    Django's ``log_task_finished`` logs every FAILED result with ``logger.exception``; its reference
+    backends never retry, so a failure there is final. Here the job will run again: the line keeps
+    its traceback, becomes a WARNING and says so ("(attempt 1 failed; it will be retried: 3 attempts
+    left)"). Installed by ``StintTasksConfig.ready``; other records pass unchanged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Downgrade the record if it is an ERROR logged during a retried attempt's ``task_finished``; keep it."""
+        retried = _retried.get()
+        if retried is not None and record.levelno >= logging.ERROR:
+            attempt, left = retried
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+            record.msg = f"{record.msg} (attempt {attempt} failed; it will be retried: {left} attempts left)"
+        return True
+
+
+def will_be_retried(ctx: JobContext, exc: BaseException) -> bool:
+    """Whether the worker will retry the job after its attempt raised ``exc`` (``scheduler.leasing``'s rule).
+
+    A retryable error (anything but ``PermanentError``) is retried while the budget has attempts
+    left, unless the job's cancellation was requested (it then ends CANCELLED).
+    """
+    return not isinstance(exc, PermanentError) and bool(ctx.attempts_left) and not ctx.cancelled
 
 
 def class_path(cls: type) -> str:
@@ -110,10 +143,10 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
             else:
                 value = task.func(*args, **kwargs)
         except Exception as exc:
-            _send(task_finished, task, _failed(shown, exc))
+            _send_failed(task, shown, exc, ctx)
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit from task code
-            _send(task_finished, task, _failed(shown, exc))
+            _send_failed(task, shown, exc, ctx)
             raise TaskExited(f"{class_path(type(exc))}: {exc}") from exc
         # Outside the block above: the task has returned, so its side effects have happened, and a
         # value that cannot be stored must end the job, not send it round the retries again.
@@ -191,6 +224,16 @@ def _finished(shown: Any, status: Any, *, value: Any = None, error: Any = None) 
 def _failed(shown: Any, exc: BaseException) -> Any:
     error = TaskError(exception_class_path=class_path(type(exc)), traceback="".join(traceback.format_exception(exc)))
     return _finished(shown, TaskResultStatus.FAILED, error=error)
+
+
+def _send_failed(task: Any, shown: Any, exc: BaseException, ctx: JobContext) -> None:
+    """Send ``task_finished`` FAILED for the attempt that raised ``exc`` (Django logs it at WARNING if retried)."""
+    retried = will_be_retried(ctx, exc)
+    token = _retried.set((ctx.attempt, ctx.attempts_left or 0) if retried else None)
+    try:
+        _send(task_finished, task, _failed(shown, exc))
+    finally:
+        _retried.reset(token)
 
 
 def _send(signal: Any, task: Any, result: Any) -> None:

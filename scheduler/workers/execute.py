@@ -119,6 +119,7 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         logger=logging.LoggerAdapter(logger, {"job_id": job_id, "attempt": job.attempt}),
         cancel_flag=cancel_flag,
         lease_token=job.lease_token,  # ctx.progress writes are fenced by it (scheduler.flow.progress)
+        attempts_left=job.attempts_left,
     )
     try:
         spec = resolve(job.type)

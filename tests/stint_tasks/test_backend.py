@@ -7,6 +7,7 @@ Attempts run through the worker's own code (``leasing.claim_jobs``, ``execute.ru
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import sys
 import threading
@@ -31,6 +32,7 @@ from scheduler.workers.execute import run_handler
 from stint_tasks import registry
 from stint_tasks.backend import StintBackend
 from stint_tasks.compat import (
+    TASKS_PACKAGE,
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -273,6 +275,33 @@ def test_each_failed_attempt_is_an_error_with_its_exception_class_and_traceback(
     assert 'tasks.py", line' in failed.errors[0].traceback
     with pytest.raises(ValueError, match="not finished"):
         _ = failed.return_value
+
+
+def test_an_attempt_that_will_be_retried_logs_a_warning_and_the_last_failure_an_error(caplog) -> None:
+    # Django's receiver of task_finished logs a FAILED result with logger.exception: every attempt
+    # that Stint was about to retry was an ERROR with its traceback.
+    result = t.fails.enqueue()
+    with caplog.at_level(logging.INFO, logger=TASKS_PACKAGE):
+        run_next()  # attempt 1 of 4: retried
+        Job.objects.filter(id=result.id).update(max_retries=1)  # so attempt 2 is the last
+        make_due(result.id)
+        run_next()
+
+    failed = [r for r in caplog.records if r.name == TASKS_PACKAGE and "state=FAILED" in r.getMessage()]
+    assert [(r.levelname, r.exc_info is not None) for r in failed] == [("WARNING", True), ("ERROR", True)]
+    assert failed[0].getMessage().endswith("(attempt 1 failed; it will be retried: 3 attempts left)")
+    assert "retried" not in failed[1].getMessage()
+    assert Job.objects.get(id=result.id).status == JobStatus.DEAD
+
+
+def test_a_failure_that_is_never_retried_logs_an_error(caplog) -> None:
+    not_json = t.not_json.enqueue()  # PermanentError: ends FAILED whatever attempts are left
+    with caplog.at_level(logging.INFO, logger=TASKS_PACKAGE):
+        run_next()
+
+    failed = [r for r in caplog.records if r.name == TASKS_PACKAGE and "state=FAILED" in r.getMessage()]
+    assert [r.levelname for r in failed] == ["ERROR"]
+    assert Job.objects.get(id=not_json.id).status == JobStatus.FAILED
 
 
 def test_a_dead_job_reads_failed_and_a_timed_out_attempt_names_its_class() -> None:
