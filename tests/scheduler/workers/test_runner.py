@@ -19,6 +19,7 @@ from scheduler.flow import limits as flow_limits
 from scheduler.leasing import Outcome, Report
 from scheduler.models import Attempt, Job, OutboxEvent, WorkerNode
 from scheduler.notify import CHANNEL
+from scheduler.queues import queue_pause
 from scheduler.registry import handler
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from scheduler.workers.inflight import InFlight
@@ -388,3 +389,23 @@ def test_a_job_claimed_ahead_holds_its_flow_limit_unit_while_it_waits(one_slot_w
         assert Job.objects.filter(type="TEST_RUNNER_GATED", status=JobStatus.RUNNING).count() == 2
     finally:
         flow_limits.forget_cache()
+
+
+def test_a_job_claimed_ahead_whose_queue_is_paused_while_it_waits_is_handed_back_unrun(one_slot_worker: Worker) -> None:
+    worker = one_slot_worker
+    running, waiting = (enqueue("TEST_RUNNER_GATED", queue="pausing", max_retries=1) for _ in range(2))
+    assert worker._claim(worker.inflight.room(ahead=1), cooldown=False, ahead=1) == (2, 2)
+    wait_until(lambda: worker.pool._busy == 1, what="the slot began the first job")
+
+    queue_pause(name="pausing")
+    worker._poll_control()  # the poll that reads the pause
+    AHEAD_GATE.set()  # the slot frees: the waiting job must not start in the paused queue
+    wait_until(lambda: worker._reports.qsize() == 2, what="both jobs have their outcome")
+    flush(worker)
+
+    assert Job.objects.get(id=running.id).status == JobStatus.SUCCESS  # it had begun: it runs to its end
+    back = Job.objects.get(id=waiting.id)
+    assert back.status == JobStatus.RETRYING
+    assert back.attempts_left == 2  # unrun: no attempt spent
+    (attempt,) = Attempt.objects.filter(job_id=waiting.id)
+    assert attempt.status == AttemptStatus.LOST and "paused" in attempt.error
