@@ -15,8 +15,8 @@ Claimed ahead: a thread pool's queue may hold jobs beyond its free slots (the wo
 ahead while runs are short, ``runner.CLAIM_AHEAD_MAX_RUN``). Such a job is held (its lease is
 heartbeated) but not begun: its timeout starts when a slot begins it (``begin``), and its
 ``started_at`` is then corrected at its outcome. One still waiting after ``CLAIM_AHEAD_MAX_WAIT``
-(every slot busy with long runs), or when the worker drains, is handed back unrun
-(``hand_back_waiting``); one whose cancel is requested ends CANCELLED without running.
+(every slot busy with long runs), when the worker drains, or once its queue is paused, is handed
+back unrun (``hand_back_waiting``); one whose cancel is requested ends CANCELLED without running.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from scheduler import metrics
@@ -49,6 +49,7 @@ START_SLACK = 0.001
 RUN_AVERAGE_WEIGHT = 0.2
 WAITED_TOO_LONG_ERROR = "claimed ahead; no slot freed within {seconds:g} s, so it was handed back unrun"
 DRAINED_ERROR = "claimed ahead; the worker stopped before a slot began it, so it was handed back unrun"
+PAUSED_ERROR = "claimed ahead; its queue was paused before a slot began it, so it was handed back unrun"
 
 
 class Pool(Protocol):
@@ -344,14 +345,21 @@ class InFlight:
             self._report(Report(job=entry.job, outcome=Outcome.RETRYABLE, error=LOST_THREAD_ERROR))
         return lost
 
-    def hand_back_waiting(self, error: str = DRAINED_ERROR) -> list[Running]:
+    def hand_back_waiting(self, error: str = DRAINED_ERROR, *, queues: Collection[str] | None = None) -> list[Running]:
         """Report HANDED_BACK (with ``error``) for every job claimed ahead that no slot has begun; return them.
 
-        The worker's drain calls it first: those jobs go back at once, unrun and with no attempt
-        spent, for another worker to run, instead of starting during the grace period.
+        ``queues``: only the jobs of these queues (None: of every queue). The worker's drain
+        calls it first: those jobs go back at once, unrun and with no attempt spent, for another
+        worker to run, instead of starting during the grace period. Each poll calls it for the
+        paused queues (``PAUSED_ERROR``): a paused queue's jobs wait QUEUED (``queues.queue_pause``),
+        and one claimed before the pause has not started yet.
         """
         with self._lock:
-            waiting = [e for e in self._running.values() if not e.begun and not e.finalized]
+            waiting = [
+                e
+                for e in self._running.values()
+                if not e.begun and not e.finalized and (queues is None or e.job.queue in queues)
+            ]
         waiting = [e for e in waiting if self._finalize_waiting(e)]
         for entry in waiting:
             self._report(Report(job=entry.job, outcome=Outcome.HANDED_BACK, error=error))

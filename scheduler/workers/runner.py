@@ -50,7 +50,7 @@ from scheduler.notify import CHANNEL
 from scheduler.states import JobStatus, priority_label
 from scheduler.workers.child import make_worker_id
 from scheduler.workers.claim_board import BoardView, NoteLog, Verdict, parse_payload, paused_key
-from scheduler.workers.inflight import Clock, InFlight
+from scheduler.workers.inflight import PAUSED_ERROR, Clock, InFlight
 from scheduler.workers.pool import ProcessPool, Running, ThreadPool
 from scheduler.workers.wakeup import Listener, WaitSet, Waker
 
@@ -437,6 +437,10 @@ class Worker:
         self._revive_threads()
         self._paused = list(Queue.objects.filter(paused=True).values_list("name", flat=True))
         self._paused_key = paused_key(self._paused)
+        if self._paused:  # jobs claimed ahead before the pause have not started: they wait QUEUED too
+            back = self.inflight.hand_back_waiting(PAUSED_ERROR, queues=frozenset(self._paused))
+            if back:
+                logger.info("worker %s handed back %d jobs claimed ahead in paused queues", self.id, len(back))
         ids = [e.job.id for e in self.inflight.pending()]
         for job_id in leasing.cancel_requested(ids):
             self.inflight.cancel(job_id)
