@@ -409,3 +409,38 @@ def test_a_job_claimed_ahead_whose_queue_is_paused_while_it_waits_is_handed_back
     assert back.attempts_left == 2  # unrun: no attempt spent
     (attempt,) = Attempt.objects.filter(job_id=waiting.id)
     assert attempt.status == AttemptStatus.LOST and "paused" in attempt.error
+
+
+HOLD_GATE = threading.Event()  # TEST_RUNNER_HELD handlers return once it is set
+
+
+@handler("TEST_RUNNER_HELD")
+def _runner_held(payload, ctx) -> str:
+    HOLD_GATE.wait(WAIT)
+    return "done"
+
+
+def test_a_job_claimed_ahead_handed_back_at_shutdown_after_it_began_records_when_its_slot_began_it(
+    one_slot_worker: Worker,
+) -> None:
+    worker = one_slot_worker
+    HOLD_GATE.clear()
+    try:
+        enqueue("TEST_RUNNER_GATED", priority="HIGH")
+        late = enqueue("TEST_RUNNER_HELD")
+        assert worker._claim(worker.inflight.room(ahead=1), cooldown=False, ahead=1) == (2, 2)
+        claimed_at = Job.objects.get(id=late.id).started_at
+        time.sleep(0.3)  # the second job waits this long for the slot
+        AHEAD_GATE.set()
+        wait_until(
+            lambda: [e.job.id for e in worker.inflight.pending() if e.begun] == [late.id], what="the slot began it"
+        )
+        worker._drain()  # it runs past the grace period: handed back, unfinished
+        flush(worker)
+    finally:
+        HOLD_GATE.set()
+
+    (attempt,) = Attempt.objects.filter(job_id=late.id)
+    assert attempt.status == AttemptStatus.LOST and attempt.error == "worker shut down"
+    assert attempt.started_at - claimed_at >= dt.timedelta(seconds=0.3)  # not the claim's time
+    assert attempt.started_at <= attempt.finished_at
