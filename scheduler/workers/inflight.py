@@ -342,7 +342,8 @@ class InFlight:
         """Report RETRYABLE for each job whose pool thread died (``pool.reap_lost``); return them."""
         lost = [e for e in self.pool.reap_lost() if self.finalize(e)]
         for entry in lost:
-            self._report(Report(job=entry.job, outcome=Outcome.RETRYABLE, error=LOST_THREAD_ERROR))
+            began = self._started_at(entry)
+            self._report(Report(job=entry.job, outcome=Outcome.RETRYABLE, error=LOST_THREAD_ERROR, started_at=began))
         return lost
 
     def hand_back_waiting(self, error: str = DRAINED_ERROR, *, queues: Collection[str] | None = None) -> list[Running]:
@@ -366,11 +367,16 @@ class InFlight:
         return waiting
 
     def hand_back_all(self, error: str = "worker shut down") -> list[Running]:
-        """Report HANDED_BACK (with ``error``) for every pending job, aborting it; return them."""
+        """Report HANDED_BACK (with ``error``) for every pending job, aborting it; return them.
+
+        One a slot began after a wait (claimed ahead) reports that start (``_started_at``).
+        """
         leftovers = [e for e in self.pending() if self.finalize(e)]
         for entry in leftovers:
             self.pool.abort(entry)
-            self._report(Report(job=entry.job, outcome=Outcome.HANDED_BACK, error=error))
+            self._report(
+                Report(job=entry.job, outcome=Outcome.HANDED_BACK, error=error, started_at=self._started_at(entry))
+            )
         return leftovers
 
     def _conclude(self, entry: Running, outcome: Outcome, error: str) -> None:
