@@ -82,6 +82,9 @@ class Report:
     started_at: dt.datetime | None = None
 
 
+_held_for_units = False  # see claim_held_for_units; written by claim_jobs (a worker's claim loop)
+
+
 def claim_jobs(
     *,
     worker_id: str,
@@ -102,10 +105,14 @@ def claim_jobs(
     # --- flow control (issue 17): the one hook into the claim path ---
     from scheduler.flow import claim as flow_claim
 
+    global _held_for_units
+    _held_for_units = False
     if not isolated:
         flow_claim.release_due()
     if flow_claim.limits_apply():
-        return flow_claim.claim_jobs(worker_id=worker_id, limit=limit, queues=queues, paused=paused, isolated=isolated)
+        jobs = flow_claim.claim_jobs(worker_id=worker_id, limit=limit, queues=queues, paused=paused, isolated=isolated)
+        _held_for_units = flow_claim.held_for_units()
+        return jobs
     # --- end flow control ---
     return lifecycle.claim(
         worker_id=worker_id,
@@ -115,6 +122,16 @@ def claim_jobs(
         paused=paused,
         isolated=isolated,
     )
+
+
+def claim_held_for_units() -> bool:
+    """Whether this process's last ``claim_jobs`` left a due job waiting only for a concurrency flow limit's unit.
+
+    Such a job may be claimed as soon as a job of that limit leaves RUNNING (its outcome is
+    recorded), not only at the next poll or NOTIFY (``flow.claim.held_for_units``). False without
+    flow limits, and when only slots or a rate limit left jobs behind.
+    """
+    return _held_for_units
 
 
 def short_claim_took_all() -> bool:

@@ -118,6 +118,9 @@ class _PhaseState:
     empty_until: float = 0.0  # monotonic: no limited job was waiting at the last look
     released_at: float | None = None  # monotonic: the last release_held (None: not yet in this process)
     released_keys: frozenset[str] = frozenset()  # the limit keys in effect at that release
+    # The last claim_jobs refused a candidate for a full concurrency limit only (no rate limit held it
+    # back too): a unit that a finished job frees may admit it, so the worker claims again then.
+    held_for_units: bool = False
 
 
 _state = _PhaseState()
@@ -136,6 +139,16 @@ def _names_by_scope(limits: Iterable[Limit]) -> tuple[list[str], list[str]]:
         sorted({lim.name for lim in limits if lim.scope == "type"}),
         sorted({lim.name for lim in limits if lim.scope == "queue"}),
     )
+
+
+def held_for_units() -> bool:
+    """Whether this process's last ``claim_jobs`` left a job waiting that only a full concurrency limit refused.
+
+    A concurrency (or partition concurrency) limit that had no room held back a candidate that no
+    rate limit refused too: a job of that limit leaving RUNNING frees a unit that may admit it.
+    Jobs held back for want of slots, by a rate limit, or not looked at, do not count.
+    """
+    return _state.held_for_units
 
 
 def limits_apply() -> bool:
@@ -246,6 +259,7 @@ def claim_jobs(
     )
     relevant = [lim for lim in limits.values() if lim.scope == "type" or not queues or lim.name in queues]
     now = time.monotonic()
+    _state.held_for_units = False
     first = bool(relevant) and (_state.pending or now - _state.last_first >= LIMITED_FIRST_EVERY)
     claimed: list[Claimed] = []
     if first:
@@ -311,7 +325,12 @@ class _Room:
             return False
         if lim.partition_key and self.by_partition.get(partition, 0) >= (lim.partition_concurrency or 1):
             return False
-        return not (lim.rate_limit is not None and (self.admitted >= lim.rate_limit or self.taken >= self.paced))
+        return not self.rate_refuses()
+
+    def rate_refuses(self) -> bool:
+        """Whether this limit's rate window or pacing has no room left for one more claim now."""
+        lim = self.limit
+        return lim.rate_limit is not None and (self.admitted >= lim.rate_limit or self.taken >= self.paced)
 
     def take(self, partition: str | None) -> None:
         self.running += 1
@@ -496,9 +515,11 @@ def _claim_limited(
             values = [
                 parts[partition_keys.index(r.limit.partition_key)] if r.limit.partition_key else None for r in job_rooms
             ]
-            refused = [r.limit.key for r, v in zip(job_rooms, values, strict=True) if not r.admits(v)]
+            refused = [r for r, v in zip(job_rooms, values, strict=True) if not r.admits(v)]
             if refused:
-                refused_keys.update(refused)
+                refused_keys.update(r.limit.key for r in refused)
+                if not any(r.rate_refuses() for r in job_rooms):
+                    _state.held_for_units = True  # a unit freed may admit it (``held_for_units``)
                 continue
             if len(chosen) >= slots:
                 left_behind = True

@@ -159,6 +159,12 @@ class Worker:
         self.id = worker_id or make_worker_id(os.getpid(), uuid.uuid4().hex[:6])
         self._wake = Waker()  # set by other threads (a slot freed, stop): ends the claim loop's wait
         self._notified = False  # a NOTIFY for our queues arrived since the last claim (claim loop only)
+        # The last claim left jobs waiting only for a concurrency flow limit's unit
+        # (``leasing.claim_held_for_units``; the claim loop writes it, the flusher reads it), and
+        # the flusher recorded outcomes since the claim before it began, which may have freed such
+        # units: then a claim follows without waiting for a poll or a NOTIFY (``_claim_loop``).
+        self._held_for_units = False
+        self._outcomes_recorded = False
         self._notes = NoteLog()  # the NOTIFYs received, for the claim board
         self._wanted = frozenset(options.queues or ())
         self._listener: Listener | None = None
@@ -250,7 +256,11 @@ class Worker:
         # Claim only when work is known or a poll is due, never merely because a slot freed: a
         # NOTIFY arrived (``_notified``), or the last claim filled every slot it asked for, so the
         # queue may hold more (``backlog``). At a low rate this halves the claim transactions:
-        # the claim after each job's completion would find nothing.
+        # the claim after each job's completion would find nothing. One more: the last claim left
+        # jobs that only a full concurrency flow limit refused (``_held_for_units``), and outcomes
+        # of this worker's jobs were recorded since, which may have freed units (``_refill_due``).
+        # Jobs finishing in a sibling process or on another host free units too; this worker sees
+        # those at its next claim for another reason (its poll at the latest).
         backlog = True
         while True:
             self._wake.clear()
@@ -272,10 +282,15 @@ class Worker:
                     next_poll = now + self.options.poll_seconds
                 ahead = self._ahead(backlog)
                 free = self.inflight.room(ahead)
-                if free > 0 and (poll_due or backlog or self._notified):
+                refill = self._refill_due()
+                if free > 0 and (poll_due or backlog or self._notified or refill):
                     self._notified = False  # before the claim: a NOTIFY read after it claims again
+                    self._outcomes_recorded = False  # likewise: outcomes recorded after it call for one more
                     claimed, free = self._claim(
-                        free, cooldown=backlog, notified_only=not (poll_due or backlog), ahead=ahead
+                        free,
+                        cooldown=backlog or refill,
+                        notified_only=not (poll_due or backlog or refill),
+                        ahead=ahead,
                     )
                     backlog = free > 0 and claimed == free
                 else:
@@ -287,11 +302,22 @@ class Worker:
                 continue
             if free > 0 and claimed == free:
                 continue  # the queue may hold more: claim again once a slot frees (busy is now full)
+            if self._refill_due() and self.inflight.room(0) > 0:
+                continue  # outcomes recorded while the claim ran may have freed a unit it found taken
             if self._idle_too_long(claimed):
                 logger.info("worker %s: no job for %.0f s; stopping", self.id, self.options.idle_exit_seconds)
                 self.stop()
                 break
             self._waitset.wait(self._next_timeout(next_poll))
+
+    def _refill_due(self) -> bool:
+        """True when the last claim left jobs only a full concurrency limit refused, and outcomes were recorded since.
+
+        Outcomes leave RUNNING when the flusher records them, so only then may their units admit
+        the jobs held back. A claim that this starts waits out ``CLAIM_COOLDOWN`` after the last
+        one, so completions close together share it; with no outcome recorded, no claim follows.
+        """
+        return self._held_for_units and self._outcomes_recorded
 
     def _ahead(self, backlog: bool) -> int:
         """Jobs to claim beyond the free slots: the slots' count while ``backlog`` lasts and runs are short, else 0.
@@ -391,6 +417,7 @@ class Worker:
             if board is not None:
                 board.claim_finished(short=False)
             raise
+        self._held_for_units = leasing.claim_held_for_units()
         if board is not None:
             # Short: it took every job it saw (not so under flow limits, which leave jobs behind).
             board.claim_finished(short=len(jobs) < free and leasing.short_claim_took_all())
@@ -554,6 +581,11 @@ class Worker:
                 metrics.worker_outcomes_unrecorded_total.inc(len(batch))
                 connection.close()
                 return
+        if done.recorded:
+            # Their jobs left RUNNING: units of a concurrency flow limit may be free again.
+            self._outcomes_recorded = True
+            if self._held_for_units:
+                self._wake.set()
         for report in done.superseded:
             self._log_discarded(report, "a newer attempt's outcome was reported with it")
         for report, why in done.unrecorded:

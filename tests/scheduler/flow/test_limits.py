@@ -85,6 +85,38 @@ def test_a_finished_job_frees_its_unit(settings):
     assert len(_claim(5)) == 1
 
 
+def test_a_claim_says_when_a_concurrency_limit_alone_held_jobs_back(settings):
+    """The worker claims again when one of its jobs ends only after such a claim (``leasing.claim_held_for_units``)."""
+    _limit(settings, scope="type", name=LIMITED, concurrency=1)
+    for _ in range(2):
+        enqueue(LIMITED)
+    (job,) = _claim(5)
+    assert leasing.claim_held_for_units()  # the second waits for the one unit
+    leasing.record_outcomes([leasing.Report(job=job, outcome=leasing.Outcome.SUCCEEDED)])
+    assert len(_claim(5)) == 1
+    assert not leasing.claim_held_for_units()  # nothing left waiting
+
+
+def test_a_claim_a_rate_limit_or_want_of_slots_held_back_does_not_wait_for_a_unit(settings):
+    _limit(settings, scope="type", name=LIMITED, rate_limit=4, rate_period_seconds=60)
+    for _ in range(7):
+        enqueue(LIMITED)
+    assert len(_claim(5)) == 2  # the pacing's burst: a finished job frees nothing the rate limit counts
+    assert not leasing.claim_held_for_units()
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "FLOW_LIMITS": [
+            {"scope": "type", "name": LIMITED, "rate_limit": 4, "rate_period_seconds": 60},
+            {"scope": "type", "name": OTHER, "concurrency": 5},
+        ],
+    }
+    flow_limits.forget_cache()
+    for _ in range(3):
+        enqueue(OTHER)
+    assert [j.type for j in _claim(2)] == [OTHER] * 2  # the slots, not the limit, left the third behind
+    assert not leasing.claim_held_for_units()
+
+
 def test_a_held_back_job_is_no_attempt(settings):
     _limit(settings, scope="type", name=LIMITED, concurrency=1)
     enqueue(LIMITED)

@@ -444,3 +444,85 @@ def test_a_job_claimed_ahead_handed_back_at_shutdown_after_it_began_records_when
     assert attempt.status == AttemptStatus.LOST and attempt.error == "worker shut down"
     assert attempt.started_at - claimed_at >= dt.timedelta(seconds=0.3)  # not the claim's time
     assert attempt.started_at <= attempt.finished_at
+
+
+PACE_GATE = threading.Event()  # TEST_RUNNER_PACED handlers return once it is set
+
+
+@handler("TEST_RUNNER_PACED")
+def _runner_paced(payload, ctx) -> str:
+    PACE_GATE.wait(WAIT)
+    return "done"
+
+
+def test_a_claim_a_concurrency_limit_held_back_is_made_again_once_a_job_of_the_worker_finishes(
+    monkeypatch, settings
+) -> None:
+    """Found by a probe: a limit of 10 drained 20 ms jobs at about 20 jobs/s, one claim per poll.
+
+    The claim that the limit left short ends the backlog; the finished job frees a unit, and the
+    worker must claim again then, not at its next poll (an hour away here) or a NOTIFY (none comes).
+    """
+    settings.SCHEDULER = {
+        **settings.SCHEDULER,
+        "FLOW_LIMITS": [{"scope": "type", "name": "TEST_RUNNER_PACED", "concurrency": 1}],
+    }
+    flow_limits.forget_cache()
+    flow_claim.reset_state()
+    PACE_GATE.clear()
+    calls = {"begun": 0, "ended": 0}
+    got: list[int] = []
+    real_claim = leasing.claim_jobs
+
+    def counted(**kwargs):
+        calls["begun"] += 1
+        try:
+            jobs = real_claim(**kwargs)
+            got.append(len(jobs))
+            return jobs
+        finally:
+            calls["ended"] += 1
+
+    monkeypatch.setattr(leasing, "claim_jobs", counted)
+    first, second = enqueue("TEST_RUNNER_PACED"), enqueue("TEST_RUNNER_PACED")
+    ready = threading.Event()
+    earlier = set(threading.enumerate())
+    worker = Worker(WorkerOptions(concurrency=4, poll_seconds=3600, heartbeat_seconds=3600), ready=ready.set)
+
+    def run() -> None:
+        worker.run()
+        connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert ready.wait(WAIT)
+        # Its start-up claims are over (the first, and the one when LISTEN began): each left the
+        # second job waiting for the limit's one unit, held by the first job.
+        wait_until(
+            lambda: (
+                worker._listener._conn is not None
+                and not worker._notified
+                and calls["begun"] == calls["ended"]
+                and Job.objects.get(id=first.id).status == JobStatus.RUNNING
+            ),
+            what="the start-up claims ended",
+        )
+        assert Job.objects.get(id=second.id).status == JobStatus.QUEUED
+        PACE_GATE.set()  # the first job ends; no NOTIFY, no poll due
+        wait_until(lambda: Job.objects.get(id=second.id).status == JobStatus.SUCCESS, what="the second job ran")
+    finally:
+        PACE_GATE.set()
+        worker.stop()
+        thread.join(WAIT)
+        wait_until(
+            lambda: not [t for t in set(threading.enumerate()) - earlier if t.name.startswith("stint-")],
+            what="worker threads ended",
+        )
+        flow_limits.forget_cache()
+        flow_claim.reset_state()
+
+    assert Job.objects.get(id=first.id).status == JobStatus.SUCCESS
+    assert sum(got) == 2
+    # One claim per outcome batch at most while the limit held jobs back: no claim in a loop.
+    assert len(got) <= 4, got
