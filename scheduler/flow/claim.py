@@ -481,11 +481,14 @@ def _claim_limited(
                     value = parts[partition_keys.index(room.limit.partition_key)]
                     room.by_partition[value] = room.by_partition.get(value, 0) + n
         rated = [r.limit for r in rooms.values() if r.limit.rate_limit is not None]
+        # The rate window's times are each statement's own (statement_timestamp()), not now(): now()
+        # is this transaction's start, before its wait for the locks above, and admissions stamped
+        # with it would leave the window early by that wait (more than the limit in a real window).
         if rated:
             cursor.execute(
                 """
                 DELETE FROM stint_flow_admission a USING unnest(%s::text[], %s::float8[]) AS v(k, p)
-                WHERE a.key = v.k AND a.admitted_at <= now() - make_interval(secs => v.p)
+                WHERE a.key = v.k AND a.admitted_at <= statement_timestamp() - make_interval(secs => v.p)
                 """,
                 [[lim.key for lim in rated], [lim.rate_period_seconds for lim in rated]],
             )
@@ -496,7 +499,8 @@ def _claim_limited(
             for key, n in cursor.fetchall():
                 rooms[key].admitted = n
             cursor.execute(
-                "SELECT key, extract(epoch FROM tat - now())::float8 FROM stint_flow_pace WHERE key = ANY(%s::text[])",
+                "SELECT key, extract(epoch FROM tat - statement_timestamp())::float8 FROM stint_flow_pace"
+                " WHERE key = ANY(%s::text[])",
                 [[lim.key for lim in rated]],
             )
             tats = dict(cursor.fetchall())
@@ -560,7 +564,8 @@ def _claim_limited(
         ]
         if admitted:
             cursor.execute(
-                "INSERT INTO stint_flow_admission (key, admitted_at) SELECT k, now() FROM unnest(%s::text[]) AS k",
+                "INSERT INTO stint_flow_admission (key, admitted_at)"
+                " SELECT k, statement_timestamp() FROM unnest(%s::text[]) AS k",
                 [admitted],
             )
             counts = {k: admitted.count(k) for k in set(admitted)}
@@ -572,7 +577,8 @@ def _claim_limited(
             cursor.execute(
                 """
                 INSERT INTO stint_flow_pace (key, tat)
-                SELECT k, now() + make_interval(secs => t) FROM unnest(%s::text[], %s::float8[]) AS v(k, t)
+                SELECT k, statement_timestamp() + make_interval(secs => t)
+                FROM unnest(%s::text[], %s::float8[]) AS v(k, t)
                 ON CONFLICT (key) DO UPDATE SET tat = EXCLUDED.tat
                 """,
                 [keys, tats],

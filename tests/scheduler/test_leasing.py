@@ -169,12 +169,13 @@ def test_claim_takes_at_most_limit_and_writes_lease_and_event_and_the_attempt_sh
         assert (job.attempts, c.attempt) == (1, 1)
         assert job.lease_owner == WORKER
         assert job.lease_token == c.lease_token is not None
-        assert job.lease_expires_at == now + dt.timedelta(seconds=30)
-        assert job.started_at == now
+        # From the claim's statement (statement_timestamp()), a moment after this test's now().
+        assert job.lease_expires_at == job.started_at + dt.timedelta(seconds=30)
+        assert now <= job.started_at < now + dt.timedelta(seconds=5)
         assert not Attempt.objects.filter(job_id=job.id).exists()  # its row is written once, at its outcome
         running = selectors.job_running_attempt(job_id=job.id)
         assert (running.attempt_number, running.status, running.worker) == (1, AttemptStatus.RUNNING, WORKER)
-        assert (running.started_at, running.lease_token) == (now, c.lease_token)
+        assert (running.started_at, running.lease_token) == (job.started_at, c.lease_token)
         assert events(job)[-1] == EventType.JOB_STARTED
     assert len({c.lease_token for c in claimed}) == 3
     assert {c.id for c in claimed} < set(ids(jobs))
