@@ -63,7 +63,7 @@ class Explainer:
         return self._count(
             (limit.key, "rate"),
             "SELECT count(*) FROM stint_flow_admission WHERE key = %s"
-            " AND admitted_at > now() - make_interval(secs => %s)",
+            " AND admitted_at > statement_timestamp() - make_interval(secs => %s)",
             [limit.key, limit.rate_period_seconds],
         )
 
@@ -75,8 +75,9 @@ class Explainer:
         """
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT extract(epoch FROM admitted_at + make_interval(secs => %s) - now())::float8"
-                " FROM stint_flow_admission WHERE key = %s AND admitted_at > now() - make_interval(secs => %s)"
+                "SELECT extract(epoch FROM admitted_at + make_interval(secs => %s) - statement_timestamp())::float8"
+                " FROM stint_flow_admission"
+                " WHERE key = %s AND admitted_at > statement_timestamp() - make_interval(secs => %s)"
                 " ORDER BY admitted_at OFFSET %s LIMIT 1",
                 [limit.rate_period_seconds, limit.key, limit.rate_period_seconds, admitted - limit.rate_limit],
             )
@@ -91,7 +92,8 @@ class Explainer:
             return self._paces[limit.key]
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT extract(epoch FROM tat - now())::float8 FROM stint_flow_pace WHERE key = %s", [limit.key]
+                "SELECT extract(epoch FROM tat - statement_timestamp())::float8 FROM stint_flow_pace WHERE key = %s",
+                [limit.key],
             )
             row = cursor.fetchone()
         tolerance = (burst(limit) - 1) * limit.rate_period_seconds / limit.rate_limit
