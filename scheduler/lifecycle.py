@@ -918,12 +918,15 @@ def claim(
     (``flow_held``) are left out, so the scan reads only the index's unheld part, unless
     ``include_held`` (the limited phase's claim of the jobs it admitted) or ``isolated`` (isolated
     jobs are never held). One statement: its own transaction in autocommit, or part of the caller's
-    (the flow claim's, which may have waited for a limit's lock: so the lease and ``started_at``
-    count from this statement, ``statement_timestamp()``, not from the transaction's start).
+    (the flow claim's, which may have waited for a limit's lock: with ``flow`` the lease and
+    ``started_at`` count from this statement, ``statement_timestamp()``, not the transaction's start).
     """
     if limit <= 0:
         return []
     flow_filter, flow_params = flow or ("", {})
+    # A flow claim runs in a transaction that may have waited for a limit's lock: its lease and
+    # start count from this statement. An unlimited claim is its own transaction: now() is the same.
+    clock = "statement_timestamp()" if flow else "now()"
     sql = f"""
         WITH cand AS (
             SELECT id FROM stint_job
@@ -935,8 +938,8 @@ def claim(
             UPDATE stint_job j
             SET status = 'RUNNING', attempts = j.attempts + 1, lease_owner = %(worker)s,
                 lease_token = gen_random_uuid(),
-                lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
-                started_at = statement_timestamp(), finished_at = NULL, updated_at = now(),
+                lease_expires_at = {clock} + make_interval(secs => %(lease)s),
+                started_at = {clock}, finished_at = NULL, updated_at = now(),
                 event_sequence = j.event_sequence + 1, flow_held = false
             FROM cand WHERE j.id = cand.id
             RETURNING j.id, j.type, j.payload, j.attempts, j.lease_token, j.timeout_seconds, j.owner_id,
