@@ -259,6 +259,21 @@ def get_handler(name: str) -> HandlerSpec:
         raise UnknownJobType(message, details={"type": [message]}) from None
 
 
+def _add_once(hooks: list[Any], hook: Any) -> None:
+    """Append ``hook`` to ``hooks`` (a resolver or name-source list of this module) unless it is there."""
+    with _LOCK:
+        if hook not in hooks:
+            hooks.append(hook)
+
+
+def _names_from(sources: list[Callable[[], Iterable[str]]]) -> set[str]:
+    """The union of what each of ``sources`` lists (a snapshot of the list: one may be added meanwhile)."""
+    names: set[str] = set()
+    for source in list(sources):
+        names.update(source())
+    return names
+
+
 # Trusted sources of job types that resolvers run besides the @handlers, for error messages: the
 # Django Tasks backend's task paths.
 TypeSource = Callable[[], Iterable[str]]
@@ -267,17 +282,12 @@ _TYPE_SOURCES: list[TypeSource] = []
 
 def add_type_source(source: TypeSource) -> None:
     """Let unknown-type errors also name the job types ``source() -> names`` lists (idempotent)."""
-    with _LOCK:
-        if source not in _TYPE_SOURCES:
-            _TYPE_SOURCES.append(source)
+    _add_once(_TYPE_SOURCES, source)
 
 
 def task_types() -> list[str]:
     """Return the job types of ``add_type_source`` sources (Django tasks' paths), sorted; no database read."""
-    names: set[str] = set()
-    for source in list(_TYPE_SOURCES):
-        names.update(source())
-    return sorted(names)
+    return sorted(_names_from(_TYPE_SOURCES))
 
 
 def add_resolver(resolver: Resolver) -> None:
@@ -286,9 +296,7 @@ def add_resolver(resolver: Resolver) -> None:
     A resolver must only return specs for code the project itself defined: ``resolve`` is how a
     worker turns a stored job type into a function call.
     """
-    with _LOCK:
-        if resolver not in _RESOLVERS:
-            _RESOLVERS.append(resolver)
+    _add_once(_RESOLVERS, resolver)
 
 
 # Trusted sources of the queues registered job types go to by default, e.g. the Django Tasks
@@ -299,17 +307,12 @@ _QUEUE_SOURCES: list[QueueSource] = []
 
 def add_queue_source(source: QueueSource) -> None:
     """Let ``registered_queues`` also name the queues from ``source() -> names`` (idempotent)."""
-    with _LOCK:
-        if source not in _QUEUE_SOURCES:
-            _QUEUE_SOURCES.append(source)
+    _add_once(_QUEUE_SOURCES, source)
 
 
 def registered_queues() -> set[str]:
     """Return the queues some registered job type goes to by default (``add_queue_source``); no database read."""
-    names: set[str] = set()
-    for source in list(_QUEUE_SOURCES):
-        names.update(source())
-    return names
+    return _names_from(_QUEUE_SOURCES)
 
 
 def resolve(name: str) -> HandlerSpec:

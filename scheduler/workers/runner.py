@@ -302,7 +302,7 @@ class Worker:
                 continue
             if free > 0 and claimed == free:
                 continue  # the queue may hold more: claim again once a slot frees (busy is now full)
-            if self._refill_due() and self.inflight.room(0) > 0:
+            if self._refill_due() and self.inflight.free() > 0:
                 continue  # outcomes recorded while the claim ran may have freed a unit it found taken
             if self._idle_too_long(claimed):
                 logger.info("worker %s: no job for %.0f s; stopping", self.id, self.options.idle_exit_seconds)
