@@ -30,8 +30,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from scheduler import retry
 from scheduler.exceptions import JobCancelled, PermanentError
 from scheduler.registry import CancelFlag, JobContext
+from scheduler.states import JobStatus
 from scheduler.workers.execute import checked_result
 from stint_tasks.compat import (
     TaskContext,
@@ -73,10 +75,13 @@ class RetriedAttemptFilter(logging.Filter):
 def will_be_retried(ctx: JobContext, exc: BaseException) -> bool:
     """Whether the worker will retry the job after its attempt raised ``exc`` (``scheduler.leasing``'s rule).
 
-    A retryable error (anything but ``PermanentError``) is retried while the budget has attempts
-    left, unless the job's cancellation was requested (it then ends CANCELLED).
+    A retryable error (anything but ``PermanentError``) is retried as ``retry.after_failed_attempt``
+    decides: while the budget has attempts left, unless the job's cancellation was requested.
     """
-    return not isinstance(exc, PermanentError) and bool(ctx.attempts_left) and not ctx.cancelled
+    if isinstance(exc, PermanentError):
+        return False
+    next_status = retry.after_failed_attempt(attempts_left=ctx.attempts_left or 0, cancel_requested=ctx.cancelled)
+    return next_status == JobStatus.RETRYING
 
 
 def class_path(cls: type) -> str:
