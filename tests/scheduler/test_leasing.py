@@ -23,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from scheduler import leasing, lifecycle, selectors
 from scheduler.enqueuing import enqueue
 from scheduler.exceptions import RetryableError
+from scheduler.flow import claim as flow_claim
 from scheduler.flow import limits as flow_limits
 from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
@@ -188,8 +189,10 @@ def test_claim_with_no_free_slots_claims_nothing() -> None:
 
 
 def test_claim_is_one_statement_whatever_the_batch(monkeypatch) -> None:
-    # The flow limits (scheduler.flow.limits) are read at most once a second, not per claim: read them first.
+    # The flow limits (scheduler.flow.limits) are read at most once a second and the held flags
+    # released every 30 s, not per claim: both done first and not due again during the test.
     monkeypatch.setattr(flow_limits, "CACHE_SECONDS", 3600.0)
+    monkeypatch.setattr(flow_claim, "RELEASE_EVERY", 3600.0)
     claim(limit=0)
     for _ in range(30):
         make_job()
