@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -28,6 +30,29 @@ RESCUE_COLUMNS = (
 LOCK_TIMEOUT_MS = 5000  # how long a rescue of a dead process's jobs waits for a row lock
 
 
+def _lost(
+    job_id: uuid.UUID,
+    token: uuid.UUID,
+    owner: str | None,
+    started_at: Any,
+    *,
+    error: str,
+    isolated: bool | None,
+    reason: str,
+) -> lifecycle.AttemptEnd:
+    """The LOST attempt of a job taken from its worker (``rescue``, ``hand_back_unrun``)."""
+    return lifecycle.AttemptEnd(
+        job_id=job_id,
+        lease_token=token,
+        status=AttemptStatus.LOST,
+        worker=owner or "",
+        started_at=started_at,
+        error=error,
+        isolated=isolated,
+        reason=reason,
+    )
+
+
 def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = False) -> list[lifecycle.Moved]:
     """Take RUNNING jobs from the worker that held them; return the jobs that moved.
 
@@ -48,16 +73,7 @@ def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = Fa
         left = attempts_left(attempts=attempts, attempts_base=base, max_retries=max_retries)
         to = after_failed_attempt(attempts_left=left, cancel_requested=cancelled)
         ends.append(
-            lifecycle.AttemptEnd(
-                job_id=job_id,
-                lease_token=token,
-                status=AttemptStatus.LOST,
-                worker=owner or "",
-                started_at=started_at,
-                error=error,
-                isolated=True if isolate else None,
-                reason=reason,
-            )
+            _lost(job_id, token, owner, started_at, error=error, isolated=True if isolate else None, reason=reason)
         )
         next_statuses.append(to)
         delays.append(retry_delay(job_type, attempts - base) if to == JobStatus.RETRYING else 0.0)
@@ -66,11 +82,13 @@ def rescue(rows: Sequence[tuple], *, error: str, reason: str, isolate: bool = Fa
     return moved
 
 
-def rescue_held_by(*, worker_id: str, error: str, isolate: bool) -> int:
+def rescue_held_by(*, worker_id: str, error: str, isolate: bool, unbegun: Collection[uuid.UUID] = frozenset()) -> int:
     """Rescue (see ``rescue``) every RUNNING job whose lease ``worker_id`` holds; return how many moved.
 
     For a worker process known to be dead (its supervisor saw it exit), so its jobs need not
-    wait for their leases to expire. Locks the rows in id order, waiting at most
+    wait for their leases to expire. ``unbegun``: ids of jobs the process held but had not begun
+    (its ``waiting_board``): each of those is handed back instead (``hand_back_unrun``), unless
+    its cancellation was requested. Locks the rows in id order, waiting at most
     ``LOCK_TIMEOUT_MS`` for a lock the dead process's own transaction may still hold while
     PostgreSQL notices the closed connection; raises the database's error then (the caller
     tries again). One transaction.
@@ -88,10 +106,42 @@ def rescue_held_by(*, worker_id: str, error: str, isolate: bool) -> int:
                 [worker_id],
             )
             rows = cursor.fetchall()
-        moved = rescue(rows, error=error, reason="worker_died", isolate=isolate) if rows else []
+        # A row: RESCUE_COLUMNS; [0] the id, [6] cancel_requested.
+        back = [r for r in rows if r[0] in unbegun and not r[6]]
+        lost = [r for r in rows if not (r[0] in unbegun and not r[6])]
+        moved = rescue(lost, error=error, reason="worker_died", isolate=isolate) if lost else []
+        handed = hand_back_unrun(back) if back else []
     if moved:
         metrics.leases_rescued_total.inc(len(moved))
-    return len(moved)
+    return len(moved) + len(handed)
+
+
+# The error of a job its dead worker process had claimed but not begun (``hand_back_unrun``).
+UNRUN_ERROR = "its worker process died before a slot began it, so it was handed back unrun"
+
+
+def hand_back_unrun(rows: Sequence[tuple]) -> list[lifecycle.Moved]:
+    """Hand back jobs a dead worker process held but never began; return the jobs that moved.
+
+    ``rows`` are ``RESCUE_COLUMNS`` tuples the caller has locked. Each job moves as a worker's
+    own hand-back does (``lifecycle.hand_back``: RETRYING due now, a LOST attempt row that does
+    not count against the budget, JOB_RETRIED with ``UNRUN_ERROR``), fenced by the lease token
+    read with the row; its ``isolated`` flag is left as it was, since it never ran in the
+    process that died. Logged (INFO) with how many.
+    """
+    ends = [
+        _lost(job_id, token, owner, started_at, error=UNRUN_ERROR, isolated=None, reason="worker_died")
+        for job_id, _type, token, _attempts, _base, _max, _cancelled, _queue, owner, started_at in rows
+    ]
+    moved = lifecycle.hand_back(ends)
+    if moved:
+        logger.info(
+            "handed back %d jobs a dead worker process had claimed but not begun (%s)",
+            len(moved),
+            rows[0][8],
+            extra={"worker": rows[0][8]},
+        )
+    return moved
 
 
 class LeaseRescuer:

@@ -47,6 +47,7 @@ def worker_process_main(
     board: tuple[Any, int, int] | None = None,
     pulse: Any = None,
     ahead: Any = None,
+    waiting: Any = None,
 ) -> None:
     """Run one ``Worker`` with ``options`` (``WorkerOptions`` fields) until told to stop.
 
@@ -54,6 +55,7 @@ def worker_process_main(
     ``pulse``: a shared double (``multiprocessing`` ``RawValue``) that a thread of this process
     sets to ``time.monotonic()`` every ``pulse_seconds(heartbeat)``, or None (``_pulse``).
     ``ahead``: a shared bool the worker sets once it claims jobs ahead of its free slots, or None.
+    ``waiting``: a shared byte array for its ``waiting_board.WaitingBoard`` (a thread pool's), or None.
 
     Its id is ``make_worker_id(its pid, token)``. The options come as a dict: a ``WorkerOptions``
     could not be unpickled before Django is set up.
@@ -96,6 +98,7 @@ def worker_process_main(
         ready=lambda: _send(control, READY),
         board=BoardView(*board) if board is not None else None,
         ahead_mark=ahead,
+        waiting=waiting,
     )
     threading.Thread(target=_obey, args=(control, worker), name="stint-supervisor-watch", daemon=True).start()
     code = worker.run()

@@ -34,6 +34,7 @@ from scheduler import metrics
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.workers.pool import PoolFull, Running, UnsendableJob
+from scheduler.workers.waiting_board import WaitingBoard
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,9 @@ class InFlight:
     ``clock() + job.timeout_seconds`` from when a slot begins the job); ``worker_id`` only names
     the worker in log lines. A pool with ``watch_begins`` (``ThreadPool``) tells ``begin`` when a
     slot takes a job, so its jobs may wait in its queue (claimed ahead); any other pool's jobs
-    begin when submitted.
+    begin when submitted. ``waiting_board`` (such a pool only; ``waiting_board.WaitingBoard``)
+    lists each job from before it goes to the pool until a slot begins it or it ends unrun, for
+    the supervisor to hand those back unrun if the whole process dies.
     """
 
     def __init__(
@@ -88,8 +91,10 @@ class InFlight:
         *,
         clock: Clock = time.monotonic,
         worker_id: str = "",
+        waiting_board: WaitingBoard | None = None,
     ) -> None:
         self.pool = pool
+        self._board = waiting_board if getattr(pool, "watch_begins", None) is not None else None
         self.clock = clock
         self._report = report
         self._worker_id = worker_id
@@ -170,6 +175,8 @@ class InFlight:
             entry = Running(job=job, deadline=deadline, started=now, claimed=now, begun=not later)
             with self._lock:
                 self._running[job.id] = entry
+                if self._board is not None:  # listed before any slot can begin it
+                    entry.board_index = self._board.put(job.id)
             entries.append(entry)
             try:
                 self.pool.submit(entry)
@@ -191,7 +198,14 @@ class InFlight:
             entry.started = now
             entry.deadline = now + entry.job.timeout_seconds
             entry.begun = True
+            self._unlist(entry)  # before its handler runs: a listed job never began
         return True
+
+    def _unlist(self, entry: Running) -> None:
+        """Clear ``entry``'s waiting-board entry, if it has one (callers hold ``_lock``)."""
+        if entry.board_index is not None:
+            self._board.clear(entry.board_index)
+            entry.board_index = None
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -217,6 +231,7 @@ class InFlight:
                 return False
             entry.finalized = True
             self._running.pop(entry.job.id, None)
+            self._unlist(entry)
             return True
 
     def on_done(self, entry: Running, report: Report) -> bool:
@@ -304,6 +319,7 @@ class InFlight:
                 return False
             entry.finalized = True
             self._running.pop(entry.job.id, None)
+            self._unlist(entry)
             return True
 
     def cancel(self, job_id: uuid.UUID) -> None:

@@ -108,6 +108,7 @@ class Running:
     cancel_flag: CancelEvent = field(default_factory=CancelEvent)
     finalized: bool = False  # an outcome was reported; any later result is discarded
     slot: int | None = None  # process pool: the child running it
+    board_index: int | None = None  # its entry on the waiting board while no slot has begun it (``waiting_board``)
 
 
 DoneCallback = Callable[[Running, Report], None]

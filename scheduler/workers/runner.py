@@ -52,6 +52,7 @@ from scheduler.workers.child import make_worker_id
 from scheduler.workers.claim_board import BoardView, NoteLog, Verdict, parse_payload, paused_key
 from scheduler.workers.inflight import PAUSED_ERROR, Clock, InFlight
 from scheduler.workers.pool import ProcessPool, Running, ThreadPool
+from scheduler.workers.waiting_board import WaitingBoard
 from scheduler.workers.wakeup import Listener, WaitSet, Waker
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class Worker:
         clock: Clock = time.monotonic,
         board: BoardView | None = None,
         ahead_mark: Any = None,
+        waiting: Any = None,
     ) -> None:
         """``worker_id`` defaults to a new ``make_worker_id``; ``ready`` is called once it has registered.
 
@@ -151,6 +153,8 @@ class Worker:
         are waits on real time. ``board``: this process's row on its supervisor's claim board
         (None: claim on every NOTIFY). ``ahead_mark``: a shared bool (``multiprocessing`` ``RawValue``)
         set once this worker claims ahead, for its supervisor's rule on starved processes, or None.
+        ``waiting``: the buffer of a ``waiting_board.WaitingBoard`` its supervisor reads if this
+        process dies (a thread pool's only), or None.
         """
         if options.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -171,6 +175,7 @@ class Worker:
         self._waitset: WaitSet | None = None
         self._board = board
         self._ahead_mark = ahead_mark
+        self._waiting = waiting
         self._recheck = False  # a sibling's running claim may serve our NOTIFY: look again soon
         self.exit_code = 0  # what run() returns (WEDGED_EXIT_CODE: hung handlers held every slot)
         self._stopping = threading.Event()
@@ -208,7 +213,13 @@ class Worker:
         0, or ``WEDGED_EXIT_CODE`` when it stopped because hung handlers held every slot (``_wedged``).
         """
         self.pool = self._pool_cls(self.options.concurrency, self._on_done)
-        self.inflight = InFlight(self.pool, self._reports.put, clock=self._clock, worker_id=self.id)
+        self.inflight = InFlight(
+            self.pool,
+            self._reports.put,
+            clock=self._clock,
+            worker_id=self.id,
+            waiting_board=WaitingBoard(self._waiting) if self._waiting is not None else None,
+        )
         metrics.worker_slots_total.set(self.options.concurrency)
         self._register()
         # Django's own parameters for the alias (libpq options, keepalives), named stint-worker-listen.

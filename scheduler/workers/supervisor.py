@@ -8,7 +8,9 @@ handler, so no handler can take it down. When one of its processes dies:
 - the jobs it was running are handed to rescue at once (``rescuer.rescue_held_by``), fenced
   by their lease tokens, instead of after their lease expires: each attempt is LOST with how
   the process died ("worker process died (signal 11: SIGSEGV) while running this job"), counts
-  against its job's budget, and the job becomes isolated (README, Operations / crashes);
+  against its job's budget, and the job becomes isolated (README, Operations / crashes); the
+  jobs it had claimed that no slot had begun (a thread pool's, listed on its
+  ``waiting_board``) are handed back unrun instead, no attempt spent and not isolated;
 - it is replaced at once, or after a backoff (1 s doubling to 30 s) while its replacements
   keep dying before they are ready (a database that is down, a broken deployment).
 
@@ -59,6 +61,7 @@ from scheduler.workers.inflight import CLAIM_AHEAD_MAX_WAIT
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
 from scheduler.workers.process_group import kill_group, kill_leftovers, stop_signals_held
 from scheduler.workers.runner import WEDGED_EXIT_CODE, WorkerOptions
+from scheduler.workers.waiting_board import ID_BYTES, capacity_for, read_waiting
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +136,7 @@ class _Child:
     starved_since: float | None = None  # its last pulse before it starved, while starved (leases renewed)
     starved_killed: bool = False  # killed by the supervisor: starved past a job's timeout
     ahead: Any = None  # shared bool: the process has claimed jobs ahead of its free slots (``runner._ahead``)
+    waiting: Any = None  # shared bytes: its ``WaitingBoard`` (the jobs no slot has begun; a thread pool's), or None
 
 
 @dataclass(slots=True, eq=False)
@@ -141,6 +145,7 @@ class _Rescue:
     error: str
     isolate: bool
     since: float  # monotonic
+    unbegun: frozenset[uuid.UUID] = frozenset()  # its jobs no slot had begun: handed back unrun
 
 
 def warn_unused_queues(names: list[str], *, pid: int) -> None:
@@ -308,9 +313,12 @@ class Supervisor:
         board = None if isolation else (self._board.array, int(slot), self._board.rows)
         pulse = self._ctx.RawValue(ctypes.c_double, 0.0)
         ahead = self._ctx.RawValue(ctypes.c_bool, False)
+        waiting = None
+        if not isolation and options.pool == "threads":
+            waiting = self._ctx.RawArray(ctypes.c_char, ID_BYTES * capacity_for(options.concurrency))
         process = self._ctx.Process(
             target=worker_process_main,
-            args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board, pulse, ahead),
+            args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board, pulse, ahead, waiting),
             name=f"stint-worker-{slot}",
             daemon=False,  # an isolation process starts pool children of its own
         )
@@ -324,6 +332,7 @@ class Supervisor:
             worker_id=make_worker_id(process.pid, token),
             pulse=pulse,
             ahead=ahead,
+            waiting=waiting,
         )
         self._children[slot] = child
         logger.info(
@@ -519,7 +528,11 @@ class Supervisor:
                 describe_exit(code),
                 extra={"worker": child.worker_id},
             )
-        self._rescue(_Rescue(worker_id=child.worker_id, error=error, isolate=isolate, since=time.monotonic()))
+        # The jobs it had claimed that no slot began never ran: they go back unrun, no attempt spent.
+        unbegun = read_waiting(child.waiting) if child.waiting is not None else frozenset()
+        self._rescue(
+            _Rescue(worker_id=child.worker_id, error=error, isolate=isolate, since=time.monotonic(), unbegun=unbegun)
+        )
         try:
             bound_lock_waits(LOCK_TIMEOUT_MS)
             WorkerNode.objects.filter(id=child.worker_id, stopped_at__isnull=True).update(
@@ -549,7 +562,9 @@ class Supervisor:
         """Hand the jobs of a dead worker process to rescue now; keep the rescue to retry if the database refused."""
         try:
             bound_lock_waits(LOCK_TIMEOUT_MS)
-            moved = rescue_held_by(worker_id=rescue.worker_id, error=rescue.error, isolate=rescue.isolate)
+            moved = rescue_held_by(
+                worker_id=rescue.worker_id, error=rescue.error, isolate=rescue.isolate, unbegun=rescue.unbegun
+            )
         except Exception:  # database down or a lock held too long: try again in a moment
             logger.warning(
                 "supervisor %s: could not rescue the jobs of worker %s yet", self.pid, rescue.worker_id, exc_info=True

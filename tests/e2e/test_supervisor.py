@@ -18,6 +18,7 @@ from django.db import connection
 import tests.support.hostile.jobs  # noqa: F401 - registers the HOSTILE_* job types in this process too
 from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.maintenance.promoter import DuePromoter
+from scheduler.maintenance.rescuer import UNRUN_ERROR
 from scheduler.models import Attempt, Job, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.hostile.jobs import CRASH_TABLE
@@ -281,6 +282,38 @@ def test_a_poison_job_is_dead_lettered_and_the_jobs_that_shared_its_process_succ
     assert value(samples, "jobs_completed_total", type="DEMO_TASK", queue="default") == 3
 
 
+def test_the_jobs_a_dead_process_had_claimed_ahead_go_back_unrun_with_no_attempt_spent(hostile: Processes) -> None:
+    worker = hostile.worker(concurrency=2)
+    first_node = worker_of(worker)
+    # Short runs first: with a backlog and short recent runs the process claims jobs ahead of its
+    # free slots (runner.CLAIM_AHEAD_MAX_RUN). Then the poison job waits until three others are
+    # RUNNING: the LOW job its second slot runs (1 s) and the LOW jobs claimed ahead behind it,
+    # which no slot has begun when it kills the process.
+    ids = enqueue_many(
+        [
+            *({"type": "DEMO_TASK", "priority": "HIGH"} for _ in range(10)),
+            {"type": "HOSTILE_CRASH", "payload": {"how": "exit", "neighbours": 3}, "max_retries": 1},
+            *({"type": "DEMO_TASK", "priority": "LOW", "payload": {"sleep_seconds": 1.0}} for _ in range(4)),
+        ]
+    )
+    poison, behind = ids[10], ids[11:]
+
+    wait_until(lambda: terminal(ids), each=promote, timeout=POISON_WAIT, what="every job finished")
+
+    assert status(Job.objects.get(id=poison)) == JobStatus.DEAD
+    first_attempts = {a.job_id: a for a in Attempt.objects.filter(job_id__in=behind, attempt_number=1)}
+    handed = [j for j in behind if first_attempts[j].error == UNRUN_ERROR]
+    assert handed, {j: first_attempts[j].error for j in behind}  # at least one waited unbegun at the crash
+    for job_id in handed:
+        job = Job.objects.get(id=job_id)
+        rows = list(Attempt.objects.filter(job_id=job_id).values_list("status", "error", "worker"))
+        assert [(s, e) for s, e, _ in rows] == [(AttemptStatus.LOST, UNRUN_ERROR), (AttemptStatus.SUCCEEDED, "")]
+        assert rows[0][2] == first_node  # claimed by the process that died
+        assert (job.status, job.isolated) == (JobStatus.SUCCESS, False)  # never sent to the isolation slot
+        assert job.attempts_left == job.max_retries  # only its successful run counted
+    assert all(status(Job.objects.get(id=j)) == JobStatus.SUCCESS for j in behind)
+
+
 def test_a_worker_process_that_keeps_dying_at_start_up_is_restarted_with_backoff(procs: Processes) -> None:
     # A database that does not exist: every worker process dies registering itself.
     procs.env["DATABASE_URL"] = procs.env["DATABASE_URL"].rsplit("/", 1)[0] + "/stint_no_such_database"
@@ -472,7 +505,11 @@ def test_a_handler_holding_the_gil_past_its_timeout_has_its_process_killed_and_i
     wait_until(lambda: terminal([holder, neighbour]), each=promote, timeout=60, what="both jobs finished")
 
     lost = "worker process held its GIL (no other thread ran) past a job's timeout; killed by its supervisor"
-    for job_id in (holder, neighbour):
-        rows = list(Attempt.objects.filter(job_id=job_id).values_list("status", "error"))
-        assert rows == [(AttemptStatus.LOST, lost), (AttemptStatus.SUCCEEDED, "")]
+    rows = list(Attempt.objects.filter(job_id=holder).values_list("status", "error"))
+    assert rows == [(AttemptStatus.LOST, lost), (AttemptStatus.SUCCEEDED, "")]
+    # The neighbour's slot thread may not have begun it before the GIL was taken: then it went
+    # back unrun (the waiting board), else it was rescued with the holder.
+    first, *rest = Attempt.objects.filter(job_id=neighbour).values_list("status", "error")
+    assert first in {(AttemptStatus.LOST, lost), (AttemptStatus.LOST, UNRUN_ERROR)}
+    assert rest == [(AttemptStatus.SUCCEEDED, "")]
     assert "past a job's timeout; killing it" in worker.output()

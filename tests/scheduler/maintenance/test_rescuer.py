@@ -21,7 +21,7 @@ from scheduler.enqueuing import enqueue, enqueue_many
 from scheduler.job_actions import job_cancel
 from scheduler.leasing import Outcome, Report
 from scheduler.maintenance.promoter import DuePromoter
-from scheduler.maintenance.rescuer import LeaseRescuer, WorkerReaper, rescue_held_by
+from scheduler.maintenance.rescuer import UNRUN_ERROR, LeaseRescuer, WorkerReaper, rescue_held_by
 from scheduler.models import Attempt, Job, JobAttempt, OutboxEvent, WorkerNode
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from tests.support.factories import worker_node
@@ -229,6 +229,40 @@ def test_the_jobs_of_a_dead_worker_process_are_rescued_at_once_and_isolated() ->
     )
     assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True) == 0  # fenced: once only
     assert LeaseRescuer().run_once(now=later(LEASE + 1)) == 1  # only ``elsewhere``'s lease
+
+
+@pytest.mark.django_db
+def test_the_jobs_a_dead_worker_process_had_not_begun_are_handed_back_unrun_with_no_attempt_spent() -> None:
+    begun, waiting, waiting_cancelled = (enqueue("DEMO_TASK", {}, max_retries=1) for _ in range(3))
+    assert {c.id for c in claim(limit=3)} == {begun.id, waiting.id, waiting_cancelled.id}
+    job_cancel(job_id=waiting_cancelled.id)
+
+    unbegun = {waiting.id, waiting_cancelled.id}  # its waiting board (scheduler.workers.waiting_board)
+    assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True, unbegun=unbegun) == 3
+
+    rows = {j.id: j for j in Job.objects.all()}
+    # The job that began: rescued LOST, its attempt spent, isolated (it may have killed the process).
+    assert (rows[begun.id].status, rows[begun.id].isolated, rows[begun.id].attempts_left) == (
+        JobStatus.RETRYING,
+        True,
+        1,
+    )
+    # The job no slot began: handed back, due now, no attempt spent, not isolated.
+    handed = rows[waiting.id]
+    assert (handed.status, handed.isolated, handed.attempts_left, handed.last_error) == (
+        JobStatus.RETRYING,
+        False,
+        2,
+        UNRUN_ERROR,
+    )
+    assert handed.scheduled_at <= db_now()
+    attempt = Attempt.objects.get(job_id=waiting.id)
+    assert (attempt.status, attempt.error) == (AttemptStatus.LOST, UNRUN_ERROR)
+    event = OutboxEvent.objects.filter(job_id=waiting.id).order_by("sequence").last()
+    assert (event.event_type, event.payload["error"]) == (EventType.JOB_RETRIED, UNRUN_ERROR)
+    # A cancel requested while it waited wins: CANCELLED, as a rescue of it would end it.
+    assert rows[waiting_cancelled.id].status == JobStatus.CANCELLED
+    assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True, unbegun=unbegun) == 0  # fenced: once only
 
 
 @pytest.mark.django_db

@@ -26,6 +26,7 @@ from scheduler.registry import JobContext, handler
 from scheduler.states import AttemptStatus, JobStatus
 from scheduler.workers.inflight import CLAIM_AHEAD_MAX_WAIT, InFlight
 from scheduler.workers.pool import PoolFull, Running, ThreadPool, UnsendableJob
+from scheduler.workers.waiting_board import ID_BYTES, WaitingBoard, capacity_for, read_waiting
 from tests.support.clock import FakeClock
 from tests.support.factories import claimed_job
 from tests.support.processes import wait_until
@@ -443,6 +444,40 @@ def test_a_job_that_had_a_free_slot_at_its_claim_is_never_handed_back_for_waitin
     assert inflight.enforce_deadlines() == []  # its timeout runs from when it began
     clock.advance(0.1)
     assert inflight.enforce_deadlines() == [slotted]
+
+
+def test_the_waiting_board_lists_exactly_the_held_jobs_that_no_slot_has_begun() -> None:
+    # What the supervisor reads if the whole process dies: a job is listed before any slot can
+    # begin it, and cleared when a slot begins it or it ends unrun (cancelled, handed back).
+    array = bytearray(ID_BYTES * capacity_for(2))
+    pool, clock, reports = SlowToBeginPool(2), FakeClock(), []
+    inflight = InFlight(pool, reports.append, clock=clock, worker_id="w-test", waiting_board=WaitingBoard(array))
+    first, second, third, fourth = inflight.start([claimed_job() for _ in range(4)])
+    assert read_waiting(array) == {first.job.id, second.job.id, third.job.id, fourth.job.id}
+
+    assert pool.begin(first) is True
+    assert read_waiting(array) == {second.job.id, third.job.id, fourth.job.id}
+    inflight.cancel(second.job.id)  # claimed ahead, not begun: CANCELLED unrun
+    assert read_waiting(array) == {third.job.id, fourth.job.id}
+    assert pool.begin(third) is True
+    assert inflight.hand_back_waiting() == [fourth]
+    assert read_waiting(array) == set()
+    assert [(r.job.id, r.outcome) for r in reports] == [
+        (second.job.id, Outcome.CANCELLED),
+        (fourth.job.id, Outcome.HANDED_BACK),
+    ]
+    # Freed entries serve the next claim.
+    (fifth,) = inflight.start([claimed_job()])
+    assert read_waiting(array) == {fifth.job.id}
+
+
+def test_a_pool_whose_jobs_begin_when_submitted_lists_nothing_on_the_waiting_board() -> None:
+    # A process pool's job may be running in a child from its submit on: never listed as unbegun.
+    array = bytearray(ID_BYTES * capacity_for(2))
+    pool, reports = ManualPool(2, kind="processes"), []
+    pool.inflight = InFlight(pool, reports.append, clock=FakeClock(), waiting_board=WaitingBoard(array))
+    pool.inflight.start([claimed_job(), claimed_job()])
+    assert read_waiting(array) == set()
 
 
 def test_a_job_claimed_ahead_whose_cancel_is_requested_ends_cancelled_without_running(threads) -> None:
