@@ -307,6 +307,8 @@ def main() -> int:
 
 
 def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_codes: dict) -> dict:
+    from scheduler.maintenance.rescuer import UNRUN_ERROR
+
     with connection.cursor() as cursor:
         cursor.execute("SELECT status, count(*) FROM stint_job GROUP BY status")
         final_states = dict(cursor.fetchall())
@@ -314,8 +316,13 @@ def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_code
         lost = cursor.fetchone()[0]
         cursor.execute("SELECT coalesce(sum(executions - 1), 0) FROM stint_bench_execution WHERE executions > 1")
         duplicates = cursor.fetchone()[0]
-        cursor.execute("SELECT count(*) FROM stint_job_attempt WHERE status = 'LOST'")
-        killed_attempts = cursor.fetchone()[0]
+        # LOST attempts: those of killed processes, and those handed back unrun (no attempt spent).
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE error <> %s), count(*) FILTER (WHERE error = %s)"
+            " FROM stint_job_attempt WHERE status = 'LOST'",
+            [UNRUN_ERROR, UNRUN_ERROR],
+        )
+        killed_attempts, handed_back_unrun = cursor.fetchone()
         # Executions the side table saw beyond the attempts of the database's record.
         cursor.execute(
             """
@@ -331,7 +338,8 @@ def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_code
             SELECT count(*) FROM stint_job
             WHERE NOT (
                 (status = 'SUCCESS' AND payload->>'mode' IS DISTINCT FROM 'always_fail')
-                OR (status = 'DEAD' AND payload->>'mode' = 'always_fail' AND attempts = 1 + max_retries)
+                OR (status = 'DEAD' AND payload->>'mode' = 'always_fail'
+                    AND attempts - attempts_base = 1 + max_retries)
             )
             """
         )
@@ -362,6 +370,7 @@ def _report(connection, args, cluster: Cluster, submit_seconds: float, exit_code
         "unrecorded_attempts": unrecorded,
         "wrong_final_state": wrong_end,
         "killed_attempts": killed_attempts,
+        "handed_back_unrun": handed_back_unrun,
         "killed_workers": cluster.killed,
         "throughput_jobs_per_s": round(jobs / span, 1) if span else None,
         "lag_ms": _percentiles(lags),
