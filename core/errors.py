@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -201,7 +202,35 @@ def handler500(request: HttpRequest) -> HttpResponse:
     return server_error(request)
 
 
+SLASH_HINT = "Stint's API paths end without a slash, except /api/schema/ and /api/docs/."
+
+
+def _slash_twin(request: HttpRequest) -> str | None:
+    """Return the request's path with its trailing slash added or removed if that path exists, else None.
+
+    ``APPEND_SLASH`` never helps under /api/: the catch-all ``api/<path:path>`` matches every
+    path, and a redirect could not carry a POST's body anyway. So the 404 names the path meant.
+    """
+    info = request.path_info
+    twin_info = info[:-1] if info.endswith("/") else info + "/"
+    try:
+        match = resolve(twin_info)
+    except Resolver404:
+        return None
+    if match.func is api_not_found:
+        return None
+    return request.path[:-1] if request.path.endswith("/") else request.path + "/"
+
+
 @csrf_exempt  # it changes nothing; without this a POST would get the CSRF failure page instead
 def api_not_found(request: HttpRequest, path: str = "") -> HttpResponse:
-    """Answer any unknown path under /api/ (any method) with the JSON 404, in DEBUG too."""
-    return JsonResponse(error_body(code="not_found", message="Not found."), status=404)
+    """Answer any unknown path under /api/ (any method) with the JSON 404, in DEBUG too.
+
+    A path that exists with its trailing slash added or removed (``/api/jobs/``, ``/api/docs``)
+    is a 404 whose message and ``details.path`` name that path.
+    """
+    meant = _slash_twin(request)
+    if meant is None:
+        return JsonResponse(error_body(code="not_found", message="Not found."), status=404)
+    message = f"Not found. Did you mean {meant}? {SLASH_HINT}"
+    return JsonResponse(error_body(code="not_found", message=message, details={"path": meant}), status=404)
