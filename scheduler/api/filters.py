@@ -101,6 +101,14 @@ class JobSearchFilter(filters.CharFilter):
     field_class = JobSearchField
 
 
+_STATUS_NAMES = ", ".join(JobStatus.values[:-1]) + " or " + JobStatus.values[-1]
+# Django's "Select a valid choice" named none of them; "success" and "SUCCESS,FAILED" are the usual slips.
+STATUS_INVALID = (
+    f"'%(value)s' is not a status: use {_STATUS_NAMES}, in capitals;"
+    " for several, repeat the parameter (status=FAILED&status=DEAD)."
+)
+
+
 class JobFilter(filters.FilterSet):
     """Filters of GET /api/jobs. ``created_after``/``created_before`` form a half-open range [after, before).
 
@@ -110,7 +118,11 @@ class JobFilter(filters.FilterSet):
     (its id). Any other query parameter is a 400 (``core.query_params``).
     """
 
-    status = filters.MultipleChoiceFilter(choices=JobStatus.choices, help_text="Repeat to match any of several.")
+    status = filters.MultipleChoiceFilter(
+        choices=JobStatus.choices,
+        help_text="Repeat to match any of several.",
+        error_messages={"invalid_choice": STATUS_INVALID},
+    )
     type = filters.CharFilter(field_name="type")
     priority = PriorityFilter(field_name="priority")
     queue = filters.CharFilter(field_name="queue")

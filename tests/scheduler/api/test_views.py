@@ -608,6 +608,28 @@ def test_a_bad_filter_value_is_400_not_ignored(user_api, user, query):
     assert query.split("=")[0] in _error(resp)["details"]
 
 
+@pytest.mark.parametrize("value", ["success", "SUCCESS,FAILED", "BOGUS"])
+def test_a_bad_status_is_a_400_that_lists_the_statuses_and_how_to_ask_for_several(user_api, value):
+    resp = user_api.get(JOBS, {"status": value})
+
+    assert resp.status_code == 400, resp.content
+    message = _error(resp)["details"]["status"][0]
+    assert message == (
+        f"{value!r} is not a status: use CREATED, SCHEDULED, QUEUED, RUNNING, SUCCESS, FAILED, RETRYING, DEAD"
+        " or CANCELLED, in capitals; for several, repeat the parameter (status=FAILED&status=DEAD)."
+    )
+
+
+def test_a_repeated_status_lists_the_jobs_of_any_of_them(user_api, user):
+    failed = JobFactory(owner=user, failed=True)
+    dead = JobFactory(owner=user, dead=True)
+    JobFactory(owner=user)
+
+    resp = user_api.get(f"{JOBS}?status=FAILED&status=DEAD")
+
+    assert {row["id"] for row in resp.json()["results"]} == {str(failed.id), str(dead.id)}
+
+
 # --- detail -----------------------------------------------------------------------------------
 
 
