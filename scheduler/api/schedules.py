@@ -30,6 +30,14 @@ from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy
 
 SCHEDULE_ID = OpenApiParameter("schedule_id", OpenApiTypes.INT, OpenApiParameter.PATH)
+# POST /api/jobs honours an Idempotency-Key; a schedule create does not, and its name is not unique.
+# Ignoring the header silently would let a client's retried create make a second schedule (and
+# every fire twice), so the header is refused, as the API refuses unknown fields and parameters.
+SCHEDULE_KEY_REFUSED = (
+    "POST /api/schedules takes no Idempotency-Key, and a schedule's name is not unique: a create sent"
+    " twice makes two schedules. Send it without the key; before retrying one whose answer was lost,"
+    " list GET /api/schedules to see whether it was made."
+)
 
 
 # -- request shapes ---------------------------------------------------------------------------
@@ -191,13 +199,16 @@ class ScheduleListCreateView(generics.ListAPIView):
     @extend_schema(
         operation_id="schedules_create",
         summary="Create a schedule",
-        description="Exactly one of `cron` and `interval_seconds`. 400 on a bad expression, zone or template.",
+        description="Exactly one of `cron` and `interval_seconds`. 400 on a bad expression, zone or template, "
+        "and on an `Idempotency-Key` header, which a schedule create does not honour (names are not unique).",
         tags=["schedules"],
         request=ScheduleWriteSerializer,
         responses={201: ScheduleSerializer},
     )
     def post(self, request: Request) -> Response:
-        """Create the schedule for the caller; 201."""
+        """Create the schedule for the caller; 201. An ``Idempotency-Key`` header is a 400: ``SCHEDULE_KEY_REFUSED``."""
+        if "Idempotency-Key" in request.headers:
+            raise serializers.ValidationError({"idempotency_key": [SCHEDULE_KEY_REFUSED]})
         body = ScheduleWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = _changes(body.validated_data)

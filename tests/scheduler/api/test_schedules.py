@@ -46,6 +46,26 @@ def create(client, body=None):
     return resp.json()
 
 
+SCHEDULE_KEY_REFUSED = (
+    "POST /api/schedules takes no Idempotency-Key, and a schedule's name is not unique: a create sent"
+    " twice makes two schedules. Send it without the key; before retrying one whose answer was lost,"
+    " list GET /api/schedules to see whether it was made."
+)
+
+
+def test_an_idempotency_key_on_a_schedule_create_is_a_400_not_ignored(user_api, user):
+    # A client that sends the key expects a retried create to make one schedule; names are not
+    # unique, so an ignored key made a second schedule, and every fire twice.
+    resp = user_api.post("/api/schedules", NIGHTLY, format="json", headers={"Idempotency-Key": "nightly-1"})
+
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["code"] == "validation_error"
+    assert error["details"] == {"idempotency_key": [SCHEDULE_KEY_REFUSED]}
+    assert error["message"] == f"idempotency_key: {SCHEDULE_KEY_REFUSED}"
+    assert not CronSchedule.objects.filter(owner=user).exists()
+
+
 def test_create_reads_back_with_every_documented_field(user_api, user):
     body = create(user_api)
     assert set(body) >= {
