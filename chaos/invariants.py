@@ -29,6 +29,9 @@ FAULT_ATTEMPTS = frozenset({"LOST", "TIMED_OUT"})  # attempts that a fault (not 
 # The error of an attempt its supervisor rescued at once because its worker process died
 # (scheduler.workers.pool.died_while_running); the lease rescuer's says "lease expired".
 CRASH_ERROR_PREFIX = "worker process died ("
+# The error of an attempt its supervisor handed back unrun at once: the dead process had claimed
+# the job but no slot had begun it (scheduler.maintenance.rescuer.UNRUN_ERROR; no attempt spent).
+UNRUN_ERROR = "its worker process died before a slot began it, so it was handed back unrun"
 MAX_LISTED = 20  # violations listed per invariant (the count is always exact)
 SLACK = dt.timedelta(seconds=1)  # how late a fire may be around a window edge
 
@@ -211,7 +214,8 @@ def check_i3(snap: Snapshot) -> list[str]:
       of its own (README, Operations / crashes); each worker process the harness killed may
       cost it one more (``Snapshot.worker_kills``);
     - where only worker processes crashed (``Snapshot.rescued_at_once``), every LOST attempt
-      was handed to rescue at once by its supervisor, none left to expire its lease.
+      was handed to rescue (or, unbegun, handed back) at once by its supervisor, none left to
+      expire its lease.
     """
     out = []
     attempts = _attempts_by_job(snap)
@@ -220,7 +224,7 @@ def check_i3(snap: Snapshot) -> list[str]:
     )
     if snap.rescued_at_once:
         for a in snap.attempts:
-            if a.status == "LOST" and not a.error.startswith(CRASH_ERROR_PREFIX):
+            if a.status == "LOST" and not (a.error.startswith(CRASH_ERROR_PREFIX) or a.error == UNRUN_ERROR):
                 out.append(f"{a.job_id} attempt {a.number}: LOST ({a.error!r}), not rescued at once by its supervisor")
     for job in snap.jobs.values():
         used = job.attempts - job.attempts_base

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from chaos.invariants import (
+    UNRUN_ERROR,
     AttemptRow,
     EventRow,
     FenceRow,
@@ -14,6 +15,7 @@ from chaos.invariants import (
     check_i6,
     verdict,
 )
+from scheduler.maintenance import rescuer
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 CHAIN = [("", "CREATED"), ("CREATED", "QUEUED"), ("QUEUED", "RUNNING"), ("RUNNING", "SUCCESS")]
@@ -354,3 +356,12 @@ def test_i3_where_only_workers_crashed_every_lost_attempt_was_rescued_at_once():
     crashed = _crashed_then("SUCCESS", lost=1, max_retries=3)
     crashed.rescued_at_once = True
     assert "I3" not in verdict(crashed).violations
+
+
+def test_i3_a_job_a_crashed_process_had_not_begun_is_handed_back_at_once_and_costs_no_attempt():
+    """The supervisor hands back unrun the jobs its dead process had claimed but not begun (no attempt spent)."""
+    unrun = _crashed_then("SUCCESS", lost=1, max_retries=0, error=UNRUN_ERROR)
+    unrun.jobs["j1"] = job(status="SUCCESS", attempts=2, base=1, max_retries=0)
+    unrun.rescued_at_once = True
+    assert "I3" not in verdict(unrun).violations
+    assert UNRUN_ERROR == rescuer.UNRUN_ERROR  # the worker's text, restated in the Django-free checker
