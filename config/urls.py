@@ -42,6 +42,7 @@ urlpatterns = [
     path(
         "api/docs/", SpectacularSwaggerView.as_view(url_name="schema", http_method_names=["get", "head"]), name="docs"
     ),
+    path("api", api_not_found),  # nor /api: an API client gets the JSON 404, not the pages' HTML one
     path("api/", api_not_found),  # /api/ itself has no resource (the docs are /api/docs/)
     path("api/<path:path>", api_not_found),  # any other /api/ path: the JSON 404, DEBUG or not
     path("", include("pages.urls")),  # user pages: last, so every explicit path above wins

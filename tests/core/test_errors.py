@@ -38,7 +38,9 @@ def test_a_jobs_path_with_a_slash_names_the_same_job_without_it(api):
     assert error["details"] == {"path": f"/api/jobs/{job_id}/attempts"}
 
 
-@pytest.mark.parametrize("path", ["/api/no-such-thing", "/api/no-such-thing/", "/api/", "/api/jobs/not-a-uuid/"])
+@pytest.mark.parametrize(
+    "path", ["/api/no-such-thing", "/api/no-such-thing/", "/api/", "/api", "/api/jobs/not-a-uuid/"]
+)
 def test_a_path_with_no_twin_stays_a_plain_404(api, path):
     response = api.get(path)
     assert response.status_code == 404
