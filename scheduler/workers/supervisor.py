@@ -215,9 +215,10 @@ class Supervisor:
         """Start the worker processes and keep them running until stopped; return 0."""
         self._serve_metrics()
         logger.info(
-            "supervisor %s: %d worker processes of %d slots (--pool %s), queues %s",
+            "supervisor %s: %d worker %s of %d slots (--pool %s), queues %s",
             self.pid,
             self.options.processes,
+            "process" if self.options.processes == 1 else "processes",
             self.options.worker.concurrency,
             self.options.worker.pool,
             ",".join(self.options.worker.queues or ["*"]),
