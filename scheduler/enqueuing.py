@@ -239,7 +239,7 @@ _MANY_FIELDS = frozenset(
 
 
 def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[uuid.UUID]:
-    """Create many jobs in one transaction and one statement, with one NOTIFY; return their ids.
+    """Create many jobs in one transaction and one statement, with one NOTIFY; return their ids, in the items' order.
 
     Each item has ``type`` and optionally ``payload``, ``priority``, ``queue``, ``scheduled_at``,
     ``max_retries``, ``timeout_seconds``, ``name`` (no idempotency keys). Raises as ``enqueue``,
@@ -267,8 +267,8 @@ def enqueue_many(jobs: Sequence[dict[str, Any]], *, owner: Any = None) -> list[u
         )
         for item in jobs
     ]
-    created = jobs_insert(rows)  # one statement: its own transaction in autocommit
-    return [row.id for row in created]
+    created = {row.id for row in jobs_insert(rows)}  # one statement: its own transaction in autocommit
+    return [row.id for row in rows if row.id in created]  # the items' order (the statement's is not promised)
 
 
 def _new_job(

@@ -327,6 +327,19 @@ def test_enqueue_many_takes_a_generator():
     assert sorted(Job.objects.filter(id__in=ids).values_list("payload__n", flat=True)) == [0, 1, 2]
 
 
+def test_enqueue_many_returns_the_ids_in_the_order_of_its_items():
+    # Mixed queues, priorities and due times: the statement's RETURNING order is not the items'.
+    later = timezone.now() + dt.timedelta(hours=1)
+    items = [
+        {"type": "DEMO_TASK", "payload": {"n": n}, "queue": f"q{n % 3}", "priority": ("LOW", "HIGH")[n % 2]}
+        | ({"scheduled_at": later} if n % 4 == 0 else {})
+        for n in range(40)
+    ]
+    ids = enqueuing.enqueue_many(items)
+    by_id = dict(Job.objects.filter(id__in=ids).values_list("id", "payload__n"))
+    assert [by_id[i] for i in ids] == list(range(40))
+
+
 @pytest.mark.parametrize(
     "item",
     [{}, "DEMO_TASK", None, {"type": "DEMO_TASK", "bogus": 1}, {"type": "DEMO_TASK", "idempotency_key": "k"}],
