@@ -202,9 +202,12 @@ def _transition(
         ), locked AS (
             -- One primary-key lookup per input row, whatever the statistics say: a join would let
             -- the planner scan every RUNNING job when it believes there are none (OFFSET 0 keeps
-            -- the subquery from being flattened into such a join).
+            -- the subquery from being flattened into such a join). The FOR UPDATE below is applied
+            -- inside that subquery, row by row as the input is read: the input is read in id
+            -- order, so that the locks are taken in id order, not in the order of the caller's rows.
             SELECT j.id, j.status AS old_status
-            FROM v, LATERAL (SELECT s.id, s.status, s.lease_token FROM stint_job s WHERE s.id = v.id OFFSET 0) j
+            FROM (SELECT * FROM v ORDER BY id) v,
+                 LATERAL (SELECT s.id, s.status, s.lease_token FROM stint_job s WHERE s.id = v.id OFFSET 0) j
             WHERE j.status = ANY(%(expected)s::text[]) {fence}
             ORDER BY j.id
             FOR UPDATE OF j

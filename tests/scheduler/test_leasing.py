@@ -445,6 +445,23 @@ def test_a_mixed_outcome_batch_locks_all_its_rows_in_id_order_before_its_stateme
     assert (reload(low).status, reload(high).status) == (JobStatus.FAILED, JobStatus.SUCCESS)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_one_statement_batch_locks_its_rows_in_id_order_whatever_order_its_reports_came_in() -> None:
+    # The usual batch (every run succeeded) is one statement, its reports in the order the runs
+    # ended. Its row locks were taken in that order (the FOR UPDATE of the LATERAL lookup is applied
+    # inside it, row by row as the input is read), not in id order as the statement's ORDER BY meant.
+    low, high = sorted(claim_each(make_job(), make_job()), key=lambda c: c.id)
+    recorded = waits_for_the_lower_id_holding_nothing(
+        low,
+        high,
+        lambda: record(report(high, Outcome.SUCCEEDED, result=1), report(low, Outcome.SUCCEEDED, result=2)),
+        "batch",
+    )
+
+    assert recorded == [{low.id, high.id}]
+    assert (reload(low).status, reload(high).status) == (JobStatus.SUCCESS, JobStatus.SUCCESS)
+
+
 # -- record_outcomes -------------------------------------------------------------------------
 
 
