@@ -861,7 +861,9 @@ def _candidates_where(
     if queues:
         where += " AND queue = ANY(%(queues)s::text[])"
     if paused:
-        where += " AND NOT (queue = ANY(%(paused)s::text[]))"
+        # NOT IN a subquery, as NOT_PAUSED and for its reason: a prepared claim's generic plan does not
+        # know the list, and NOT (queue = ANY(list)) was estimated to pass almost no job.
+        where += " AND queue NOT IN (SELECT unnest(%(paused)s::text[]))"
     return where + " AND " + NOT_PAUSED.format(column="queue")
 
 

@@ -71,3 +71,26 @@ def test_the_claim_scan_is_planned_on_the_claim_index_once_statistics_show_one_b
 
 def _json_plan(value: object) -> dict:
     return (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+
+
+def test_the_claim_scan_of_a_worker_that_saw_a_queue_paused_is_planned_on_the_claim_index() -> None:
+    """The worker's own paused list is a parameter of a prepared claim: its generic plan must not read the whole table.
+
+    A generic plan knows nothing of the list, and ``NOT (queue = ANY(list))`` was estimated from the
+    column's few distinct values to pass almost no job: a scan of the table and a sort again.
+    """
+    enqueue_many([{"type": "DEMO_TASK"} for _ in range(2000)])
+    enqueue_many([{"type": "DEMO_TASK", "queue": "other"} for _ in range(20)])
+    where = lifecycle._candidates_where(None, ["other"], isolated=False, include_held=False)
+    sql = f"SELECT id FROM stint_job WHERE {where} ORDER BY {lifecycle.CLAIM_ORDER} LIMIT 100"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE stint_job")
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(
+            "PREPARE claim_scan(text[], text[]) AS " + sql.replace("%(queues)s", "$1").replace("%(paused)s", "$2")
+        )
+        cursor.execute("EXPLAIN EXECUTE claim_scan('{}', '{other}')")
+        claim_plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE claim_scan")
+    assert "job_claim_scan_desc" in claim_plan
+    assert "Sort" not in claim_plan
