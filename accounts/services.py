@@ -25,12 +25,14 @@ def user_register(*, username: str, password: str, email: str = "") -> User:
 def admin_ensure(*, username: str, password: str) -> tuple[User, bool]:
     """Create the ADMIN ``username`` with ``password`` unless it exists.
 
-    Returns (user, created). An existing account keeps its password, which is then not checked.
-    Raises django.core.exceptions.ValidationError when the password of a new account fails
-    Django's validators (``AUTH_PASSWORD_VALIDATORS``, with the account for the similarity rule),
-    as ``user_register`` and the console's password forms do.
+    Returns (user, created). An existing account keeps its password, which is then not checked;
+    it is the account of that name in any letter case (usernames are unique regardless of case,
+    ``user_username_ci_unique``), and may be a USER's: the caller checks ``is_admin``, since anyone
+    can register a free name. Raises django.core.exceptions.ValidationError when the password of a
+    new account fails Django's validators (``AUTH_PASSWORD_VALIDATORS``, with the account for the
+    similarity rule), as ``user_register`` and the console's password forms do.
     """
-    user = User.objects.filter(username=username).first()
+    user = User.objects.filter(username__iexact=username).first()
     if user is not None:
         return user, False
     validate_password(password, user=User(username=username, email=""))

@@ -130,6 +130,26 @@ def test_ensure_admin_takes_a_password_the_validators_accept_and_leaves_an_exist
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("taken", ["site_admin", "Site_Admin"], ids=["same name", "other letter case"])
+def test_ensure_admin_neither_calls_a_users_account_an_admin_nor_promotes_it(monkeypatch, taken: str) -> None:
+    # Anyone may register the name through the public API. Before: "ADMIN account 'site_admin' already
+    # exists." over a USER (exit 0, and no ADMIN), or, for the name in another letter case (one name to
+    # the database's case-insensitive unique index), an IntegrityError traceback.
+    from accounts.services import user_register
+
+    user_register(username=taken, password="correct horse battery staple")
+    monkeypatch.setenv("STINT_ADMIN_PASSWORD", "another horse battery staple")
+    with pytest.raises(CommandError) as raised:
+        call_command("ensure_admin", "--username=site_admin")
+
+    message = str(raised.value)
+    assert f"'{taken}' exists but is not an ADMIN" in message and "\n" not in message
+    (account,) = get_user_model().objects.filter(username__iexact="site_admin")
+    assert (account.username, account.role, account.is_staff, account.is_superuser) == (taken, "USER", False, False)
+    assert account.check_password("correct horse battery staple")
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("owner", ["a\udc80", "a\x00b"])
 def test_sync_periodic_tasks_names_nobody_for_an_owner_postgresql_cannot_be_sent(owner: str) -> None:
     with pytest.raises(CommandError, match="no user named"):

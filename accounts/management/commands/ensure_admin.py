@@ -34,8 +34,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         """Create the account once; print the password only when it was generated now.
 
-        Raises CommandError, one line, when STINT_ADMIN_PASSWORD holds bytes that are not UTF-8 or
-        the password validators refuse it (``admin_ensure``).
+        Raises CommandError, one line, when STINT_ADMIN_PASSWORD holds bytes that are not UTF-8,
+        the password validators refuse it (``admin_ensure``), or the name (in any letter case)
+        belongs to an account that is not an ADMIN: anyone may register a free name through the
+        public API, so it is neither reported as the ADMIN nor promoted.
         """
         given = os.environ.get("STINT_ADMIN_PASSWORD", "")
         try:
@@ -44,12 +46,17 @@ class Command(BaseCommand):
             raise CommandError("STINT_ADMIN_PASSWORD is not UTF-8 text; set it in UTF-8 and run again") from None
         password = given or secrets.token_urlsafe(18)
         try:
-            _, created = admin_ensure(username=options["username"], password=password)
+            user, created = admin_ensure(username=options["username"], password=password)
         except ValidationError as exc:
             which = "STINT_ADMIN_PASSWORD" if given else "the generated password"
             raise CommandError(f"{which} is refused by the password validators: {' '.join(exc.messages)}") from None
+        if not created and not user.is_admin:
+            raise CommandError(
+                f"the account '{user.username}' exists but is not an ADMIN (role {user.role}); nothing was changed."
+                " Give it the Admin role and Staff status in the console if it is yours, or choose another --username"
+            )
         if not created:
-            self.stdout.write(f"ADMIN account '{options['username']}' already exists.")
+            self.stdout.write(f"ADMIN account '{user.username}' already exists.")
         elif given:
             self.stdout.write(f"Created ADMIN '{options['username']}' with STINT_ADMIN_PASSWORD.")
         else:
