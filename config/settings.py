@@ -27,9 +27,20 @@ _FALSE_WORDS = frozenset({"false", "off", "no", "n", "0", ""})
 
 
 class _Env(environ.Env):
-    """django-environ's reader, whose cast errors name the variable (int("abc") alone says only "abc")."""
+    """django-environ's reader, whose cast errors name the variable (int("abc") alone says only "abc").
+
+    A variable holding bytes that are not UTF-8 is an ImproperlyConfigured naming it (never its value).
+    """
 
     def get_value(self, var: str, *args: Any, **kwargs: Any) -> Any:  # noqa: D102 - environ.Env's
+        raw = self.ENVIRON.get(var)
+        if isinstance(raw, str) and not raw.isascii():
+            try:
+                raw.encode("utf-8")
+            except UnicodeEncodeError:
+                # Python reads a byte that is not UTF-8 as a lone surrogate, which no server takes:
+                # every database connection (a password) or Kafka message would fail later. Not echoed.
+                raise ImproperlyConfigured(f"{var} holds bytes that are not UTF-8: set it as UTF-8 text") from None
         try:
             return super().get_value(var, *args, **kwargs)
         except ValueError as exc:

@@ -138,7 +138,12 @@ def test_check_deploy_is_clean():
             {"STINT_EXTRA_APPS": "tests.support.hostile,reprots"},
             "STINT_EXTRA_APPS: 'reprots' is not a module or app config that can be imported",
         ),
-        ({"STINT_EXTRA_APPS": "a\udcffb"}, "STINT_EXTRA_APPS: 'a\\udcffb' is not a module or app config"),
+        # A byte that is not UTF-8 (Python reads it as a lone surrogate) passed, then every database
+        # connection or Kafka message failed with a UnicodeEncodeError; a production key was a traceback.
+        ({"STINT_EXTRA_APPS": "a\udcffb"}, "STINT_EXTRA_APPS holds bytes that are not UTF-8: set it as UTF-8 text"),
+        ({"DATABASE_URL": "postgres://stint:p\udce4ss@db:5432/stint"}, "DATABASE_URL holds bytes that are not UTF-8"),
+        ({"SECRET_KEY": "\udcff" * 40}, "SECRET_KEY holds bytes that are not UTF-8"),
+        ({"KAFKA_TOPIC": "job-\udce9vents"}, "KAFKA_TOPIC holds bytes that are not UTF-8"),
     ],
 )
 def test_start_up_refuses_unsafe_settings(overrides, message):
