@@ -295,6 +295,17 @@ if AUDIT_RECONCILE_AFTER_SECONDS < OUTBOX_LOCK_HOLD_SECONDS + 10:
         "STINT_AUDIT_RECONCILE_AFTER_SECONDS must be at least STINT_OUTBOX_LOCK_HOLD_SECONDS + 10"
         f" ({OUTBOX_LOCK_HOLD_SECONDS + 10})"
     )
+# The reconciler checks an event published more than AUDIT_RECONCILE_AFTER_SECONDS ago and less than the
+# outbox retention ago: a retention of 0 days (or less) pruned each published row within a minute, so
+# no event was ever checked and a lost one never repaired.
+if OUTBOX_RETENTION_DAYS * 86400 <= AUDIT_RECONCILE_AFTER_SECONDS:
+    raise ImproperlyConfigured(
+        f"STINT_OUTBOX_RETENTION_DAYS ({OUTBOX_RETENTION_DAYS}) must keep published events longer than"
+        f" STINT_AUDIT_RECONCILE_AFTER_SECONDS ({AUDIT_RECONCILE_AFTER_SECONDS} s), after which the reconciler"
+        " checks them"
+    )
+if AUDIT_QUARANTINE_RETENTION_DAYS < 0:
+    raise ImproperlyConfigured("STINT_AUDIT_QUARANTINE_RETENTION_DAYS must be 0 or more")
 
 AUTH_USER_MODEL = "accounts.User"
 

@@ -82,6 +82,19 @@ def test_check_deploy_is_clean():
         ({"STINT_AGING_STEP": "201"}, "STINT_AGING_STEP must be from 1 to 200 (got 201)"),
         ({"STINT_AGING_SECONDS": "-1"}, "STINT_AGING_SECONDS must be 0 or more"),
         ({"STINT_QUEUE_RETENTION_DAYS": "-1"}, "STINT_QUEUE_RETENTION_DAYS must be 0 or more"),
+        # Published outbox rows pruned before the reconciler's grace: a lost event was never repaired.
+        (
+            {"STINT_OUTBOX_RETENTION_DAYS": "0"},
+            "STINT_OUTBOX_RETENTION_DAYS (0) must keep published events longer than"
+            " STINT_AUDIT_RECONCILE_AFTER_SECONDS (300 s)",
+        ),
+        ({"STINT_OUTBOX_RETENTION_DAYS": "-7"}, "STINT_OUTBOX_RETENTION_DAYS (-7) must keep published events"),
+        (
+            {"STINT_OUTBOX_RETENTION_DAYS": "1", "STINT_AUDIT_RECONCILE_AFTER_SECONDS": "86400"},
+            "STINT_OUTBOX_RETENTION_DAYS (1) must keep published events longer than"
+            " STINT_AUDIT_RECONCILE_AFTER_SECONDS (86400 s)",
+        ),
+        ({"STINT_AUDIT_QUARANTINE_RETENTION_DAYS": "-1"}, "STINT_AUDIT_QUARANTINE_RETENTION_DAYS must be 0 or more"),
         # A rate limit the throttle cannot read was found only by the first request: every API call,
         # sign-in and console login answered 500.
         ({"STINT_RATE_LIMIT_USER": "abc"}, "STINT_RATE_LIMIT_USER: Bad rate limit 'abc'"),
