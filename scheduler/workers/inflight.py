@@ -238,11 +238,15 @@ class InFlight:
         """Pool callback: a handler returned ``report``. Report it; False when it came late (discarded).
 
         Late means the job already has its outcome (timed out, cancelled, lease lost, handed
-        back); a thread that was counted stuck after its timeout is counted free again.
+        back); a thread that was counted stuck after its timeout is counted free again, and only
+        such a thread (``Running.stuck``): one whose job was dropped for its lost lease or handed
+        back never was.
         """
         if not self.finalize(entry):
-            if self.pool.kind == "threads" and report.outcome != Outcome.HANDED_BACK:
-                with self._lock:
+            with self._lock:
+                entry.returned = True
+                if entry.stuck:
+                    entry.stuck = False
                     self._stuck = max(0, self._stuck - 1)
                     metrics.worker_stuck_threads.set(self._stuck)
             return False
@@ -293,8 +297,10 @@ class InFlight:
             metrics.jobs_timed_out_total.labels(job.type, job.queue).inc()
             if not self.pool.abort(entry):
                 with self._lock:
-                    self._stuck += 1
-                    metrics.worker_stuck_threads.set(self._stuck)
+                    if not entry.returned:  # not if its handler returned since the deadline: its slot is free
+                        entry.stuck = True
+                        self._stuck += 1
+                        metrics.worker_stuck_threads.set(self._stuck)
                 logger.warning(
                     "job %s overran its %d s timeout; its thread keeps its slot until the handler returns",
                     job.id,

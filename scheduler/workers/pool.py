@@ -107,6 +107,8 @@ class Running:
     begun: bool = False
     cancel_flag: CancelEvent = field(default_factory=CancelEvent)
     finalized: bool = False  # an outcome was reported; any later result is discarded
+    stuck: bool = False  # thread pool: reported TIMED_OUT while its handler runs on (counted in InFlight.stuck)
+    returned: bool = False  # its handler returned after the job had its outcome (InFlight.on_done)
     slot: int | None = None  # process pool: the child running it
     board_index: int | None = None  # its entry on the waiting board while no slot has begun it (``waiting_board``)
 

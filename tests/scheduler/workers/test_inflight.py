@@ -160,6 +160,24 @@ def test_a_timed_out_thread_keeps_its_slot_until_its_handler_returns_and_its_lat
     assert inflight.stuck == 0
 
 
+def test_a_thread_whose_lease_was_lost_returning_late_leaves_the_stuck_threads_counted() -> None:
+    # Before: every late return on the thread pool took one off ``stuck``, also that of a job dropped
+    # for its lost lease, which was never counted: a thread still hung past its timeout was then no
+    # longer counted, and a worker whose every slot hung never stopped for a fresh process (_wedged).
+    inflight, pool, clock, _ = make(slots=2, kind="threads")
+    hung, dropped = inflight.start([claimed_job(timeout_seconds=5), claimed_job(timeout_seconds=60)])
+    clock.advance(5)
+    assert inflight.enforce_deadlines() == [hung]
+    assert inflight.stuck == 1
+
+    assert inflight.lease_lost(dropped.job.id) is True
+    assert pool.finish(dropped, Outcome.SUCCEEDED) is False  # discarded: the rescuer owns its job
+    assert inflight.stuck == 1  # the hung thread still holds its slot
+
+    assert pool.finish(hung, Outcome.SUCCEEDED) is False
+    assert inflight.stuck == 0
+
+
 def test_a_timed_out_process_slot_is_killed_and_free_at_once() -> None:
     inflight, pool, clock, reports = make(slots=1, kind="processes")
     inflight.start([claimed_job(timeout_seconds=5)])
