@@ -250,7 +250,10 @@ DATABASES["default"]["OPTIONS"] = _db_session.session_options(
 ) | {name: value for name, value in _url_options.items() if name != "options"}
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
-REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)  # seconds
+# Seconds. Above 0: a negative one made redis-py's every connect raise ValueError ("Timeout value out
+# of range"), which no fail-open path expects (every login and API request answered 500), and 0 is
+# a non-blocking socket that never connects.
+REDIS_SOCKET_TIMEOUT = _bounded("REDIS_SOCKET_TIMEOUT", env.float("REDIS_SOCKET_TIMEOUT", default=0.5), 0.001, 3600)
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",

@@ -119,6 +119,9 @@ def test_check_deploy_is_clean():
         ({"STINT_POLL_SECONDS": "0"}, "STINT_POLL_SECONDS must be from 0.01 to 604800 (got 0.0)"),
         ({"STINT_MAX_PAYLOAD_BYTES": "0"}, "STINT_MAX_PAYLOAD_BYTES must be from 1 to 67108864 (got 0)"),
         ({"KAFKA_TOPIC_PARTITIONS": "0"}, "KAFKA_TOPIC_PARTITIONS must be from 1 to 10000 (got 0)"),
+        # redis-py raised ValueError on every connect (no fail-open path catches it): every login was a 500.
+        ({"REDIS_SOCKET_TIMEOUT": "-1"}, "REDIS_SOCKET_TIMEOUT must be from 0.001 to 3600 (got -1.0)"),
+        ({"REDIS_SOCKET_TIMEOUT": "0"}, "REDIS_SOCKET_TIMEOUT must be from 0.001 to 3600 (got 0.0)"),
         ({"STINT_MAX_SCHEDULES_PER_USER": "-1"}, "STINT_MAX_SCHEDULES_PER_USER must be 0 or more"),
         (
             {"STINT_WORKER_DEAD_AFTER_SECONDS": "5", "STINT_HEARTBEAT_SECONDS": "10"},
