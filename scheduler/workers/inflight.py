@@ -101,6 +101,9 @@ class InFlight:
         self._lock = threading.Lock()
         self._running: dict[uuid.UUID, Running] = {}
         self._stuck = 0  # threads still running a handler past its reported timeout
+        # Begun thread-pool jobs dropped for a lost lease whose handler has not returned: counted
+        # stuck once they run past their deadline (``enforce_deadlines``).
+        self._dropped: list[Running] = []
         self._recent_run: float | None = None  # seconds: average of the recent runs (None: none yet)
         watch = getattr(pool, "watch_begins", None)
         self._begins_later = watch is not None
@@ -145,7 +148,7 @@ class InFlight:
 
     @property
     def stuck(self) -> int:
-        """Pool threads still running a handler whose job was already reported timed out."""
+        """Threads still running a handler past its job's deadline (reported timed out, or dropped: lease lost)."""
         return self._stuck
 
     # -- jobs entering ---------------------------------------------------------------------
@@ -268,6 +271,8 @@ class InFlight:
         that slot's thread begins it.
         """
         now = self.clock()
+        if self._dropped:
+            self._count_dropped_overruns(now)
         late = [e for e in self.pending() if e.deadline <= now]
         timed_out = []
         for entry in late:
@@ -318,6 +323,28 @@ class InFlight:
             timed_out.append(entry)
         return timed_out
 
+    def _count_dropped_overruns(self, now: float) -> None:
+        """Count stuck each thread of a job dropped for its lost lease that runs past its deadline (``now``)."""
+        with self._lock:
+            keep = []
+            for entry in self._dropped:
+                if entry.returned:
+                    continue
+                if entry.deadline > now:
+                    keep.append(entry)
+                    continue
+                entry.stuck = True
+                self._stuck += 1
+                metrics.worker_stuck_threads.set(self._stuck)
+                logger.warning(
+                    "job %s: its lease was lost and its handler runs past its %d s timeout; its thread keeps its"
+                    " slot until the handler returns",
+                    entry.job.id,
+                    entry.job.timeout_seconds,
+                    extra={"job_id": str(entry.job.id), "attempt": entry.job.attempt, "worker": self._worker_id},
+                )
+            self._dropped = keep
+
     def _finalize_waiting(self, entry: Running) -> bool:
         """Like ``finalize``, for a job no slot has begun: False once one has (or it has its outcome)."""
         with self._lock:
@@ -347,12 +374,20 @@ class InFlight:
             self._report(Report(job=entry.job, outcome=Outcome.CANCELLED, error="cancelled: child process killed"))
 
     def lease_lost(self, job_id: uuid.UUID) -> bool:
-        """The heartbeat found ``job_id``'s lease gone: drop it without an outcome; False if not held."""
+        """The heartbeat found ``job_id``'s lease gone: drop it without an outcome; False if not held.
+
+        A thread still running its handler keeps its slot; past the job's deadline it is counted
+        ``stuck`` (``enforce_deadlines``), as a timed-out one is, so slots all held that way stop
+        the worker for a fresh process (``runner._wedged``).
+        """
         with self._lock:
             entry = self._running.get(job_id)
         if entry is None or not self.finalize(entry):
             return False
-        self.pool.abort(entry)
+        if not self.pool.abort(entry) and entry.begun:  # a thread runs its handler on: watch its deadline
+            with self._lock:
+                if not entry.returned:
+                    self._dropped.append(entry)
         logger.warning(
             "job %s: lease lost; its result will be discarded",
             job_id,

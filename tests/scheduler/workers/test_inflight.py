@@ -178,6 +178,27 @@ def test_a_thread_whose_lease_was_lost_returning_late_leaves_the_stuck_threads_c
     assert inflight.stuck == 0
 
 
+def test_a_thread_whose_lease_was_lost_is_counted_stuck_once_it_runs_past_its_timeout() -> None:
+    # Before: a job dropped for its lost lease left its thread uncounted for good, however long the
+    # handler hung, so a worker whose every slot hung that way never stopped for a fresh process
+    # (_wedged) and never ran a job again.
+    inflight, pool, clock, _ = make(slots=1, kind="threads")
+    (entry,) = inflight.start([claimed_job(timeout_seconds=30)])
+    assert inflight.lease_lost(entry.job.id) is True
+    clock.advance(29)
+    inflight.enforce_deadlines()
+    assert inflight.stuck == 0  # within its timeout: it may yet return
+
+    clock.advance(1)
+    assert inflight.enforce_deadlines() == []  # no outcome: the rescuer owns its job
+    assert inflight.stuck == 1
+    inflight.enforce_deadlines()
+    assert inflight.stuck == 1  # counted once
+
+    assert pool.finish(entry, Outcome.SUCCEEDED) is False
+    assert inflight.stuck == 0
+
+
 def test_a_timed_out_process_slot_is_killed_and_free_at_once() -> None:
     inflight, pool, clock, reports = make(slots=1, kind="processes")
     inflight.start([claimed_job(timeout_seconds=5)])
