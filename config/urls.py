@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit.api import JobEventListView
+from core.api_docs import DocsView, SchemaView
 from core.errors import api_not_found
 from scheduler.api import flow as flow_api
 from scheduler.api import queues as queue_api
@@ -37,11 +37,9 @@ urlpatterns = [
     path("api/schedules/<int:schedule_id>/runs", schedule_api.ScheduleRunListView.as_view(), name="schedule-runs"),
     path("api/jobs/<uuid:job_id>/events", JobEventListView.as_view(), name="job-events"),
     path("api/", include("scheduler.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
     # GET and HEAD only: the Swagger page's HTML renderer has no template for OPTIONS (a 500); others get a 405.
-    path(
-        "api/docs/", SpectacularSwaggerView.as_view(url_name="schema", http_method_names=["get", "head"]), name="docs"
-    ),
+    path("api/docs/", DocsView.as_view(url_name="schema", http_method_names=["get", "head"]), name="docs"),
     path("api", api_not_found),  # nor /api: an API client gets the JSON 404, not the pages' HTML one
     path("api/", api_not_found),  # /api/ itself has no resource (the docs are /api/docs/)
     path("api/<path:path>", api_not_found),  # any other /api/ path: the JSON 404, DEBUG or not

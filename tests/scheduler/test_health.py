@@ -187,8 +187,20 @@ def test_schema_and_docs_are_served(api):
 
 @pytest.mark.parametrize("method", ["options", "post", "put", "patch", "delete"])
 def test_the_docs_page_answers_only_get_and_head_and_other_methods_are_a_405_not_a_500(api, method):
-    assert getattr(api, method)("/api/docs/").status_code == 405
+    resp = getattr(api, method)("/api/docs/")
+    assert resp.status_code == 405
+    # The error envelope as JSON, as everywhere under /api/ (it was the text "405 Method Not Allowed").
+    assert resp["Content-Type"] == "application/json"
+    assert resp.json()["error"]["code"] == "method_not_allowed"
     assert api.head("/api/docs/").status_code == 200
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_the_schema_answers_an_error_as_json_not_yaml(api, method):
+    resp = getattr(api, method)("/api/schema/")
+    assert resp.status_code == 405
+    assert resp["Content-Type"] == "application/json"
+    assert resp.json()["error"]["code"] == "method_not_allowed"
 
 
 def test_unknown_api_path_is_json_404(api):
