@@ -38,12 +38,14 @@ def is_placeholder(value: Any) -> bool:
 def secrets_in_use() -> list[tuple[str, Any]]:
     """Return (what, value) for each secret Stint reads: its variable name, and its value in the settings."""
     database = settings.DATABASES.get("default", {})
+    # libpq also takes the password from the URL's query (?password=...): django-environ leaves it in OPTIONS.
+    db_password = database.get("PASSWORD") or (database.get("OPTIONS") or {}).get("password", "")
     return [
         ("SECRET_KEY", settings.SECRET_KEY),
         ("JWT_SIGNING_KEY", settings.JWT_SIGNING_KEY),
         ("STINT_ADMIN_PASSWORD", getattr(settings, "STINT_ADMIN_PASSWORD", "")),
         ("METRICS_BEARER_TOKEN", getattr(settings, "METRICS_BEARER_TOKEN", "")),
-        (DATABASE_PASSWORD, database.get("PASSWORD", "")),
+        (DATABASE_PASSWORD, db_password),
     ]
 
 

@@ -117,3 +117,30 @@ def test_manage_check_deploy_refuses_docker_env_example_as_shipped() -> None:
     assert sorted(refused) == sorted(
         ["SECRET_KEY", "JWT_SIGNING_KEY", "STINT_ADMIN_PASSWORD", "METRICS_BEARER_TOKEN", "DATABASE_URL's password"]
     )
+
+
+def test_manage_check_deploy_refuses_a_placeholder_password_given_as_a_database_url_parameter() -> None:
+    # libpq takes the password from the URL's query too (?password=...), which django-environ keeps in
+    # OPTIONS: the check read only the user-info password, and this one passed.
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", str(ROOT)),
+        "DJANGO_ENV": "production",
+        "SECRET_KEY": secrets.token_urlsafe(48),
+        "JWT_SIGNING_KEY": secrets.token_urlsafe(48),
+        "ALLOWED_HOSTS": "stint.example.com",
+        "DATABASE_URL": "postgres://stint@postgres:5432/stint?password=change-me-postgres-password",
+    }
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.findall(r"\(stint\.E001\) (.+?) is still a placeholder", result.stderr) == ["DATABASE_URL's password"]
