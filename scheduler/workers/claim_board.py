@@ -56,6 +56,8 @@ LOG_SIZE = 4096  # NOTIFY tokens a process remembers (about 8 s of NOTIFYs at 50
 RUNNING_TRUST_NS = 50_000_000  # a sibling claim running longer than 50 ms is not waited for
 TOKEN_SKEW_NS = 1_000_000_000  # how much earlier than us a sibling may plausibly see a NOTIFY
 READ_TRIES = 4  # torn reads retried before a row counts as unknown
+# Bound at import, like the worker's own (``runner._monotonic_ns``): the notes it compares with come from it.
+_monotonic_ns = time.monotonic_ns
 
 
 class State(enum.IntEnum):
@@ -197,7 +199,7 @@ class BoardView:
         is running and began before ours (see ``verdict``). After CLAIM the caller makes the
         claim and calls ``claim_finished``.
         """
-        started = time.monotonic_ns()
+        started = _monotonic_ns()
         previous = self._mine
         self._mine = (State.RUNNING, note.token or 0, started, paused)
         self._write(*self._mine)

@@ -102,8 +102,11 @@ CLAIM_AHEAD_MAX_RUN = 0.05  # seconds
 DEFAULT_THREAD_SLOTS = 50
 DEFAULT_PROCESS_SLOTS = 5
 # Bound once at import: a handler that replaces ``time.sleep`` (a test double left behind, a
-# hostile one) must not break the worker's own waits.
+# hostile one) must not break the worker's own waits, nor one that replaces ``time.monotonic``
+# (a frozen clock returning 0 made the claim cooldown sleep for the machine's whole uptime).
 _sleep = time.sleep
+_monotonic = time.monotonic
+_monotonic_ns = time.monotonic_ns
 _DB_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
 
 
@@ -399,7 +402,7 @@ class Worker:
         short claim the queue was empty: a NOTIFY then means a new job, claimed at once (waiting
         would only add to its pickup lag).
         """
-        wait = self._last_claim + CLAIM_COOLDOWN - time.monotonic() if cooldown else 0.0
+        wait = min(CLAIM_COOLDOWN, self._last_claim + CLAIM_COOLDOWN - _monotonic()) if cooldown else 0.0
         if wait > 0:
             _sleep(wait)
             free = self.inflight.room(ahead)
@@ -415,7 +418,7 @@ class Worker:
                 self._notified = True
                 self._recheck = True
                 return 0, 0
-        self._last_claim = started = time.monotonic()
+        self._last_claim = started = _monotonic()
         try:
             jobs = leasing.claim_jobs(
                 worker_id=self.id,
@@ -432,7 +435,7 @@ class Worker:
         if board is not None:
             # Short: it took every job it saw (not so under flow limits, which leave jobs behind).
             board.claim_finished(short=len(jobs) < free and leasing.short_claim_took_all())
-        took = time.monotonic() - started
+        took = _monotonic() - started
         self.inflight.start(jobs)  # before the metrics: the handlers need not wait for them
         if ahead and jobs and self._ahead_mark is not None and not self._ahead_mark.value:
             self._ahead_mark.value = True
@@ -512,12 +515,12 @@ class Worker:
         """A notification read by the claim loop: note it when it names one of our queues (or none)."""
         token, names = parse_payload(payload)
         if not self._wanted or not names or not self._wanted.isdisjoint(names):
-            self._notes.append(token, time.monotonic_ns())
+            self._notes.append(token, _monotonic_ns())
             self._notified = True
 
     def _on_listen(self) -> None:
         """LISTEN began: anything enqueued while nobody listened was not notified, so claim."""
-        self._notes.append(None, time.monotonic_ns())  # no token: a claim follows for sure
+        self._notes.append(None, _monotonic_ns())  # no token: a claim follows for sure
         self._notified = True
 
     def _flush_loop(self) -> None:

@@ -314,6 +314,23 @@ def flush(worker: Worker) -> None:
     worker._flush(batch)
 
 
+def test_a_handler_that_replaces_time_monotonic_cannot_put_the_claim_loop_to_sleep(
+    one_slot_worker: Worker, monkeypatch
+) -> None:
+    # A handler's test double (a frozen clock: time.monotonic returning 0) made the claim cooldown
+    # sleep for the whole uptime of the machine: the claim loop claimed, polled and enforced no
+    # deadline again while the heartbeat kept every lease it held alive.
+    from scheduler.workers import runner
+
+    worker = one_slot_worker
+    slept: list[float] = []
+    monkeypatch.setattr(runner, "_sleep", slept.append)
+    worker._last_claim = time.monotonic()  # the claim before, on the real clock
+    monkeypatch.setattr(time, "monotonic", lambda: 0.0)  # what the handler left behind
+    worker._claim(1, cooldown=True)
+    assert slept and max(slept) <= runner.CLAIM_COOLDOWN
+
+
 def test_claims_ahead_only_while_a_backlog_of_short_runs_lasts(one_slot_worker: Worker) -> None:
     worker = one_slot_worker
     assert worker._ahead(backlog=True) == 0  # no run yet
