@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from chaos.hosts import Hosts
-from core.process_sessions import proc_stats
+from core.process_sessions import proc_stats, stat_fields
 from devstack import PostgresServer, _package_dir
 
 PG_PORT_ISOLATED = 5432  # inside the db namespace: nobody else listens there
@@ -126,6 +126,18 @@ class Server:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.kill()
+
+
+STOP_SETTLE_SECONDS = 2.0  # how long Postgres.pause waits for its SIGSTOPs to take effect, at most
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not stopped ("T"/"t" in ``/proc/<pid>/stat``, proc(5))."""
+    try:
+        fields = stat_fields(Path(f"/proc/{pid}/stat").read_bytes())
+    except OSError:  # gone
+        return False
+    return bool(fields) and fields[0] not in (b"T", b"t")
 
 
 def os_killpg(pid: int, sig: int) -> None:
@@ -238,6 +250,13 @@ class Postgres(Server):
             for pid in fresh:
                 os_kill(pid, signal.SIGSTOP)
                 stopped.add(pid)
+        # kill(2) returns before the signal takes effect: a process busy on the other core stops
+        # when next scheduled. Return once every one reads stopped (or gone), so the caller's
+        # fault has begun.
+        watched = stopped | {self.proc.pid}
+        deadline = time.monotonic() + STOP_SETTLE_SECONDS
+        while time.monotonic() < deadline and any(_running(pid) for pid in watched):
+            time.sleep(0.005)
 
     def resume(self) -> None:
         """SIGCONT every process under the postmaster, however new, then the postmaster (no-op unless paused)."""
