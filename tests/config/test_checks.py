@@ -29,6 +29,21 @@ def example_values(path: Path) -> dict[str, str]:
     return dict(re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=(.*)$", path.read_text(), re.MULTILINE))
 
 
+def placeholders_refused_by_check_deploy(env: dict[str, str]) -> list[str]:
+    """Run ``manage.py check --deploy`` with exactly ``env``; it must fail: the stint.E001 names, in order."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    return re.findall(r"\(stint\.E001\) (.+?) is still a placeholder", result.stderr)
+
+
 def stint_errors() -> list[checks.CheckMessage]:
     return [m for m in placeholder_secrets() if m.id == "stint.E001"]
 
@@ -102,18 +117,7 @@ def test_manage_check_deploy_refuses_docker_env_example_as_shipped() -> None:
         "KAFKA_BOOTSTRAP_SERVERS": "kafka:9092",
     }
 
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check", "--deploy"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-    assert result.returncode == 1, result.stdout + result.stderr
-    refused = re.findall(r"\(stint\.E001\) (.+?) is still a placeholder", result.stderr)
+    refused = placeholders_refused_by_check_deploy(env)
     assert sorted(refused) == sorted(
         ["SECRET_KEY", "JWT_SIGNING_KEY", "STINT_ADMIN_PASSWORD", "METRICS_BEARER_TOKEN", "DATABASE_URL's password"]
     )
@@ -132,15 +136,4 @@ def test_manage_check_deploy_refuses_a_placeholder_password_given_as_a_database_
         "DATABASE_URL": "postgres://stint@postgres:5432/stint?password=change-me-postgres-password",
     }
 
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check", "--deploy"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert re.findall(r"\(stint\.E001\) (.+?) is still a placeholder", result.stderr) == ["DATABASE_URL's password"]
+    assert placeholders_refused_by_check_deploy(env) == ["DATABASE_URL's password"]
