@@ -276,13 +276,20 @@ def test_a_pool_child_that_locks_the_job_table_is_still_timed_out_and_killed(mon
 
 # -- claim ahead ------------------------------------------------------------------------------
 
-AHEAD_GATE = threading.Event()  # TEST_RUNNER_GATED handlers return once it is set
+
+def gated_handler(job_type: str) -> threading.Event:
+    """Register a handler of ``job_type`` that returns "done" once the event returned is set (or after WAIT)."""
+    gate = threading.Event()
+
+    @handler(job_type)
+    def _gated(payload, ctx) -> str:
+        gate.wait(WAIT)
+        return "done"
+
+    return gate
 
 
-@handler("TEST_RUNNER_GATED")
-def _runner_gated(payload, ctx) -> str:
-    AHEAD_GATE.wait(WAIT)
-    return "done"
+AHEAD_GATE = gated_handler("TEST_RUNNER_GATED")
 
 
 @pytest.fixture
@@ -433,13 +440,7 @@ def test_a_job_claimed_ahead_whose_queue_is_paused_while_it_waits_is_handed_back
     assert attempt.status == AttemptStatus.LOST and "paused" in attempt.error
 
 
-HOLD_GATE = threading.Event()  # TEST_RUNNER_HELD handlers return once it is set
-
-
-@handler("TEST_RUNNER_HELD")
-def _runner_held(payload, ctx) -> str:
-    HOLD_GATE.wait(WAIT)
-    return "done"
+HOLD_GATE = gated_handler("TEST_RUNNER_HELD")
 
 
 def test_a_job_claimed_ahead_handed_back_at_shutdown_after_it_began_records_when_its_slot_began_it(
@@ -468,13 +469,7 @@ def test_a_job_claimed_ahead_handed_back_at_shutdown_after_it_began_records_when
     assert attempt.started_at <= attempt.finished_at
 
 
-PACE_GATE = threading.Event()  # TEST_RUNNER_PACED handlers return once it is set
-
-
-@handler("TEST_RUNNER_PACED")
-def _runner_paced(payload, ctx) -> str:
-    PACE_GATE.wait(WAIT)
-    return "done"
+PACE_GATE = gated_handler("TEST_RUNNER_PACED")
 
 
 def test_a_claim_a_concurrency_limit_held_back_is_made_again_once_a_job_of_the_worker_finishes(
