@@ -106,9 +106,9 @@ def rescue_held_by(*, worker_id: str, error: str, isolate: bool, unbegun: Collec
                 [worker_id],
             )
             rows = cursor.fetchall()
-        # A row: RESCUE_COLUMNS; [0] the id, [6] cancel_requested.
-        back = [r for r in rows if r[0] in unbegun and not r[6]]
-        lost = [r for r in rows if not (r[0] in unbegun and not r[6])]
+        back, lost = [], []
+        for row in rows:  # RESCUE_COLUMNS: [0] the id, [6] cancel_requested
+            (back if row[0] in unbegun and not row[6] else lost).append(row)
         moved = rescue(lost, error=error, reason="worker_died", isolate=isolate) if lost else []
         handed = hand_back_unrun(back) if back else []
     if moved:

@@ -61,7 +61,7 @@ from scheduler.workers.inflight import CLAIM_AHEAD_MAX_WAIT
 from scheduler.workers.pool import PROMETHEUS_DIR_VARIABLE, describe_exit, died_while_running
 from scheduler.workers.process_group import kill_group, kill_leftovers, stop_signals_held
 from scheduler.workers.runner import WEDGED_EXIT_CODE, WorkerOptions
-from scheduler.workers.waiting_board import ID_BYTES, capacity_for, read_waiting
+from scheduler.workers.waiting_board import read_waiting, shared_array
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +316,7 @@ class Supervisor:
         ahead = self._ctx.RawValue(ctypes.c_bool, False)
         waiting = None
         if not isolation and options.pool == "threads":
-            waiting = self._ctx.RawArray(ctypes.c_char, ID_BYTES * capacity_for(options.concurrency))
+            waiting = shared_array(self._ctx, options.concurrency)
         process = self._ctx.Process(
             target=worker_process_main,
             args=(theirs, dataclasses.asdict(options), token, self.options.log_level, board, pulse, ahead, waiting),

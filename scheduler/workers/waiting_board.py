@@ -19,6 +19,7 @@ entry taken (more jobs waiting than the board holds) a job is simply not listed.
 
 from __future__ import annotations
 
+import ctypes
 import uuid
 from typing import Any
 
@@ -29,6 +30,11 @@ _EMPTY = bytes(ID_BYTES)
 def capacity_for(slots: int) -> int:
     """Entries a thread pool of ``slots`` needs: its free slots plus as many claimed ahead (``InFlight.room``)."""
     return 2 * slots
+
+
+def shared_array(ctx: Any, slots: int) -> Any:
+    """A zeroed board for a thread pool of ``slots``, shared with the processes ``ctx`` (multiprocessing) starts."""
+    return ctx.RawArray(ctypes.c_char, ID_BYTES * capacity_for(slots))
 
 
 class WaitingBoard:
