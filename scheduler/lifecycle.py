@@ -412,13 +412,16 @@ def retry_later(ends: Sequence[AttemptEnd], *, delays: Sequence[float]) -> list[
 def hand_back(ends: Sequence[AttemptEnd]) -> list[Moved]:
     """RUNNING -> RETRYING, due now, for runs a stopping worker gave up; attempt row (LOST); JOB_RETRIED.
 
-    The attempt does not count against the budget (``attempts_base`` moves up with it).
+    The attempt does not count against the budget (``attempts_base`` moves up with it). The job
+    keeps its place in line: its ``scheduled_at`` (when it was due, which the claim orders by
+    within a priority) stays, so once promoted it is claimed before the jobs queued after it, as
+    Sidekiq's requeue of a stopping worker's jobs and Oban's rescue of orphaned ones leave it.
     """
     return _end_attempts(
         ends,
         to=JobStatus.RETRYING,
         event=EventType.JOB_RETRIED,
-        assign={"scheduled_at": _NOW, "attempts_base": _Sql("j.attempts_base + 1")},
+        assign={"scheduled_at": _Sql("least(j.scheduled_at, now())"), "attempts_base": _Sql("j.attempts_base + 1")},
         backoffs=[0.0] * len(ends),
     )
 

@@ -266,6 +266,19 @@ def test_the_jobs_a_dead_worker_process_had_not_begun_are_handed_back_unrun_with
 
 
 @pytest.mark.django_db
+def test_a_job_handed_back_unrun_keeps_its_place_in_line() -> None:
+    """It was due and waiting; handed back, it is claimed before the jobs that were queued after it."""
+    first = enqueue("DEMO_TASK", {})
+    second = enqueue("DEMO_TASK", {})  # same priority, queued after ``first``
+    assert [c.id for c in claim(limit=1)] == [first.id]
+    assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True, unbegun={first.id}) == 1
+
+    DuePromoter().run_once()
+    assert [c.id for c in claim(limit=1)] == [first.id]
+    assert status(second) == JobStatus.QUEUED
+
+
+@pytest.mark.django_db
 def test_a_late_outcome_of_a_rescued_dead_process_changes_nothing() -> None:
     job, claimed = running_job(max_retries=2)
     assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True) == 1
