@@ -145,6 +145,18 @@ def observer(ctx: Ctx, database: str) -> psycopg.Connection:
     return psycopg.connect(url, autocommit=True)
 
 
+def autovacuum_runs(conn: psycopg.Connection) -> int:
+    """Autovacuum and autoanalyze runs finished so far on the tables of ``conn``'s database.
+
+    From ``pg_stat_user_tables`` (``autovacuum_count + autoanalyze_count``, cumulative since the
+    database was created). Read before and after a measured window: a run that lands in a short
+    window (autoanalyze after 10% of a table changed, at most once per ``autovacuum_naptime``,
+    60 s) costs the system under test CPU there and not in another repetition.
+    """
+    row = conn.execute("SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) FROM pg_stat_user_tables")
+    return int(row.fetchone()[0])
+
+
 def checkpoint(ctx: Ctx) -> None:
     """CHECKPOINT, so that every measured window starts with the same full-page-write state."""
     with admin(ctx) as conn:
