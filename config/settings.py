@@ -82,16 +82,27 @@ class _Env(environ.Env):
 env = _Env()
 
 
-def _bounded(name: str, value: float, low: float, high: float) -> Any:
+def _bounded(name: str, value: float, low: float, high: float = math.inf) -> Any:
     """Return ``value`` of the variable ``name``; raise ImproperlyConfigured unless ``low <= value <= high``.
 
     A number out of range started cleanly and then gave wrong answers or failed deep inside a
     process (a page size of 0 listed nothing under its count; a TTL of 0 let a replayed
-    Idempotency-Key create a second job); here it names its variable at start-up.
+    Idempotency-Key create a second job); here it names its variable at start-up. No ``high``:
+    any number from ``low`` up.
     """
     if not low <= value <= high:
-        raise ImproperlyConfigured(f"{name} must be from {low} to {high} (got {value!r})")
+        span = f"{low} or more" if high == math.inf else f"from {low} to {high}"
+        raise ImproperlyConfigured(f"{name} must be {span} (got {value!r})")
     return value
+
+
+_TEN_YEARS_SECONDS = 10 * 365 * 86400  # the longest token lifetime or idempotency TTL (a timedelta ends near 2.7e12 s)
+# The longest retention in days (0 keeps forever): 1e7 days before now() is "timestamp out of range"
+# in every prune, 1e9 a timedelta OverflowError when the pruner is made.
+_RETENTION_DAYS_MAX = 100 * 365
+# PostgreSQL's timeouts are int milliseconds (INT_MAX): a longer idle_in_transaction_session_timeout is
+# refused at every connect ("Value exceeds integer range"), or by the relay's set_config at every batch.
+_PG_TIMEOUT_MAX_SECONDS = 2_147_483
 
 
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
@@ -216,7 +227,11 @@ _POSTGRES_ENGINES = ("django.db.backends.postgresql", "django.contrib.gis.db.bac
 if DATABASES["default"].get("ENGINE") not in _POSTGRES_ENGINES:
     # django-environ makes an unknown scheme the dummy backend, which fails only at the first query.
     raise ImproperlyConfigured(f"DATABASE_URL: {env.str('DATABASE_URL')!r} is not a PostgreSQL URL (postgres://...)")
-DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
+# Seconds (0: a connection per request). Django adds it to time.monotonic(): 1e400 was an OverflowError
+# at every connect.
+DATABASES["default"].setdefault(
+    "CONN_MAX_AGE", _bounded("DB_CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60), 0, _TEN_YEARS_SECONDS)
+)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("TEST", {})["NAME"] = env.str("TEST_DATABASE_NAME", default="test_stint")
 # Every connection names its process and role in pg_stat_activity (core.db_role): stint-web,
@@ -236,8 +251,11 @@ STINT_REQUEST_DB_TIMEOUT_SECONDS = _bounded(
 # ``options`` string goes in front of ours.
 _url_options = DATABASES["default"]["OPTIONS"]
 DATABASES["default"]["OPTIONS"] = _db_session.session_options(
-    idle_in_transaction_seconds=env.float(
-        "STINT_DB_IDLE_IN_TRANSACTION_SECONDS", default=_db_session.DEFAULT_IDLE_IN_TRANSACTION_SECONDS
+    idle_in_transaction_seconds=_bounded(
+        "STINT_DB_IDLE_IN_TRANSACTION_SECONDS",
+        env.float("STINT_DB_IDLE_IN_TRANSACTION_SECONDS", default=_db_session.DEFAULT_IDLE_IN_TRANSACTION_SECONDS),
+        0,
+        _PG_TIMEOUT_MAX_SECONDS,
     ),
     connect_timeout_seconds=_bounded(
         "STINT_DB_CONNECT_TIMEOUT_SECONDS",
@@ -272,19 +290,34 @@ CACHES = {
 KAFKA_BOOTSTRAP_SERVERS = env.str("KAFKA_BOOTSTRAP_SERVERS", default="127.0.0.1:9092")
 KAFKA_TOPIC = env.str("KAFKA_TOPIC", default="job-lifecycle-events")
 KAFKA_TOPIC_PARTITIONS = _bounded("KAFKA_TOPIC_PARTITIONS", env.int("KAFKA_TOPIC_PARTITIONS", default=6), 1, 10_000)
-KAFKA_SESSION_TIMEOUT_MS = env.int("KAFKA_SESSION_TIMEOUT_MS", default=6000)
+# Longer than librdkafka's heartbeat.interval.ms (3000 ms, kept): a shorter session expires between two
+# heartbeats. At most its max.poll.interval.ms (300000 ms, kept): a longer one fails the consumer's creation.
+KAFKA_SESSION_TIMEOUT_MS = _bounded(
+    "KAFKA_SESSION_TIMEOUT_MS", env.int("KAFKA_SESSION_TIMEOUT_MS", default=6000), 3001, 300_000
+)
 KAFKA_AUDIT_GROUP = env.str("KAFKA_AUDIT_GROUP", default="stint-audit")
 # Outbox relay and pruner (scheduler.maintenance.relay, .outbox_pruner; typed in scheduler.kafka.EventStreamConf):
-# every delivery report arrives within the timeout.
-KAFKA_DELIVERY_TIMEOUT_MS = env.int("KAFKA_DELIVERY_TIMEOUT_MS", default=5000)
+# every delivery report arrives within the timeout. librdkafka reads 0 as "never" and refuses anything up
+# to the relay's linger.ms (5 ms) or negative; the relay holds its rows locked up to this long (an hour at most).
+KAFKA_DELIVERY_TIMEOUT_MS = _bounded(
+    "KAFKA_DELIVERY_TIMEOUT_MS", env.int("KAFKA_DELIVERY_TIMEOUT_MS", default=5000), 1000, 3_600_000
+)
 OUTBOX_BATCH_SIZE = _bounded("STINT_OUTBOX_BATCH_SIZE", env.int("STINT_OUTBOX_BATCH_SIZE", default=5000), 1, 1_000_000)
-OUTBOX_RELAY_INTERVAL_SECONDS = env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS", default=0.1)
+# As STINT_POLL_SECONDS: a wait of 1e20 s was an OverflowError that ended the relay's thread.
+OUTBOX_RELAY_INTERVAL_SECONDS = _bounded(
+    "STINT_OUTBOX_RELAY_INTERVAL_SECONDS",
+    env.float("STINT_OUTBOX_RELAY_INTERVAL_SECONDS", default=0.1),
+    0.01,
+    7 * 86_400,
+)
 OUTBOX_RETENTION_DAYS = env.int("STINT_OUTBOX_RETENTION_DAYS", default=7)
 # The audit consumer's quarantine (audit.quarantine): entries older than this are pruned (0: kept).
 AUDIT_QUARANTINE_RETENTION_DAYS = env.int("STINT_AUDIT_QUARANTINE_RETENTION_DAYS", default=30)
 # The relay holds its leased rows in a transaction while Kafka confirms (up to the delivery timeout
 # plus 1 s); a relay stuck longer (SIGSTOPped, cut off) loses its session after this many seconds.
-OUTBOX_LOCK_HOLD_SECONDS = env.int("STINT_OUTBOX_LOCK_HOLD_SECONDS", default=60)
+OUTBOX_LOCK_HOLD_SECONDS = _bounded(
+    "STINT_OUTBOX_LOCK_HOLD_SECONDS", env.int("STINT_OUTBOX_LOCK_HOLD_SECONDS", default=60), 1, _PG_TIMEOUT_MAX_SECONDS
+)
 if OUTBOX_LOCK_HOLD_SECONDS < KAFKA_DELIVERY_TIMEOUT_MS // 1000 + 3:
     raise ImproperlyConfigured(
         "STINT_OUTBOX_LOCK_HOLD_SECONDS must exceed the delivery timeout (KAFKA_DELIVERY_TIMEOUT_MS) by 3 s"
@@ -307,8 +340,8 @@ if OUTBOX_RETENTION_DAYS * 86400 <= AUDIT_RECONCILE_AFTER_SECONDS:
         f" STINT_AUDIT_RECONCILE_AFTER_SECONDS ({AUDIT_RECONCILE_AFTER_SECONDS} s), after which the reconciler"
         " checks them"
     )
-if AUDIT_QUARANTINE_RETENTION_DAYS < 0:
-    raise ImproperlyConfigured("STINT_AUDIT_QUARANTINE_RETENTION_DAYS must be 0 or more")
+_bounded("STINT_OUTBOX_RETENTION_DAYS", OUTBOX_RETENTION_DAYS, 1, _RETENTION_DAYS_MAX)
+_bounded("STINT_AUDIT_QUARANTINE_RETENTION_DAYS", AUDIT_QUARANTINE_RETENTION_DAYS, 0, _RETENTION_DAYS_MAX)
 
 AUTH_USER_MODEL = "accounts.User"
 
@@ -369,9 +402,8 @@ for _scope, _rate in STINT_RATE_LIMITS.items():  # read per request: a bad one w
         raise ImproperlyConfigured(f"STINT_RATE_LIMIT_{_scope.upper()}: {exc}") from None
 # Reverse proxies in front of the web process that append to X-Forwarded-For. 0: the client
 # address is the socket peer and X-Forwarded-For is ignored.
-TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+TRUSTED_PROXY_COUNT = _bounded("TRUSTED_PROXY_COUNT", env.int("TRUSTED_PROXY_COUNT", default=0), 0)
 
-_TEN_YEARS_SECONDS = 10 * 365 * 86400  # the longest token lifetime or idempotency TTL (a timedelta ends near 2.7e12 s)
 _JWT_ACCESS_SECONDS = env.int("JWT_ACCESS_LIFETIME_SECONDS", default=300)
 _JWT_REFRESH_SECONDS = env.int("JWT_REFRESH_LIFETIME_SECONDS", default=86400)
 SIMPLE_JWT = {
@@ -458,17 +490,8 @@ SCHEDULER = {
 # exact payload rule left to the job service.
 API_MAX_BODY_BYTES = 6 * SCHEDULER["MAX_PAYLOAD_BYTES"] + 4096
 
-for _key in (
-    "MIN_SCHEDULE_INTERVAL_SECONDS",
-    "CLAIM_INDEX_VACUUM_PAGES",
-    "AGING_SECONDS",
-    "QUEUE_RETENTION_DAYS",
-    "OPERATOR_LOG_RETENTION_DAYS",
-    "MAX_SCHEDULES_PER_USER",
-    *(k for k in SCHEDULER if k.startswith("RETENTION_")),
-):
-    if SCHEDULER[_key] < 0:
-        raise ImproperlyConfigured(f"STINT_{_key} must be 0 or more")
+for _key in ("MIN_SCHEDULE_INTERVAL_SECONDS", "CLAIM_INDEX_VACUUM_PAGES", "MAX_SCHEDULES_PER_USER"):
+    _bounded(f"STINT_{_key}", SCHEDULER[_key], 0)
 for _key, _low, _high in (
     ("LEASE_SECONDS", 1, 86_400),
     ("HEARTBEAT_SECONDS", 0.1, 86_400),  # run_workers' --heartbeat-seconds floor; below the lease, it checks
@@ -480,6 +503,12 @@ for _key, _low, _high in (
     ("BACKOFF_MAX_SECONDS", 0, 7 * 86_400),
     ("IDEMPOTENCY_TTL_SECONDS", 1, _TEN_YEARS_SECONDS),
     ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024),
+    # Ages subtracted from now() in SQL: 1e13 s was "timestamp out of range" in every query using them.
+    ("AGING_SECONDS", 0, _TEN_YEARS_SECONDS),
+    ("WORKER_DEAD_AFTER_SECONDS", 1, 7 * 86_400),
+    ("QUEUE_RETENTION_DAYS", 0, _RETENTION_DAYS_MAX),
+    ("OPERATOR_LOG_RETENTION_DAYS", 0, _RETENTION_DAYS_MAX),
+    *((k, 0, _RETENTION_DAYS_MAX) for k in SCHEDULER if k.startswith("RETENTION_")),
 ):
     _bounded(f"STINT_{_key}", SCHEDULER[_key], _low, _high)
 if SCHEDULER["WORKER_DEAD_AFTER_SECONDS"] <= SCHEDULER["HEARTBEAT_SECONDS"]:
@@ -583,7 +612,8 @@ if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
-    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
+    # RFC 6797's max-age is a non-negative number of seconds: browsers ignore "max-age=-1".
+    SECURE_HSTS_SECONDS = _bounded("SECURE_HSTS_SECONDS", env.int("SECURE_HSTS_SECONDS", default=31536000), 0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
     SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
     # In-cluster probes and scrapes speak plain HTTP to the pod; everything else is redirected.

@@ -80,8 +80,8 @@ def test_check_deploy_is_clean():
         ({"STINT_AGING_MAX_PRIORITY": "-101"}, "STINT_AGING_MAX_PRIORITY must be from -100 to 100 (got -101)"),
         ({"STINT_AGING_STEP": "0"}, "STINT_AGING_STEP must be from 1 to 200 (got 0)"),
         ({"STINT_AGING_STEP": "201"}, "STINT_AGING_STEP must be from 1 to 200 (got 201)"),
-        ({"STINT_AGING_SECONDS": "-1"}, "STINT_AGING_SECONDS must be 0 or more"),
-        ({"STINT_QUEUE_RETENTION_DAYS": "-1"}, "STINT_QUEUE_RETENTION_DAYS must be 0 or more"),
+        ({"STINT_AGING_SECONDS": "-1"}, "STINT_AGING_SECONDS must be from 0 to 315360000 (got -1)"),
+        ({"STINT_QUEUE_RETENTION_DAYS": "-1"}, "STINT_QUEUE_RETENTION_DAYS must be from 0 to 36500 (got -1)"),
         # Published outbox rows pruned before the reconciler's grace: a lost event was never repaired.
         (
             {"STINT_OUTBOX_RETENTION_DAYS": "0"},
@@ -94,7 +94,10 @@ def test_check_deploy_is_clean():
             "STINT_OUTBOX_RETENTION_DAYS (1) must keep published events longer than"
             " STINT_AUDIT_RECONCILE_AFTER_SECONDS (86400 s)",
         ),
-        ({"STINT_AUDIT_QUARANTINE_RETENTION_DAYS": "-1"}, "STINT_AUDIT_QUARANTINE_RETENTION_DAYS must be 0 or more"),
+        (
+            {"STINT_AUDIT_QUARANTINE_RETENTION_DAYS": "-1"},
+            "STINT_AUDIT_QUARANTINE_RETENTION_DAYS must be from 0 to 36500 (got -1)",
+        ),
         # A rate limit the throttle cannot read was found only by the first request: every API call,
         # sign-in and console login answered 500.
         ({"STINT_RATE_LIMIT_USER": "abc"}, "STINT_RATE_LIMIT_USER: Bad rate limit 'abc'"),
@@ -140,6 +143,66 @@ def test_check_deploy_is_clean():
         ),
         ({"STINT_BACKOFF_MAX_SECONDS": "-0.5"}, "STINT_BACKOFF_MAX_SECONDS must be from 0 to 604800 (got -0.5)"),
         ({"STINT_SHUTDOWN_GRACE_SECONDS": "-1"}, "STINT_SHUTDOWN_GRACE_SECONDS must be from 0 to 604800 (got -1.0)"),
+        # Numbers nothing refused until they failed in a client library, a server or a sleep: librdkafka
+        # refuses these timeouts when the relay or consumer is made (and reads 0 as "never"), PostgreSQL
+        # refuses a timeout past INT_MAX ms at every connect, an age of 1e13 s or 1e7 days is "timestamp
+        # out of range" in every prune or liveness query, an Event.wait(1e20) an OverflowError that ends
+        # the relay's thread; a negative max-age is an invalid HSTS header, a negative connection age or
+        # proxy count means nothing.
+        ({"KAFKA_DELIVERY_TIMEOUT_MS": "-1"}, "KAFKA_DELIVERY_TIMEOUT_MS must be from 1000 to 3600000 (got -1)"),
+        ({"KAFKA_DELIVERY_TIMEOUT_MS": "0"}, "KAFKA_DELIVERY_TIMEOUT_MS must be from 1000 to 3600000 (got 0)"),
+        ({"KAFKA_SESSION_TIMEOUT_MS": "-1"}, "KAFKA_SESSION_TIMEOUT_MS must be from 3001 to 300000 (got -1)"),
+        ({"KAFKA_SESSION_TIMEOUT_MS": "3000"}, "KAFKA_SESSION_TIMEOUT_MS must be from 3001 to 300000 (got 3000)"),
+        ({"KAFKA_SESSION_TIMEOUT_MS": "300001"}, "KAFKA_SESSION_TIMEOUT_MS must be from 3001 to 300000 (got 300001)"),
+        ({"DB_CONN_MAX_AGE": "-1"}, "DB_CONN_MAX_AGE must be from 0 to 315360000 (got -1)"),
+        ({"DB_CONN_MAX_AGE": "1" + "0" * 400}, "DB_CONN_MAX_AGE must be from 0 to 315360000 (got 1000"),
+        ({"SECURE_HSTS_SECONDS": "-1"}, "SECURE_HSTS_SECONDS must be 0 or more (got -1)"),
+        ({"TRUSTED_PROXY_COUNT": "-1"}, "TRUSTED_PROXY_COUNT must be 0 or more (got -1)"),
+        (
+            {"STINT_DB_IDLE_IN_TRANSACTION_SECONDS": "2147484"},
+            "STINT_DB_IDLE_IN_TRANSACTION_SECONDS must be from 0 to 2147483 (got 2147484.0)",
+        ),
+        (
+            {"STINT_DB_IDLE_IN_TRANSACTION_SECONDS": "-1"},
+            "STINT_DB_IDLE_IN_TRANSACTION_SECONDS must be from 0 to 2147483 (got -1.0)",
+        ),
+        (
+            {"STINT_OUTBOX_LOCK_HOLD_SECONDS": "2147484"},
+            "STINT_OUTBOX_LOCK_HOLD_SECONDS must be from 1 to 2147483 (got 2147484)",
+        ),
+        (
+            {"STINT_OUTBOX_RELAY_INTERVAL_SECONDS": "0"},
+            "STINT_OUTBOX_RELAY_INTERVAL_SECONDS must be from 0.01 to 604800 (got 0.0)",
+        ),
+        (
+            {"STINT_OUTBOX_RELAY_INTERVAL_SECONDS": "1e20"},
+            "STINT_OUTBOX_RELAY_INTERVAL_SECONDS must be from 0.01 to 604800 (got 1e+20)",
+        ),
+        (
+            {"STINT_OUTBOX_RETENTION_DAYS": "10000000"},
+            "STINT_OUTBOX_RETENTION_DAYS must be from 1 to 36500 (got 10000000)",
+        ),
+        (
+            {"STINT_AUDIT_QUARANTINE_RETENTION_DAYS": "10000000"},
+            "STINT_AUDIT_QUARANTINE_RETENTION_DAYS must be from 0 to 36500 (got 10000000)",
+        ),
+        ({"STINT_RETENTION_DEAD_DAYS": "10000000"}, "STINT_RETENTION_DEAD_DAYS must be from 0 to 36500 (got 10000000)"),
+        (
+            {"STINT_QUEUE_RETENTION_DAYS": "10000000"},
+            "STINT_QUEUE_RETENTION_DAYS must be from 0 to 36500 (got 10000000)",
+        ),
+        (
+            {"STINT_OPERATOR_LOG_RETENTION_DAYS": "10000000"},
+            "STINT_OPERATOR_LOG_RETENTION_DAYS must be from 0 to 36500 (got 10000000)",
+        ),
+        (
+            {"STINT_AGING_SECONDS": "10000000000000"},
+            "STINT_AGING_SECONDS must be from 0 to 315360000 (got 10000000000000)",
+        ),
+        (
+            {"STINT_WORKER_DEAD_AFTER_SECONDS": "10000000000000"},
+            "STINT_WORKER_DEAD_AFTER_SECONDS must be from 1 to 604800 (got 10000000000000)",
+        ),
         # django-environ's bool read anything but its true words as false: a typo opened /metrics to all.
         ({"METRICS_RESTRICTED": "ture"}, "METRICS_RESTRICTED: 'ture' is not a boolean"),
         ({"SECURE_SSL_REDIRECT": "enabled"}, "SECURE_SSL_REDIRECT: 'enabled' is not a boolean"),
@@ -187,6 +250,28 @@ def _settings_in_process(**overrides: str | None) -> dict:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_the_lowest_sensible_numbers_are_accepted():
+    """Each bound's low end starts: 0 keeps no connection, sends no HSTS, trusts no proxy, keeps quarantine forever."""
+    loaded = _settings_in_process(
+        DB_CONN_MAX_AGE="0",
+        SECURE_HSTS_SECONDS="0",
+        TRUSTED_PROXY_COUNT="0",
+        STINT_DB_IDLE_IN_TRANSACTION_SECONDS="0",
+        STINT_AUDIT_QUARANTINE_RETENTION_DAYS="0",
+        STINT_RETENTION_SUCCESS_DAYS="0",
+        KAFKA_SESSION_TIMEOUT_MS="3001",
+        KAFKA_DELIVERY_TIMEOUT_MS="1000",
+        STINT_OUTBOX_LOCK_HOLD_SECONDS="4",
+        STINT_AUDIT_RECONCILE_AFTER_SECONDS="14",
+        STINT_OUTBOX_RETENTION_DAYS="1",
+    )
+    assert loaded["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+    assert "idle_in_transaction_session_timeout" not in loaded["DATABASES"]["default"]["OPTIONS"]["options"]
+    assert (loaded["SECURE_HSTS_SECONDS"], loaded["TRUSTED_PROXY_COUNT"]) == (0, 0)
+    assert (loaded["KAFKA_SESSION_TIMEOUT_MS"], loaded["KAFKA_DELIVERY_TIMEOUT_MS"]) == (3001, 1000)
+    assert (loaded["AUDIT_QUARANTINE_RETENTION_DAYS"], loaded["SCHEDULER"]["RETENTION_SUCCESS_DAYS"]) == (0, 0)
 
 
 def test_extra_apps_are_modules_or_app_config_paths():
