@@ -196,6 +196,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         # An ADMIN recovers a dead job in the operator console (the job's page there has the action).
         "console_recovers": getattr(request.user, "is_admin", False) and request.user.is_staff,
         "waiting": waiting_reason(job),
+        "cancellation": selectors.job_cancellation(job),
     }
 
 
@@ -233,7 +234,7 @@ def _job_action(request: HttpRequest, job_id: uuid.UUID, action: str) -> HttpRes
         context = {**_job_context(request, job), "error": str(exc)}
         return render(request, "pages/job_detail.html", context, status=exc.http_status)
     if action == "cancel" and job.status == JobStatus.RUNNING:
-        messages.info(request, "Cancellation requested: the job stops when its handler next checks.")
+        messages.info(request, selectors.CANCEL_REQUESTED_MESSAGE)
     elif action == "cancel":
         messages.success(request, "Job cancelled.")
     else:

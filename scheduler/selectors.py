@@ -82,6 +82,38 @@ def job_get(*, job_id: uuid.UUID, actor: Any) -> Job:
     return job
 
 
+class Cancellation(TypedDict):
+    """What became of a cancellation requested of a job (``job_cancellation``)."""
+
+    code: str  # "requested": RUNNING, its worker stops it; "finished_first": it ended before it stopped
+    message: str
+
+
+CANCEL_REQUESTED_MESSAGE = "Cancellation requested: the job stops when its handler next checks."
+
+
+def job_cancellation(job: Job) -> Cancellation | None:
+    """Say what became of the cancellation requested of ``job`` (a RUNNING one's ``cancel_requested``), if any.
+
+    None when none was requested, or when the job ended CANCELLED (its status says it all).
+    ``requested`` while it still runs. ``finished_first`` when its handler returned (SUCCESS) or
+    raised a permanent error (FAILED) before it checked for the request: a thread handler that
+    never looks at ``ctx.cancelled``. The flag is kept on such a job as the record that someone
+    asked, and explained here rather than cleared by the outcome's statement, which stays one
+    cheap write (as River keeps ``cancel_attempted_at`` on a job that completed anyway, and
+    Celery's revoke leaves a finished task SUCCESS). Reads only the job's own fields.
+    """
+    if not job.cancel_requested or job.status == JobStatus.CANCELLED:
+        return None
+    if job.status == JobStatus.RUNNING:
+        return {"code": "requested", "message": CANCEL_REQUESTED_MESSAGE}
+    return {
+        "code": "finished_first",
+        "message": f"Cancellation was requested, but the job finished first ({job.status}): its handler ended"
+        " before it checked for the request.",
+    }
+
+
 def job_attempt_list(*, job_id: uuid.UUID, actor: Any) -> QuerySet[Attempt]:
     """Return the attempts of a job ``actor`` may see, first attempt first; raise ``JobNotFound`` otherwise.
 

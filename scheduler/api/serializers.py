@@ -15,6 +15,7 @@ from scheduler.exceptions import UnknownJobType
 from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
 from scheduler.models import DEFAULT_QUEUE, Attempt, Job
 from scheduler.registry import get_handler
+from scheduler.selectors import Cancellation, job_cancellation
 from scheduler.states import AttemptStatus, JobStatus, Priority
 
 
@@ -140,6 +141,7 @@ class JobSerializer(serializers.ModelSerializer):
         read_only=True, help_text="The handler's last ctx.progress: {percent, message, at}; null if none."
     )
     waiting = serializers.SerializerMethodField()
+    cancellation = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -156,6 +158,7 @@ class JobSerializer(serializers.ModelSerializer):
             "max_retries",
             "timeout_seconds",
             "cancel_requested",
+            "cancellation",
             "owner",
             "schedule",
             "fire_time",
@@ -185,6 +188,19 @@ class JobSerializer(serializers.ModelSerializer):
             return None
         explainer = self.context.setdefault("flow_explainer", Explainer()) if self.context is not None else None
         return (explainer or Explainer()).reason(job)
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "What became of a requested cancellation: {code, message}, code `requested` (RUNNING: "
+            "its worker stops it) or `finished_first` (it ended SUCCESS or FAILED before its handler stopped; "
+            "`cancel_requested` stays true); null when none was requested or the job was CANCELLED.",
+        }
+    )
+    def get_cancellation(self, job: Job) -> Cancellation | None:
+        """What became of a requested cancellation (``scheduler.selectors.job_cancellation``), else None."""
+        return job_cancellation(job)
 
 
 class JobAttemptSerializer(serializers.ModelSerializer):

@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import Role, User
-from scheduler import schedules
+from scheduler import leasing, schedules
 from scheduler.enqueuing import enqueue
 from scheduler.models import CronSchedule, Job, JobAttempt
 from scheduler.states import AttemptStatus, JobStatus, Priority
@@ -274,6 +274,20 @@ class TestJobDetail:
         response = signed_in.post(f"/jobs/{job.id}/cancel/")
         assert response.status_code == 409
         assert "A CANCELLED job cannot be cancelled." in _html(response)
+
+    def test_a_cancel_that_came_too_late_says_the_job_finished_first(self, signed_in, user):
+        job = enqueue("DEMO_TASK", {}, owner=user)
+        (claimed,) = leasing.claim_jobs(worker_id="test-host:1:abc", limit=1, queues=None)
+        response = signed_in.post(f"/jobs/{job.id}/cancel/", follow=True)
+        assert "Cancellation requested: the job stops when its handler next checks." in _html(response)
+
+        leasing.record_outcomes([leasing.Report(job=claimed, outcome=leasing.Outcome.SUCCEEDED)])
+
+        for url in (f"/jobs/{job.id}/", f"/jobs/{job.id}/live/"):
+            html = _html(signed_in.get(url))
+            assert 'id="job-cancellation"' in html
+            assert "Cancellation was requested, but the job finished first (SUCCESS)" in html
+            assert "Cancel job" not in html
 
     def test_retry_a_failed_job_and_refuse_any_other(self, signed_in, user):
         failed = JobFactory(owner=user, failed=True)

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from scheduler import enqueuing, selectors
+from scheduler import enqueuing, leasing, selectors
 from scheduler.ids import short_job_id
 from scheduler.models import Job, JobAttempt, OutboxEvent
 from scheduler.states import AttemptStatus, JobStatus, Priority
@@ -35,6 +35,7 @@ READ_FIELDS = {
     "max_retries",
     "timeout_seconds",
     "cancel_requested",
+    "cancellation",  # what became of a requested cancellation (selectors.job_cancellation)
     "owner",
     "schedule",
     "fire_time",
@@ -54,6 +55,12 @@ def _post(api, body, **extra):
 def _snapshot(job_id) -> tuple[dict, int]:
     """The job's whole row and its event count: what "nothing changed" compares."""
     return Job.objects.filter(id=job_id).values().get(), OutboxEvent.objects.filter(job_id=job_id).count()
+
+
+def _detail(api, job) -> dict:
+    resp = api.get(f"{JOBS}/{job.id}")
+    assert resp.status_code == 200, resp.content
+    return resp.json()
 
 
 def _error(resp) -> dict:
@@ -676,6 +683,32 @@ def test_cancel_a_running_job_is_202_and_only_requests_it(user_api, user):
     # Asking again is harmless and answers the same.
     assert user_api.post(f"{JOBS}/{job.id}/cancel").status_code == 202
     assert not OutboxEvent.objects.filter(job_id=job.id).exists()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "final"), [(leasing.Outcome.SUCCEEDED, "SUCCESS"), (leasing.Outcome.PERMANENT, "FAILED")]
+)
+def test_a_cancel_that_came_too_late_is_explained_on_the_finished_job(user_api, user, outcome, final):
+    """A thread handler that never checks ``ctx.cancelled`` returns: the job ends as it ran, the API says why."""
+    job = enqueuing.enqueue("DEMO_TASK", owner=user)
+    (claimed,) = leasing.claim_jobs(worker_id="test-host:1:abc", limit=1, queues=None)
+    assert _detail(user_api, job)["cancellation"] is None
+
+    assert user_api.post(f"{JOBS}/{job.id}/cancel").status_code == 202
+    assert _detail(user_api, job)["cancellation"] == {
+        "code": "requested",
+        "message": "Cancellation requested: the job stops when its handler next checks.",
+    }
+    leasing.record_outcomes([leasing.Report(job=claimed, outcome=outcome, error="" if final == "SUCCESS" else "no")])
+
+    body = _detail(user_api, job)
+    assert (body["status"], body["cancel_requested"]) == (final, True)
+    assert body["cancellation"] == {
+        "code": "finished_first",
+        "message": f"Cancellation was requested, but the job finished first ({final}): its handler ended before"
+        " it checked for the request.",
+    }
+    assert user_api.get(JOBS).json()["results"][0]["cancellation"]["code"] == "finished_first"
 
 
 def test_cancel_a_finished_job_is_409_invalid_state(user_api, user):
