@@ -283,21 +283,26 @@ def schedule_list(request: HttpRequest) -> HttpResponse:
     return render(request, "pages/schedule_list.html", {"rows": rows})
 
 
-def _preview(form: ScheduleForm) -> list[Any] | None:
-    """Return the next fire times of the form's timing, or None after putting the error on the form."""
+def _preview(form: ScheduleForm) -> dict[str, Any] | None:
+    """Return the next fire times of the form's timing (``times``, UTC) and its ``zone``, shown in both.
+
+    None after putting the error on the form.
+    """
+    timing = form.timing()
     try:
-        return schedules.schedule_preview(**form.timing(), count=PREVIEW_COUNT)
+        times = schedules.schedule_preview(**timing, count=PREVIEW_COUNT)
     except StintError as exc:
         errors_onto_form(form, exc)
         return None
+    return {"times": times, "zone": timing["timezone"]}
 
 
 def _schedule_post(
     request: HttpRequest, form: ScheduleForm, *, save: Callable[[], CronSchedule], verb: str
-) -> HttpResponse | tuple[list | None, int]:
+) -> HttpResponse | tuple[dict[str, Any] | None, int]:
     """The POST of the schedule form, shared by new and edit: Preview, or save through ``save``.
 
-    Returns the redirect to the saved schedule's page, or (the preview's fire times or None,
+    Returns the redirect to the saved schedule's page, or (the preview (``_preview``) or None,
     the HTTP status to render the form with: 200, or 400 / the service error's status with the
     errors on the form). A GET returns (None, 200).
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import zoneinfo
 from typing import Any
 
 from django import template
@@ -56,6 +57,29 @@ def status_badge(status: str) -> SafeString:
         BADGE_STYLE.format(colour),
         status,
     )
+
+
+@register.filter
+def in_zone(when: dt.datetime | None, zone: str) -> str:
+    """Show an aware ``when`` in the IANA time zone ``zone`` and in UTC, to the second.
+
+    "2026-12-05 09:00:00 Europe/Paris (08:00:00 UTC)"; the UTC part gives its date too when the
+    zone's date differs ("2026-12-06 00:30:00 Asia/Kathmandu (2026-12-05 18:45:00 UTC)"). The zone
+    "UTC", or a name that is no zone, shows UTC alone; None shows "". A schedule fires by its zone's
+    wall clock (``scheduler.cron``), so its times are read there; UTC is what the API and every
+    other time on the pages use.
+    """
+    if when is None:
+        return ""
+    utc = when.astimezone(dt.UTC)
+    try:
+        local = when.astimezone(zoneinfo.ZoneInfo(zone)) if zone != "UTC" else None
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        local = None
+    if local is None:
+        return f"{utc:%Y-%m-%d %H:%M:%S} UTC"
+    utc_part = f"{utc:%H:%M:%S}" if utc.date() == local.date() else f"{utc:%Y-%m-%d %H:%M:%S}"
+    return f"{local:%Y-%m-%d %H:%M:%S} {zone} ({utc_part} UTC)"
 
 
 @register.filter

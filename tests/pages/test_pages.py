@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import zoneinfo
 
 import pytest
 from django.test import Client
@@ -422,6 +423,37 @@ class TestSchedules:
         assert f'<a href="/jobs/{done.id}/">' in listing  # the last run, linked
         row = listing[listing.index(f'data-schedule="{never.id}"') :]
         assert "never" in row[: row.index("</tr>")]
+
+    def test_fire_times_show_in_the_schedules_zone_and_in_utc(self, signed_in, user):
+        """Kathmandu is UTC+05:45: 00:30 there is 18:45 UTC the day before, so the UTC part carries its date."""
+        schedule = schedules.schedule_create(
+            owner=user, name="nepal", cron="30 0 * * *", timezone="Asia/Kathmandu", job={"type": "DEMO_TASK"}
+        )
+        first = schedule.next_fire_at.astimezone(dt.UTC)
+        local = first.astimezone(zoneinfo.ZoneInfo("Asia/Kathmandu"))
+        shown = f"{local:%Y-%m-%d} 00:30:00 Asia/Kathmandu ({first:%Y-%m-%d} 18:45:00 UTC)"
+
+        assert shown in _html(signed_in.get(f"/schedules/{schedule.id}/edit/"))
+        assert shown in _html(signed_in.get("/schedules/"))
+
+        body = {**SCHEDULE, "cron": "0 9 * * *", "timezone": "Asia/Kathmandu", "preview": "1"}
+        preview = _html(signed_in.post("/schedules/new/", body))
+        assert re.findall(r"\d{4}-\d\d-\d\d 09:00:00 Asia/Kathmandu \(03:15:00 UTC\)", preview), preview
+
+    def test_fire_times_across_a_daylight_saving_change_keep_the_zones_hour(self, signed_in, user):
+        """Paris moves to summer time on 2027-03-28: 09:00 there is 08:00 UTC before, 07:00 UTC after."""
+        schedule = schedules.schedule_create(
+            owner=user, name="paris", cron="0 9 * * *", timezone="Europe/Paris", job={"type": "DEMO_TASK"}
+        )
+        CronSchedule.objects.filter(id=schedule.id).update(next_fire_at=dt.datetime(2027, 3, 27, 8, tzinfo=dt.UTC))
+
+        html = _html(signed_in.get(f"/schedules/{schedule.id}/edit/"))
+
+        assert re.findall(r'<time datetime="[^"]+">([^<]+)</time>', html)[:3] == [
+            "2027-03-27 09:00:00 Europe/Paris (08:00:00 UTC)",
+            "2027-03-28 09:00:00 Europe/Paris (07:00:00 UTC)",
+            "2027-03-29 09:00:00 Europe/Paris (07:00:00 UTC)",
+        ]
 
     def test_interval_schedule(self, signed_in, user):
         body = {**SCHEDULE, "kind": "interval", "cron": "", "interval_seconds": "90", "save": "1"}
