@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from scheduler.exceptions import JobCancelled, PermanentError, RetryableError
+from scheduler.exceptions import JobCancelled, PermanentError, RetryableError, RetryAfter
 
-__all__ = ["JobCancelled", "PermanentError", "RetryableError"]
+__all__ = ["JobCancelled", "PermanentError", "RetryAfter", "RetryableError"]

@@ -69,6 +69,24 @@ class RetryableError(Exception):
     """A handler failed in a way that may succeed later; the job is retried with backoff."""
 
 
+class RetryAfter(RetryableError):  # noqa: N818 - named for HTTP's Retry-After, the delay it usually passes on
+    """A handler asked to be retried after a delay of its choosing, in seconds, instead of the job type's backoff.
+
+    ``raise RetryAfter(30, "the API answered 429")``: the attempt ends like any retryable error (it
+    spends an attempt; with none left the job is DEAD) but the job is due ``delay_seconds`` after
+    the outcome is written. The worker reads the delay where the handler ran, with
+    ``retry.asked_delay``: a finite number is clamped to 0 .. ``retry.MAX_BACKOFF_SECONDS`` (a
+    week); anything else (a string, NaN, an attribute that raises) leaves the job type's backoff in
+    force, and the attempt's error says why. The idea is Celery's ``self.retry(countdown=...)``,
+    Huey's ``RetryTask(delay=...)`` and Sidekiq's ``sidekiq_retry_in``; the name is HTTP's
+    ``Retry-After`` header (RFC 9110, section 10.2.3), in its delay-seconds form.
+    """
+
+    def __init__(self, delay_seconds: float, message: str = "") -> None:
+        super().__init__(*([message] if message else []))
+        self.delay_seconds = delay_seconds
+
+
 class PermanentError(Exception):
     """A handler failed in a way that will not succeed on retry; the job ends FAILED."""
 

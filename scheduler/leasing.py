@@ -28,7 +28,7 @@ from scheduler.conf import conf
 from scheduler.exceptions import UnknownJobType
 from scheduler.lifecycle import Claimed
 from scheduler.registry import resolve
-from scheduler.retry import after_failed_attempt, backoff
+from scheduler.retry import after_failed_attempt, backoff, is_backoff_seconds
 from scheduler.states import AttemptStatus, JobStatus
 
 MAX_ERROR_CHARS = 2000  # characters of an error message kept on the job
@@ -70,6 +70,9 @@ class Report:
     return (the worker's flusher observes them in ``jobs_execution_duration_seconds``, one batch
     at a time). ``started_at``: when its slot began it (database clock: the claim's time plus the
     wait for a slot), for a run that waited after its claim (claimed ahead); None: at its claim.
+    ``retry_after``: for a RETRYABLE run whose handler raised ``RetryAfter``, the seconds it asked
+    to wait, as ``retry.asked_delay`` read them (0 to ``retry.MAX_BACKOFF_SECONDS``); None: the job
+    type's backoff (``retry_delay``).
     """
 
     job: Claimed
@@ -80,6 +83,7 @@ class Report:
     finished_at: dt.datetime | None = field(default=None)
     run_seconds: float | None = None
     started_at: dt.datetime | None = None
+    retry_after: float | None = None
 
 
 _held_for_units = False  # see claim_held_for_units; written by claim_jobs (a worker's claim loop)
@@ -246,6 +250,17 @@ def cancel_requested(job_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         return {r[0] for r in cursor.fetchall()}
 
 
+def _asked(report: Report) -> float | None:
+    """The delay ``report``'s handler asked for, or None: none, or one the database cannot add to now().
+
+    ``run_handler`` and a pool child's decoded message only carry delays ``retry.asked_delay``
+    took; a ``Report`` made elsewhere with another value gets the backoff rather than failing the
+    statement of its whole batch ("interval out of range").
+    """
+    asked = report.retry_after
+    return float(asked) if asked is not None and is_backoff_seconds(asked) else None
+
+
 def retry_delay(job_type: str, retry_number: int) -> float:
     """Return the backoff in seconds before retry ``retry_number`` (1-based) of a ``job_type`` job.
 
@@ -323,9 +338,22 @@ def _attempt_end(report: Report, to: JobStatus) -> lifecycle.AttemptEnd:
         error=report.error,
         traceback=report.traceback,
         isolated=_ISOLATED_AFTER.get(report.outcome, False),
-        reason=report.outcome.lower() if to == JobStatus.RETRYING else "",
+        reason=_retry_reason(report) if to == JobStatus.RETRYING else "",
         result=report.result if report.outcome == Outcome.SUCCEEDED else None,
     )
+
+
+def _retry_reason(report: Report) -> str:
+    """The JOB_RETRIED event's ``reason`` for ``report``: its outcome, or ``retry_after`` for its handler's delay."""
+    return "retry_after" if _asked(report) is not None else report.outcome.lower()
+
+
+def _retry_delay_of(report: Report) -> float:
+    """Seconds until ``report``'s job is due again: the delay its handler asked for, else its type's backoff."""
+    asked = _asked(report)
+    if asked is not None:
+        return asked
+    return retry_delay(report.job.type, report.job.attempt - report.job.attempts_base)
 
 
 def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStatus] | None = None) -> set[uuid.UUID]:
@@ -338,7 +366,8 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
 
     Each report's next status is ``_plan``'s; for each target, one ``lifecycle`` verb moves
     every job of that group, fenced by its lease token: ``complete`` (SUCCESS), ``fail``
-    (FAILED), ``retry_later`` (RETRYING after the type's backoff, ``retry_delay``),
+    (FAILED), ``retry_later`` (RETRYING after the type's backoff, ``retry_delay``, or the delay
+    the handler asked for, ``Report.retry_after``, each row its own in the same statement),
     ``dead_letter`` (DEAD), ``cancel_running`` (CANCELLED) or ``hand_back`` (RETRYING now),
     each writing the attempt's row and, for a finished job, its result in the same statement.
     A report whose lease token lost (rescued, or already reported) is dropped. A HANDED_BACK
@@ -378,7 +407,7 @@ def record_outcomes(reports: Sequence[Report], *, final: dict[uuid.UUID, JobStat
         for (to, verb), group in groups.items():
             ends = [_attempt_end(r, to) for r in group]
             if verb is lifecycle.retry_later:
-                moved = verb(ends, delays=[retry_delay(r.job.type, r.job.attempt - r.job.attempts_base) for r in group])
+                moved = verb(ends, delays=[_retry_delay_of(r) for r in group])
             else:
                 moved = verb(ends)
             won = {m.job_id for m in moved}

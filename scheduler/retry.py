@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import decimal
 import math
+import numbers
 import random
 
 from scheduler.states import JobStatus
@@ -25,6 +27,49 @@ def is_backoff_seconds(value: object) -> bool:
         and math.isfinite(value)
         and 0 <= value <= MAX_BACKOFF_SECONDS
     )
+
+
+# The name a class was created with, read past a metaclass (whose ``__name__`` may be a property that raises).
+_class_name = type.__dict__["__name__"].__get__
+
+
+def asked_delay(value: object) -> tuple[float | None, str]:
+    """Read the delay a handler asked for (``RetryAfter.delay_seconds``): ``(seconds, note)`` or ``(None, why)``.
+
+    Taken: an ``int`` or ``float`` (not a ``bool``), read through the base type, so that a subclass
+    is the value it holds and none of its methods runs; or another real number (``numbers.Real``,
+    ``decimal.Decimal``: NumPy's int64, a ``Fraction``) through ``float()``, which runs its code.
+    A finite number below 0 is 0 (at once: a reset time that has passed) and one above
+    ``MAX_BACKOFF_SECONDS`` (a week) is that week, ``note`` saying so (it is "" for a delay taken as
+    asked). Refused, ``seconds`` None and ``why`` a phrase that follows "its delay": NaN, an infinity,
+    any other type, a number whose conversion raises (anything, ``SystemExit`` included). The
+    caller applies the job type's backoff then. Call it where the handler ran (its slot thread or
+    pool child): a hostile ``float()`` that never returns then holds the handler's slot alone,
+    until the job's timeout, as the handler itself could.
+    """
+    try:
+        kind = type(value)
+        if issubclass(kind, bool) or not issubclass(kind, numbers.Real | decimal.Decimal):
+            return None, f"is of type {_class_name(kind)}, not a number of seconds"
+        if issubclass(kind, int):
+            whole = int.__int__(value)  # the value it holds: a subclass's own __int__ is not called
+            if whole < 0:
+                return 0.0, "it asked for a negative delay"
+            if whole > MAX_BACKOFF_SECONDS:
+                return float(MAX_BACKOFF_SECONDS), f"it asked for more than {MAX_BACKOFF_SECONDS} s"
+            return float(whole), ""
+        seconds = float.__float__(value) if issubclass(kind, float) else float.__float__(float(value))
+    except BaseException as failure:  # noqa: BLE001 - a handler's number may raise anything, even SystemExit
+        return None, f"could not be read as a number ({_class_name(type(failure))})"
+    if math.isnan(seconds):
+        return None, "is NaN"
+    if math.isinf(seconds):
+        return None, "is infinite"
+    if seconds <= 0:  # -0.0 too
+        return 0.0, "it asked for a negative delay" if seconds < 0 else ""
+    if seconds > MAX_BACKOFF_SECONDS:
+        return float(MAX_BACKOFF_SECONDS), f"it asked for more than {MAX_BACKOFF_SECONDS} s"
+    return seconds, ""
 
 
 def backoff(attempt: int, *, base: float, cap: float, jitter: bool = False, rng: random.Random | None = None) -> float:

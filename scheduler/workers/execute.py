@@ -17,11 +17,12 @@ from core.db_threads import opened_a_connection
 from core.log_context import log_context
 from core.parsers import has_lone_surrogate, has_nul
 from scheduler import tracing
-from scheduler.exceptions import JobCancelled, PermanentError, UnknownJobType
+from scheduler.exceptions import JobCancelled, PermanentError, RetryAfter, UnknownJobType
 from scheduler.flow.progress import writer as progress_writer
 from scheduler.leasing import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, Outcome, Report
 from scheduler.lifecycle import Claimed
 from scheduler.registry import CancelFlag, JobContext, resolve
+from scheduler.retry import asked_delay
 
 logger = logging.getLogger("scheduler.handler")
 
@@ -105,7 +106,8 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     Returns SUCCEEDED with the result as the JSON that was checked (plain values); CANCELLED when
     the handler raised ``JobCancelled`` (error "cancelled" after a cancel request, else
     ``SELF_CANCELLED`` and the exception's message: the handler cancelled its own job); PERMANENT
-    for ``PermanentError``, an unknown type or a result that is not JSON; RETRYABLE for any other
+    for ``PermanentError``, an unknown type or a result that is not JSON; RETRYABLE for
+    ``RetryAfter``, with the delay it asked for (``_retry_after``), and for any other
     exception, with its traceback, ``BaseException`` included (``SystemExit``,
     ``KeyboardInterrupt``, ``GeneratorExit``...): handlers are hostile, and a pool slot must keep
     serving whatever its handler raised. The error is cut to ``leasing.MAX_ERROR_CHARS`` and the
@@ -143,6 +145,11 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         return Report(job=job, outcome=Outcome.CANCELLED, error=error[:MAX_ERROR_CHARS])
     except (PermanentError, UnknownJobType) as exc:
         return Report(job=job, outcome=Outcome.PERMANENT, error=_describe(exc), traceback=_format_traceback())
+    except RetryAfter as exc:  # retryable, after the delay the handler asked for
+        seconds, error = _retry_after(exc)
+        return Report(
+            job=job, outcome=Outcome.RETRYABLE, error=error, traceback=_format_traceback(), retry_after=seconds
+        )
     except Exception as exc:  # any handler error is retryable unless it says otherwise
         return Report(job=job, outcome=Outcome.RETRYABLE, error=_describe(exc), traceback=_format_traceback())
     except BaseException as exc:
@@ -261,6 +268,35 @@ def _message(exc: BaseException) -> str:
     pool thread (or pool child) with the job's error unread.
     """
     return str.__str__(str(exc))  # a subclass instance is copied into a plain str
+
+
+def _retry_after(exc: RetryAfter) -> tuple[float | None, str]:
+    """``(seconds, error)`` of a handler's ``RetryAfter``: the delay it asked for (``retry.asked_delay``), or None.
+
+    Read here, where the handler ran: its ``delay_seconds`` may be any object, or a property that
+    raises (anything, ``SystemExit`` included) or never returns, and only a plain float in range
+    travels on to the outcome's writer. ``error`` is ``_describe``'s, then what became of the delay:
+    ``RetryAfter: busy (retried in 30 s, as the handler asked)``, ``... (retried in 604800 s: it asked
+    for more than 604800 s)``, or ``... (its delay is NaN: retried after the job type's backoff
+    instead)``; with no message, ``RetryAfter: retried in 30 s, as the handler asked`` (the class
+    name stays the text before the first colon, as for any error). The message is cut so that
+    this note fits in ``MAX_ERROR_CHARS``.
+    """
+    try:
+        asked = exc.delay_seconds
+    except BaseException as failure:  # noqa: BLE001 - a handler's property may raise anything, even SystemExit
+        seconds, note = None, f"could not be read ({_class_name(type(failure))})"
+    else:
+        seconds, note = asked_delay(asked)
+    if seconds is None:
+        became = f"its delay {note}: retried after the job type's backoff instead"
+    else:
+        became = f"retried in {seconds:.10g} s" + (f": {note}" if note else ", as the handler asked")
+    described, name = _describe(exc), _class_name(type(exc))
+    if described == name:  # no message
+        return seconds, f"{name}: {became}"[:MAX_ERROR_CHARS]
+    room = max(0, MAX_ERROR_CHARS - len(became) - 3)
+    return seconds, f"{described[:room]} ({became})"
 
 
 def _describe(exc: BaseException) -> str:

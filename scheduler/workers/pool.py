@@ -33,6 +33,7 @@ from typing import Any
 from core.stop_signals import exit_now, install_stack_dump
 from scheduler.leasing import Outcome, Report
 from scheduler.lifecycle import Claimed
+from scheduler.retry import is_backoff_seconds
 from scheduler.workers.process_group import (
     ignore_stop_signals,
     kill_group,
@@ -351,33 +352,41 @@ READY_MESSAGE = b'"ready"'
 
 
 def encode_report(report: Report) -> bytes:
-    """A child's report as JSON bytes: ``[job id, outcome value, result, error, traceback]`` (plain JSON values).
+    """A child's report as JSON bytes: ``[job id, outcome value, result, error, traceback, retry_after]``.
 
-    ``run_handler`` has checked that the result is JSON; a hostile one that encodes differently
-    the second time, or not at all, is reported PERMANENT here instead.
+    Plain JSON values; ``retry_after`` is the delay the handler asked for (``Report.retry_after``),
+    a number ``run_handler`` already read and bounded, or null. ``run_handler`` has checked that
+    the result is JSON; a hostile one that encodes differently the second time, or not at all, is
+    reported PERMANENT here instead.
     """
     job_id = str(report.job.id)
     try:
-        return json.dumps([job_id, report.outcome.value, report.result, report.error, report.traceback]).encode()
+        return json.dumps(
+            [job_id, report.outcome.value, report.result, report.error, report.traceback, report.retry_after]
+        ).encode()
     except (TypeError, ValueError, RecursionError) as exc:
-        return json.dumps([job_id, Outcome.PERMANENT.value, None, f"result is not JSON: {exc}", ""]).encode()
+        return json.dumps([job_id, Outcome.PERMANENT.value, None, f"result is not JSON: {exc}", "", None]).encode()
 
 
-def decode_message(data: bytes) -> str | tuple[str, Outcome, Any, str, str]:
-    """Read a child's message: "ready", or (job id, outcome, result, error, traceback).
+def decode_message(data: bytes) -> str | tuple[str, Outcome, Any, str, str, float | None]:
+    """Read a child's message: "ready", or (job id, outcome, result, error, traceback, retry_after).
 
-    Raises ValueError for anything else (then the child is not to be trusted: it is killed).
-    The caller also checks that the job id is the one the child is running.
+    Raises ValueError for anything else (then the child is not to be trusted: it is killed),
+    ``retry_after`` included: null, or a number of seconds a job may wait
+    (``retry.is_backoff_seconds``), as ``run_handler`` makes it. The caller also checks that the
+    job id is the one the child is running.
     """
     message = json.loads(data)
     if message == "ready":
         return message
-    if not isinstance(message, list) or len(message) != 5:
+    if not isinstance(message, list) or len(message) != 6:
         raise ValueError("not a report")
-    job_id, outcome, result, error, tb = message
+    job_id, outcome, result, error, tb, retry_after = message
     if not (isinstance(job_id, str) and isinstance(error, str) and isinstance(tb, str)):
         raise ValueError("not a report")
-    return job_id, Outcome(outcome), result, error, tb
+    if retry_after is not None and not is_backoff_seconds(retry_after):
+        raise ValueError("not a report: its delay is not a number of seconds a job may wait")
+    return job_id, Outcome(outcome), result, error, tb, None if retry_after is None else float(retry_after)
 
 
 @dataclass(slots=True, eq=False)
@@ -526,7 +535,7 @@ class ProcessPool:
                     with self._lock:
                         child.ready = True
                     continue
-                job_id, outcome, result, error, tb = message
+                job_id, outcome, result, error, tb, retry_after = message
                 with self._lock:
                     entry = child.entry
                     honest = entry is not None and job_id == str(entry.job.id)
@@ -540,7 +549,15 @@ class ProcessPool:
                     continue
                 try:
                     self._on_done(
-                        entry, Report(job=entry.job, outcome=outcome, result=result, error=error, traceback=tb)
+                        entry,
+                        Report(
+                            job=entry.job,
+                            outcome=outcome,
+                            result=result,
+                            error=error,
+                            traceback=tb,
+                            retry_after=retry_after,
+                        ),
                     )
                 except Exception:  # keep reading; the job's deadline reports it if this did not
                     logger.exception("reporting job %s failed", entry.job.id, extra={"job_id": str(entry.job.id)})

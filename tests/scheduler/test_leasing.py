@@ -632,6 +632,66 @@ def test_hand_back_requeues_at_once_without_spending_the_budget() -> None:
     ]
 
 
+def test_a_retry_after_the_handlers_delay_is_due_then_spends_an_attempt_and_says_so_in_its_event() -> None:
+    job = make_job(SLOW_BACKOFF, max_retries=3)  # its own backoff would be 5 s
+
+    error = "RetryAfter: rate limited (retried in 2.5 s, as the handler asked)"
+    assert record(report(claim_one(job), Outcome.RETRYABLE, error=error, retry_after=2.5)) == {job.id}
+
+    retrying = reload(job)
+    assert (retrying.status, retrying.last_error) == (JobStatus.RETRYING, error)
+    assert retrying.scheduled_at == db_now() + dt.timedelta(seconds=2.5)
+    assert retrying.attempts_left == 3  # one of the 1 + 3 spent, as by any retryable error
+    assert attempts(job) == [(1, AttemptStatus.FAILED)]
+    retried = OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").last()
+    assert retried.event_type == EventType.JOB_RETRIED
+    assert (retried.payload["backoff_seconds"], retried.payload["reason"]) == (2.5, "retry_after")
+
+
+def test_a_retry_after_with_no_attempts_left_is_dead_and_after_a_cancel_request_cancelled() -> None:
+    job = make_job(max_retries=1)
+    record(report(claim_one(job), Outcome.RETRYABLE, error="first"))
+    promote_all()
+
+    assert record(report(claim_one(job), Outcome.RETRYABLE, error="RetryAfter", retry_after=60.0)) == {job.id}
+    assert reload(job).status == JobStatus.DEAD
+    assert events(job)[-1] == EventType.JOB_DEAD
+
+    stopping = make_job(max_retries=3)
+    claimed = claim_one(stopping)
+    job_cancel(job_id=stopping.id)
+    record(report(claimed, Outcome.RETRYABLE, error="RetryAfter", retry_after=60.0))
+    assert reload(stopping).status == JobStatus.CANCELLED
+
+
+def test_handler_delays_ride_in_the_one_retry_statement_beside_the_backoffs() -> None:
+    def statements_for(*asked: float | None) -> tuple[int, list[float]]:
+        jobs = [make_job() for _ in asked]
+        claimed = claim_each(*jobs)
+        with CaptureQueriesContext(connection) as queries:
+            record(
+                *(report(c, Outcome.RETRYABLE, error="e", retry_after=a) for c, a in zip(claimed, asked, strict=True))
+            )
+        return len(queries), [(reload(j).scheduled_at - db_now()).total_seconds() for j in jobs]
+
+    plain, plain_delays = statements_for(None, None, None)
+    mixed, mixed_delays = statements_for(None, 7.0, 0.0)
+
+    assert mixed == plain
+    assert (plain_delays, mixed_delays) == ([1.0, 1.0, 1.0], [1.0, 7.0, 0.0])
+
+
+@pytest.mark.parametrize("asked", [float("nan"), float("inf"), -1.0, 1e12])
+def test_a_report_whose_delay_the_database_cannot_schedule_gets_the_backoff(asked: float) -> None:
+    # run_handler never makes one; a Report built elsewhere must not fail its whole batch.
+    job = make_job()
+
+    assert record(report(claim_one(job), Outcome.RETRYABLE, error="e", retry_after=asked)) == {job.id}
+
+    assert reload(job).scheduled_at == db_now() + dt.timedelta(seconds=1)
+    assert OutboxEvent.objects.filter(job_id=job.id).order_by("sequence").last().payload["reason"] == "retryable"
+
+
 def test_a_mixed_batch_is_written_in_one_go() -> None:
     jobs = [make_job(max_retries=2) for _ in range(7)]
     stale = claim_each(*jobs)[6]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import random
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.retry import after_failed_attempt, attempts_left, backoff
+from scheduler.retry import MAX_BACKOFF_SECONDS, after_failed_attempt, asked_delay, attempts_left, backoff
 from scheduler.states import JobStatus
 
 
@@ -105,3 +109,102 @@ def test_a_failed_or_lost_attempt_is_retried_dead_lettered_or_cancelled(left, ca
 )
 def test_a_handed_back_attempt_is_retried_unless_cancelled(left, cancel, expected):
     assert after_failed_attempt(attempts_left=left, cancel_requested=cancel, handed_back=True) == expected
+
+
+# -- the delay a handler asks for (RetryAfter) -------------------------------------------------
+
+
+class _FloatWhoseMethodsRaise(float):
+    """A float subclass none of whose methods may run: each raises ``SystemExit``."""
+
+    def __float__(self) -> float:
+        raise SystemExit("__float__")
+
+    def __lt__(self, other: object) -> bool:
+        raise SystemExit("__lt__")
+
+    def __gt__(self, other: object) -> bool:
+        raise SystemExit("__gt__")
+
+    def __format__(self, spec: str) -> str:
+        raise SystemExit("__format__")
+
+
+class _IntWhoseMethodsRaise(int):
+    def __int__(self) -> int:
+        raise SystemExit("__int__")
+
+    def __index__(self) -> int:
+        raise SystemExit("__index__")
+
+    def __lt__(self, other: object) -> bool:
+        raise SystemExit("__lt__")
+
+
+class _FractionWhoseFloatRaises(Fraction):
+    def __float__(self) -> float:
+        raise SystemExit("__float__")
+
+
+class _ClassOfItsOwn:
+    @property  # read by isinstance() when the type alone does not answer
+    def __class__(self) -> type:
+        raise SystemExit("__class__")
+
+
+@pytest.mark.parametrize(
+    ("asked", "seconds"),
+    [
+        (2, 2.0),
+        (0.25, 0.25),
+        (0, 0.0),
+        (-0.0, 0.0),
+        (MAX_BACKOFF_SECONDS, float(MAX_BACKOFF_SECONDS)),
+        (_FloatWhoseMethodsRaise(2.5), 2.5),  # read as the value it holds; none of its methods runs
+        (_IntWhoseMethodsRaise(7), 7.0),
+        (Fraction(3, 2), 1.5),  # another real number, through float()
+        (Decimal("1.5"), 1.5),
+    ],
+)
+def test_a_number_of_seconds_from_zero_to_a_week_is_taken_as_asked(asked: object, seconds: float) -> None:
+    taken, note = asked_delay(asked)
+
+    assert (taken, type(taken), note) == (seconds, float, "")
+
+
+@pytest.mark.parametrize(
+    ("asked", "seconds", "note"),
+    [
+        (-5, 0.0, "it asked for a negative delay"),
+        (-1e-9, 0.0, "it asked for a negative delay"),
+        (_FloatWhoseMethodsRaise(-3.0), 0.0, "it asked for a negative delay"),
+        (MAX_BACKOFF_SECONDS + 1, float(MAX_BACKOFF_SECONDS), f"it asked for more than {MAX_BACKOFF_SECONDS} s"),
+        (1e300, float(MAX_BACKOFF_SECONDS), f"it asked for more than {MAX_BACKOFF_SECONDS} s"),
+        pytest.param(
+            10**5000, float(MAX_BACKOFF_SECONDS), f"it asked for more than {MAX_BACKOFF_SECONDS} s", id="10**5000"
+        ),
+    ],
+)
+def test_a_finite_delay_out_of_range_is_clamped_and_says_so(asked: object, seconds: float, note: str) -> None:
+    assert asked_delay(asked) == (seconds, note)
+
+
+@pytest.mark.parametrize(
+    ("asked", "why"),
+    [
+        ("5", "is of type str, not a number of seconds"),
+        (None, "is of type NoneType, not a number of seconds"),
+        (True, "is of type bool, not a number of seconds"),
+        (dt.timedelta(seconds=5), "is of type timedelta, not a number of seconds"),
+        (object(), "is of type object, not a number of seconds"),
+        (math.nan, "is NaN"),
+        (math.inf, "is infinite"),
+        (-math.inf, "is infinite"),
+        (_FloatWhoseMethodsRaise(math.nan), "is NaN"),
+        (_FractionWhoseFloatRaises(1, 2), "could not be read as a number (SystemExit)"),
+        pytest.param(Fraction(10**400, 3), "could not be read as a number (OverflowError)", id="10**400/3"),
+        pytest.param(_ClassOfItsOwn(), "is of type _ClassOfItsOwn, not a number of seconds", id="__class__ raises"),
+    ],
+)
+def test_a_delay_that_is_not_a_finite_number_is_refused_with_the_reason(asked: object, why: str) -> None:
+    assert asked_delay(asked) == (None, why)

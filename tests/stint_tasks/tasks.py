@@ -7,6 +7,7 @@ import datetime as dt
 import time
 from decimal import Decimal
 
+from scheduler.errors import RetryAfter
 from stint_tasks.compat import TaskContext
 
 try:
@@ -48,6 +49,11 @@ def attempt_of(context: TaskContext, fail_until: int = 0) -> dict[str, object]:
 @task
 def fails() -> None:
     raise ValueError("this task fails")
+
+
+@task
+def retries_after(seconds: float) -> None:
+    raise RetryAfter(seconds, "the upstream answered 429")
 
 
 @task

@@ -277,6 +277,21 @@ def test_each_failed_attempt_is_an_error_with_its_exception_class_and_traceback(
         _ = failed.return_value
 
 
+def test_a_task_that_raises_retry_after_is_retried_after_the_delay_it_asked_for() -> None:
+    result = t.retries_after.enqueue(45)
+
+    report = run_next()
+
+    job = Job.objects.get(id=result.id)
+    assert (report.retry_after, job.status) == (45.0, JobStatus.RETRYING)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")  # one transaction: the instant the outcome was written
+        assert job.scheduled_at == cursor.fetchone()[0] + dt.timedelta(seconds=45)
+    waiting = t.retries_after.get_result(result.id)
+    assert (waiting.status, waiting.attempts) == (TaskResultStatus.READY, 1)
+    assert [e.exception_class_path for e in waiting.errors] == ["scheduler.exceptions.RetryAfter"]
+
+
 def test_an_attempt_that_will_be_retried_logs_a_warning_and_the_last_failure_an_error(caplog) -> None:
     # Django's receiver of task_finished logs a FAILED result with logger.exception: every attempt
     # that Stint was about to retry was an ERROR with its traceback.

@@ -20,9 +20,10 @@ from django.db import connection
 from core import db_threads
 from scheduler import leasing
 from scheduler.enqueuing import enqueue
-from scheduler.errors import JobCancelled
+from scheduler.errors import JobCancelled, RetryAfter
 from scheduler.leasing import Outcome, Report
 from scheduler.registry import JobContext, handler
+from scheduler.retry import MAX_BACKOFF_SECONDS
 from scheduler.states import AttemptStatus, EventType, JobStatus
 from scheduler.workers import execute
 from scheduler.workers.execute import run_handler
@@ -579,3 +580,105 @@ def test_a_long_traceback_keeps_its_last_characters_where_the_error_was_raised()
     assert len(report.traceback) == leasing.MAX_TRACEBACK_CHARS
     assert report.traceback.endswith("ValueError: at the bottom\n")
     assert report.error == "ValueError: at the bottom"
+
+
+# -- a handler chooses when it is retried (RetryAfter) ------------------------------------------------
+
+_ASKED: dict[str, Any] = {}
+BACKOFF_INSTEAD = "retried after the job type's backoff instead"
+
+
+class _UnreadableDelay(RetryAfter):
+    """A RetryAfter whose delay attribute raises ``SystemExit`` when it is read."""
+
+    @property
+    def delay_seconds(self) -> float:
+        raise SystemExit("no delay")
+
+    @delay_seconds.setter
+    def delay_seconds(self, value: object) -> None:
+        pass
+
+
+class _FloatWhoseFloatRaises(float):
+    def __float__(self) -> float:
+        raise SystemExit("__float__")
+
+
+@handler("TEST_EXECUTE_RETRY_AFTER")
+def _retry_after(payload: Any, ctx: JobContext) -> None:
+    asked = _ASKED[payload["key"]]
+    if isinstance(asked, BaseException):
+        raise asked
+    raise RetryAfter(asked, payload.get("message", ""))
+
+
+def retrying_after(asked: Any, message: str = "") -> Report:
+    key = str(len(_ASKED))
+    _ASKED[key] = asked
+    return run_handler(
+        claimed_job("TEST_EXECUTE_RETRY_AFTER", payload={"key": key, "message": message}), threading.Event()
+    )
+
+
+def test_retry_after_ends_the_run_retryable_with_the_delay_the_handler_asked_for() -> None:
+    report = retrying_after(2, "rate limited")
+
+    assert (report.outcome, report.retry_after) == (Outcome.RETRYABLE, 2.0)
+    assert report.error == "RetryAfter: rate limited (retried in 2 s, as the handler asked)"
+    assert report.traceback.endswith("RetryAfter: rate limited\n")
+    assert retrying_after(0.5).error == "RetryAfter: retried in 0.5 s, as the handler asked"  # "Type: ..." as ever
+
+
+def test_any_other_error_leaves_the_delay_to_the_job_types_backoff() -> None:
+    report = run_handler(claimed_job("TEST_EXECUTE_UNPRINTABLE"), threading.Event())
+
+    assert (report.outcome, report.retry_after) == (Outcome.RETRYABLE, None)
+
+
+@pytest.mark.parametrize(
+    ("asked", "seconds", "why"),
+    [
+        (-30, 0.0, "it asked for a negative delay"),
+        pytest.param(
+            10**5000, float(MAX_BACKOFF_SECONDS), f"it asked for more than {MAX_BACKOFF_SECONDS} s", id="10**5000"
+        ),
+    ],
+)
+def test_a_finite_delay_out_of_range_is_clamped_and_the_error_says_so(asked: Any, seconds: float, why: str) -> None:
+    report = retrying_after(asked, "busy")
+
+    assert (report.outcome, report.retry_after) == (Outcome.RETRYABLE, seconds)
+    assert report.error == f"RetryAfter: busy (retried in {seconds:.10g} s: {why})"
+
+
+@pytest.mark.parametrize(
+    ("asked", "error"),
+    [
+        ("5", "RetryAfter: busy (its delay is of type str, not a number of seconds: "),
+        (math.nan, "RetryAfter: busy (its delay is NaN: "),
+        (math.inf, "RetryAfter: busy (its delay is infinite: "),
+        (_UnreadableDelay(1, "busy"), "_UnreadableDelay: busy (its delay could not be read (SystemExit): "),
+    ],
+)
+def test_a_delay_that_is_not_a_finite_number_falls_back_to_the_backoff_and_the_error_says_why(
+    asked: Any, error: str
+) -> None:
+    report = retrying_after(asked, "busy")
+
+    assert (report.outcome, report.retry_after) == (Outcome.RETRYABLE, None)
+    assert report.error == f"{error}{BACKOFF_INSTEAD})"
+
+
+def test_a_float_subclass_is_read_as_the_value_it_holds_without_running_its_methods() -> None:
+    report = retrying_after(_FloatWhoseFloatRaises(3.5), "busy")
+
+    assert (report.outcome, report.retry_after, type(report.retry_after)) == (Outcome.RETRYABLE, 3.5, float)
+
+
+def test_a_huge_message_is_cut_so_that_what_became_of_the_delay_is_kept() -> None:
+    report = retrying_after(2, "x" * 100_000)
+
+    assert len(report.error) == leasing.MAX_ERROR_CHARS
+    assert report.error.startswith("RetryAfter: xxx")
+    assert report.error.endswith("x (retried in 2 s, as the handler asked)")

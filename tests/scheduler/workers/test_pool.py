@@ -272,11 +272,25 @@ def test_a_child_report_is_json_and_reads_back_as_plain_values() -> None:
     job = claimed_job()
     report = Report(job=job, outcome=Outcome.SUCCEEDED, result=ExitOnUnpickle("hello"), traceback="")
 
-    job_id, outcome, result, error, tb = decode_message(encode_report(report))
+    job_id, outcome, result, error, tb, retry_after = decode_message(encode_report(report))
 
-    assert (job_id, outcome, result, error, tb) == (str(job.id), Outcome.SUCCEEDED, "hello", "", "")
+    assert (job_id, outcome, result, error, tb, retry_after) == (str(job.id), Outcome.SUCCEEDED, "hello", "", "", None)
     assert type(result) is str  # the subclass (and its __reduce__) did not cross the pipe
     assert decode_message(READY_MESSAGE) == "ready"
+
+
+def test_the_delay_a_handler_asked_for_crosses_the_pipe_with_its_report() -> None:
+    job = claimed_job()
+    report = Report(job=job, outcome=Outcome.RETRYABLE, error="RetryAfter: busy", traceback="tb", retry_after=2.5)
+
+    assert decode_message(encode_report(report)) == (
+        str(job.id),
+        Outcome.RETRYABLE,
+        None,
+        "RetryAfter: busy",
+        "tb",
+        2.5,
+    )
 
 
 @pytest.mark.parametrize(
@@ -284,10 +298,17 @@ def test_a_child_report_is_json_and_reads_back_as_plain_values() -> None:
     [
         pickle.dumps(ExitOnUnpickle("x")),  # a pickle is never unpickled: not JSON
         b"[1, 2]",
-        b'["SUCCEEDED", null, "", ""]',  # no job id
-        b'["j", "SUCCEEDED", null, 3, ""]',  # an error that is not text
-        b'["j", "SUCCEEDED", null, null, null]',  # null where the database keeps text
-        b'["j", "NO_SUCH_OUTCOME", null, "", ""]',
+        b'["SUCCEEDED", null, "", "", null]',  # no job id
+        b'["j", "SUCCEEDED", null, 3, "", null]',  # an error that is not text
+        b'["j", "SUCCEEDED", null, null, null, null]',  # null where the database keeps text
+        b'["j", "NO_SUCH_OUTCOME", null, "", "", null]',
+        b'["j", "SUCCEEDED", null, "", ""]',  # no delay: every report says one, or null
+        b'["j", "RETRYABLE", null, "", "", "5"]',  # a delay that is not a number of seconds
+        b'["j", "RETRYABLE", null, "", "", true]',
+        b'["j", "RETRYABLE", null, "", "", NaN]',
+        b'["j", "RETRYABLE", null, "", "", Infinity]',
+        b'["j", "RETRYABLE", null, "", "", -1]',  # out of range: run_handler clamped what it sent
+        b'["j", "RETRYABLE", null, "", "", 604801]',
         b"\xff\xfe",
     ],
 )

@@ -24,6 +24,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from scheduler.errors import RetryAfter
 from scheduler.registry import JobContext, handler
 
 CRASH_TABLE = "hostile_crash"  # (job id, attempt, when), written by HOSTILE_CRASH just before it dies
@@ -53,7 +54,7 @@ def sigstop(payload: Any, ctx: JobContext) -> str:
 @handler("HOSTILE_FORGED_REPORTS")
 def forged_reports(payload: Any, ctx: JobContext) -> str:
     """In a pool child: write reports for a job it is not running to every pipe it can find, then return."""
-    forged = json.dumps([str(uuid.uuid4()), "SUCCEEDED", {"forged": True}, "", ""]).encode()
+    forged = json.dumps([str(uuid.uuid4()), "SUCCEEDED", {"forged": True}, "", "", None]).encode()
     for pipe in (o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection)):
         with contextlib.suppress(OSError, ValueError):
             pipe.send_bytes(forged)
@@ -250,3 +251,31 @@ def break_connection(payload: dict[str, Any], ctx: JobContext) -> str:
 def hang(payload: Any, ctx: JobContext) -> None:
     """Wait for ever, deaf to ``ctx.cancelled``: a call stuck without a timeout of its own."""
     threading.Event().wait()
+
+
+class _UnreadableDelay(RetryAfter):
+    """A ``RetryAfter`` whose delay attribute raises ``SystemExit`` when the worker reads it."""
+
+    @property
+    def delay_seconds(self) -> float:
+        raise SystemExit("no delay for you")
+
+    @delay_seconds.setter
+    def delay_seconds(self, value: object) -> None:
+        pass
+
+
+@handler("HOSTILE_RETRY_AFTER")
+def retry_after(payload: dict[str, Any], ctx: JobContext) -> dict[str, int]:
+    """On attempts up to ``times`` (default 1), raise ``RetryAfter``; then return ``{"attempt": n}``.
+
+    ``delay`` says what it asks for: "seconds" (default; ``payload["seconds"]``, the honest case),
+    "huge" (``10**5000``: no float holds it) or "unreadable" (reading it raises ``SystemExit``).
+    """
+    if ctx.attempt <= payload.get("times", 1):
+        delay = payload.get("delay", "seconds")
+        if delay == "unreadable":
+            raise _UnreadableDelay(1, "asked for something")
+        asked = 10**5000 if delay == "huge" else payload["seconds"]
+        raise RetryAfter(asked, f"asked for {delay}")
+    return {"attempt": ctx.attempt}
