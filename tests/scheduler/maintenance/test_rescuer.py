@@ -268,8 +268,9 @@ def test_the_jobs_a_dead_worker_process_had_not_begun_are_handed_back_unrun_with
 @pytest.mark.django_db
 def test_a_job_handed_back_unrun_keeps_its_place_in_line() -> None:
     """It was due and waiting; handed back, it is claimed before the jobs that were queued after it."""
-    first = enqueue("DEMO_TASK", {})
-    second = enqueue("DEMO_TASK", {})  # same priority, queued after ``first``
+    # One test transaction gives every row one now(): the due times are set apart explicitly.
+    first = enqueue("DEMO_TASK", {}, scheduled_at=db_now() - dt.timedelta(seconds=2))
+    second = enqueue("DEMO_TASK", {}, scheduled_at=db_now() - dt.timedelta(seconds=1))  # same priority
     assert [c.id for c in claim(limit=1)] == [first.id]
     assert rescue_held_by(worker_id=WORKER, error=DIED, isolate=True, unbegun={first.id}) == 1
 
