@@ -130,9 +130,7 @@ def enqueue_request(
         (row,) = jobs_insert([new])
         return _job_from(new, row)
 
-    job, replayed = idempotency.insert_once(
-        owner_id=owner_id, key=idempotency_key, digest=digest, job_id=new.id, insert=insert_new
-    )
+    job, replayed = idempotency.insert_once(owner_id=owner_id, key=idempotency_key, digest=digest, insert=insert_new)
     return EnqueueOutcome(job=job, replayed=replayed)
 
 

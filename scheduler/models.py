@@ -301,18 +301,40 @@ class JobResult:
 
 
 class IdempotencyRecord(models.Model):
-    """An owner's ``Idempotency-Key`` and the fingerprint of the request that first used it."""
+    """An owner's ``Idempotency-Key``, the fingerprint of the request that first used it, and what it created.
+
+    A key creates one job (POST /api/jobs) or one schedule (POST /api/schedules), never both: the
+    two creates share the owner's keys (``scheduler.idempotency``).
+    """
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64)
     job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    # No database constraint and no cascade, on purpose: the record outlives a deletion of its
+    # schedule, so a late retry of the create answers 404 instead of making the schedule again
+    # (ids are never reused). Nothing looks records up by schedule: no index.
+    schedule = models.ForeignKey(
+        "CronSchedule",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(db_index=True)
 
     class Meta:
         db_table = "stint_idempotency"
-        constraints = [models.UniqueConstraint(fields=["owner", "key"], name="idempotency_unique_owner_key")]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="idempotency_unique_owner_key"),
+            models.CheckConstraint(
+                condition=models.Q(job__isnull=True) | models.Q(schedule__isnull=True),
+                name="idempotency_one_target",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.owner_id}:{self.key}"

@@ -1,6 +1,6 @@
 """Migrations of the scheduler: 0005 (integer priorities), 0012 (the result in the job row), 0013 (attempt
 constraint, outbox compression), 0014 (packed outbox events), 0016 (successful attempts kept in
-the job row); forward and back."""
+the job row), 0023 (idempotency records of schedules); forward and back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import NotSupportedError
 
@@ -27,6 +27,8 @@ LZ4_OUTBOX = ("scheduler", "0013_attempt_fk_check_outbox_lz4")
 PACKED_OUTBOX = ("scheduler", "0014_outbox_packed_events")
 UUID7_IDS = ("scheduler", "0015_job_id_uuid7")
 ATTEMPT_VIEW = ("scheduler", "0016_attempt_view")
+DOCUMENT_STATISTICS = ("scheduler", "0022_no_statistics_for_documents")
+SCHEDULE_KEYS = ("scheduler", "0023_idempotency_schedule")
 
 
 def _migrate(target: tuple[str, str]) -> None:
@@ -304,5 +306,42 @@ def test_0016_shows_old_rows_and_job_kept_successes_once_and_writes_the_rows_goi
         ) == [(1, "LOST", "w", None), (2, "SUCCEEDED", "w2", True)]
         assert _fetch("SELECT lease_owner, lease_token FROM stint_job WHERE id = %s", [new]) == [(None, None)]
         assert _fetch("SELECT count(*) FROM stint_job_attempt WHERE job_id = %s", [old]) == [(1,)]
+    finally:
+        _migrate(leaf[0])
+
+
+def _idempotency_columns() -> set[str]:
+    return {c.name for c in connection.introspection.get_table_description(connection.cursor(), "stint_idempotency")}
+
+
+def test_0023_adds_the_schedule_of_a_key_with_a_validated_check_and_goes_back() -> None:
+    from accounts.models import User
+
+    leaf = MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler")
+    owner = User.objects.create(username="keys")
+    job = _insert_job(0)
+    record = (
+        "INSERT INTO stint_idempotency (owner_id, key, fingerprint, job_id, created_at, expires_at)"
+        " VALUES (%s, %s, 'f', %s, now(), now() + interval '1 day')"
+    )
+    try:
+        _migrate(DOCUMENT_STATISTICS)
+        assert "schedule_id" not in _idempotency_columns()
+        with connection.cursor() as cursor:
+            cursor.execute(record, [owner.pk, "before", job])
+
+        _migrate(SCHEDULE_KEYS)
+        assert "schedule_id" in _idempotency_columns()
+        assert _fetch("SELECT convalidated FROM pg_constraint WHERE conname = 'idempotency_one_target'", []) == [
+            (True,)
+        ]
+        assert _fetch("SELECT key, job_id, schedule_id FROM stint_idempotency", []) == [("before", job, None)]
+        with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("UPDATE stint_idempotency SET schedule_id = 1 WHERE key = 'before'")  # a job and a schedule
+
+        _migrate(DOCUMENT_STATISTICS)
+        assert "schedule_id" not in _idempotency_columns()
+        assert not _fetch("SELECT 1 FROM pg_constraint WHERE conname = 'idempotency_one_target'", [])
+        assert _fetch("SELECT key, job_id FROM stint_idempotency", []) == [("before", job)]
     finally:
         _migrate(leaf[0])
