@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION
@@ -20,7 +21,7 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from core.db_clock import db_now
 from core.parsers import has_nul, is_storable_text
-from scheduler import lifecycle, tracing
+from scheduler import idempotency, lifecycle, tracing
 from scheduler.action_log import action_record, changes_text
 from scheduler.conf import conf
 from scheduler.cron import (
@@ -56,6 +57,22 @@ TIMING_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "enabled"})
 GAP_SAMPLE_FIRES = 200  # fires of a cron expression examined for its shortest gap (about 30 ms at worst)
 NEVER_FIRES = "This expression never fires."  # create, update and preview refuse it alike
 ONE_TIMING = "Give exactly one of cron and interval_seconds."  # create, update and preview alike
+# What a create writes besides the owner: an Idempotency-Key's replay must match every one of them.
+FINGERPRINTED = (
+    "name",
+    "cron",
+    "interval_seconds",
+    "timezone",
+    "enabled",
+    "misfire_policy",
+    "overlap_policy",
+    "job_type",
+    "job_payload",
+    "job_priority",
+    "job_queue",
+    "job_max_retries",
+    "job_timeout_seconds",
+)
 WRITABLE = frozenset(
     {"name", "cron", "interval_seconds", "timezone", "enabled", "misfire_policy", "overlap_policy", "job"}
 )
@@ -316,6 +333,14 @@ def _next_fire_at(schedule: CronSchedule, *, now: dt.datetime) -> dt.datetime | 
 # -- writes -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleCreated:
+    """The schedule a create produced and whether it was an idempotent replay of an earlier request."""
+
+    schedule: CronSchedule
+    replayed: bool
+
+
 def schedule_create(
     *,
     owner: Any,
@@ -340,7 +365,49 @@ def schedule_create(
     for project code) is recorded as its creator (``scheduler.action_log``) in the create's
     transaction. Raises InvalidSchedule (400) or PayloadTooLarge (413).
     """
-    schedule = CronSchedule(
+    return schedule_create_request(
+        owner=owner,
+        name=name,
+        job=job,
+        cron=cron,
+        interval_seconds=interval_seconds,
+        timezone=timezone,
+        enabled=enabled,
+        misfire_policy=misfire_policy,
+        overlap_policy=overlap_policy,
+        trusted=trusted,
+        actor=actor,
+    ).schedule
+
+
+def schedule_create_request(
+    *,
+    owner: Any,
+    name: str,
+    job: Mapping[str, Any],
+    cron: str | None = None,
+    interval_seconds: int | None = None,
+    timezone: str = "UTC",
+    enabled: bool = True,
+    misfire_policy: str = MisfirePolicy.SKIP,
+    overlap_policy: str = OverlapPolicy.ALLOW,
+    trusted: bool = False,
+    idempotency_key: str | None = None,
+    actor: Any = None,
+) -> ScheduleCreated:
+    """Create a schedule as ``schedule_create`` does (same arguments), once per ``idempotency_key``; say if it replayed.
+
+    With ``idempotency_key`` (1-255 printable ASCII characters, unique per owner for
+    ``IDEMPOTENCY_TTL_SECONDS``, shared with job creates), a repeat of the same request returns the
+    first request's schedule, as it is now, with ``replayed=True`` (``idempotency.insert_once``).
+    "The same request" is the same schedule once validated: defaults written out or left out, keys
+    in any order and a job template's handler defaults compare equal (``schedule_fingerprint``). A
+    request refused (400, 413) uses up no key. Raises what ``schedule_create`` raises, InvalidJob
+    (400: a malformed key), IdempotencyConflict (409: the key was used with a different request, or
+    to create a job), ScheduleNotFound (404: the key's schedule was deleted since; the key stays
+    used until it expires, so a late retry cannot bring a deleted schedule back).
+    """
+    new = CronSchedule(
         owner_id=getattr(owner, "pk", owner),
         name=name,
         cron=cron,
@@ -351,7 +418,30 @@ def schedule_create(
         overlap_policy=overlap_policy,
         **_validated_job(job, trusted=trusted),
     )
-    _validate(schedule)
+    _validate(new)
+    idempotency.idempotency_key_check(idempotency_key, owner_id=new.owner_id)
+    if idempotency_key is None:
+        schedule, replayed = _schedule_insert(new, actor=actor), False
+    else:
+        schedule, replayed = idempotency.insert_once(
+            owner_id=new.owner_id,
+            key=idempotency_key,
+            digest=schedule_fingerprint(new),
+            insert=lambda: _schedule_insert(new, actor=actor),
+            target=idempotency.SCHEDULE_TARGET,
+        )
+    if not replayed:
+        logger.info("schedule %s created", schedule.id, extra={"schedule_id": schedule.id})
+    return ScheduleCreated(schedule=schedule, replayed=replayed)
+
+
+def schedule_fingerprint(schedule: CronSchedule) -> str:
+    """Return the ``idempotency.fingerprint`` of a validated, unsaved schedule: every field a create writes."""
+    return idempotency.fingerprint({field: getattr(schedule, field) for field in FINGERPRINTED})
+
+
+def _schedule_insert(schedule: CronSchedule, *, actor: Any) -> CronSchedule:
+    """Save a new ``schedule`` (quota, minimum interval, first fire time) with its action-log entry; return it."""
     with transaction.atomic():
         queue_ensure(name=schedule.job_queue)  # in the schedule's transaction: see queue_ensure
         _check_quota(schedule.owner_id)
@@ -360,7 +450,6 @@ def schedule_create(
         schedule.next_fire_at = _next_fire_at(schedule, now=now)
         schedule.save()
         action_record(actor=actor, objects=[schedule], flag=ADDITION, message=f"Created: {_summary(schedule)}.")
-    logger.info("schedule %s created", schedule.id, extra={"schedule_id": schedule.id})
     return schedule
 
 

@@ -9,14 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.serializers import StrictSerializer
+from core.openapi import ERROR_REF
 from core.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import (
@@ -26,18 +34,11 @@ from scheduler.api.serializers import (
     JobStatusField,
     PriorityLabelField,
 )
+from scheduler.api.views import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.models import CronSchedule, Job, MisfirePolicy, OverlapPolicy
 
 SCHEDULE_ID = OpenApiParameter("schedule_id", OpenApiTypes.INT, OpenApiParameter.PATH)
-# POST /api/jobs honours an Idempotency-Key; a schedule create does not, and its name is not unique.
-# Ignoring the header silently would let a client's retried create make a second schedule (and
-# every fire twice), so the header is refused, as the API refuses unknown fields and parameters.
-SCHEDULE_KEY_REFUSED = (
-    "POST /api/schedules takes no Idempotency-Key, and a schedule's name is not unique: a create sent"
-    " twice makes two schedules. Send it without the key; before retrying one whose answer was lost,"
-    " list GET /api/schedules to see whether it was made."
-)
 
 
 # -- request shapes ---------------------------------------------------------------------------
@@ -199,21 +200,61 @@ class ScheduleListCreateView(generics.ListAPIView):
     @extend_schema(
         operation_id="schedules_create",
         summary="Create a schedule",
-        description="Exactly one of `cron` and `interval_seconds`. 400 on a bad expression, zone or template, "
-        "and on an `Idempotency-Key` header, which a schedule create does not honour (names are not unique).",
+        description=(
+            "Exactly one of `cron` and `interval_seconds`; 201 with the new schedule. A schedule's name is "
+            "not unique: to retry a create safely, send an `Idempotency-Key`. Repeating the same body with "
+            "the key returns the original schedule (as it is now) with 200 and `Idempotent-Replayed: true`; "
+            "the same key with a different body, or a key that already created a job, is a 409; once the "
+            "key's schedule was deleted, the key answers 404 until it expires. 400 on a bad expression, "
+            "zone, template or key."
+        ),
         tags=["schedules"],
         request=ScheduleWriteSerializer,
-        responses={201: ScheduleSerializer},
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                description="1-255 printable ASCII characters, unique per user for 24 h (shared with job creates).",
+            ),
+            OpenApiParameter(
+                "Location", str, OpenApiParameter.HEADER, response=[200, 201], description="The schedule."
+            ),
+            OpenApiParameter(
+                REPLAYED_HEADER, str, OpenApiParameter.HEADER, response=[200], description="`true` on a replay."
+            ),
+        ],
+        responses={
+            201: ScheduleSerializer,
+            200: OpenApiResponse(ScheduleSerializer, description="Idempotent replay: the original schedule."),
+            404: OpenApiResponse(
+                ERROR_REF, description="`not_found`: the schedule this `Idempotency-Key` created was deleted since."
+            ),
+            409: OpenApiResponse(
+                ERROR_REF,
+                description="`idempotency_conflict`: this key was used with a different body, or to create a job.",
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
-        """Create the schedule for the caller; 201. An ``Idempotency-Key`` header is a 400: ``SCHEDULE_KEY_REFUSED``."""
-        if "Idempotency-Key" in request.headers:
-            raise serializers.ValidationError({"idempotency_key": [SCHEDULE_KEY_REFUSED]})
+        """Create the schedule for the caller; 201, or 200 with ``Idempotent-Replayed`` on a replay of its key."""
         body = ScheduleWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = _changes(body.validated_data)
-        schedule = schedules.schedule_create(owner=request.user, actor=request.user, **data)
-        return Response(ScheduleSerializer(schedule).data, status=status.HTTP_201_CREATED)
+        outcome = schedules.schedule_create_request(
+            owner=request.user,
+            actor=request.user,
+            idempotency_key=request.headers.get(IDEMPOTENCY_HEADER),
+            **data,
+        )
+        schedule_id = outcome.schedule.id
+        headers = {
+            "Location": request.build_absolute_uri(reverse("schedule-detail", kwargs={"schedule_id": schedule_id}))
+        }
+        if outcome.replayed:
+            headers[REPLAYED_HEADER] = "true"
+        code = status.HTTP_200_OK if outcome.replayed else status.HTTP_201_CREATED
+        return Response(ScheduleSerializer(outcome.schedule).data, status=code, headers=headers)
 
 
 class ScheduleDetailView(APIView):

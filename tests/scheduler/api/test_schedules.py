@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.db import connection
 from prometheus_client import REGISTRY
 
@@ -46,24 +47,21 @@ def create(client, body=None):
     return resp.json()
 
 
-SCHEDULE_KEY_REFUSED = (
-    "POST /api/schedules takes no Idempotency-Key, and a schedule's name is not unique: a create sent"
-    " twice makes two schedules. Send it without the key; before retrying one whose answer was lost,"
-    " list GET /api/schedules to see whether it was made."
-)
+def test_an_idempotency_key_makes_a_retried_create_one_schedule(user_api, user):
+    # Names are not unique: a create retried without a key made a second schedule, and every fire
+    # twice. With the key, the retry answers the first schedule (as POST /api/jobs does).
+    key = {"Idempotency-Key": "nightly-1"}
+    first = user_api.post("/api/schedules", NIGHTLY, format="json", headers=key)
+    again = user_api.post("/api/schedules", NIGHTLY, format="json", headers=key)
 
-
-def test_an_idempotency_key_on_a_schedule_create_is_a_400_not_ignored(user_api, user):
-    # A client that sends the key expects a retried create to make one schedule; names are not
-    # unique, so an ignored key made a second schedule, and every fire twice.
-    resp = user_api.post("/api/schedules", NIGHTLY, format="json", headers={"Idempotency-Key": "nightly-1"})
-
-    assert resp.status_code == 400, resp.content
-    error = resp.json()["error"]
-    assert error["code"] == "validation_error"
-    assert error["details"] == {"idempotency_key": [SCHEDULE_KEY_REFUSED]}
-    assert error["message"] == f"idempotency_key: {SCHEDULE_KEY_REFUSED}"
-    assert not CronSchedule.objects.filter(owner=user).exists()
+    assert first.status_code == 201, first.content
+    assert again.status_code == 200, again.content
+    assert "Idempotent-Replayed" not in first.headers
+    assert again.headers["Idempotent-Replayed"] == "true"
+    schedule = CronSchedule.objects.get(owner=user)
+    assert again.json()["id"] == first.json()["id"] == schedule.id
+    assert again.headers["Location"] == first.headers["Location"] == f"http://testserver/api/schedules/{schedule.id}"
+    assert LogEntry.objects.filter(object_id=str(schedule.id)).count() == 1  # the replay recorded nothing
 
 
 def test_create_reads_back_with_every_documented_field(user_api, user):
@@ -423,6 +421,18 @@ def test_the_schema_documents_the_schedule_endpoints(api):
     ):
         assert path in paths
     assert "/api/schedules/preview" in paths
+
+
+def test_the_schema_documents_the_idempotency_key_of_a_schedule_create(api):
+    schema = api.get("/api/schema/?format=json").json()
+    create = schema["paths"]["/api/schedules"]["post"]
+    key = next(p for p in create["parameters"] if p["name"] == "Idempotency-Key")
+    assert key["in"] == "header"
+    assert "Idempotent-Replayed" in create["responses"]["200"]["headers"]
+    assert "Location" in create["responses"]["201"]["headers"]
+    assert {"200", "201", "400", "404", "409", "413"} <= set(create["responses"])
+    assert "idempotency_conflict" in create["responses"]["409"]["description"]
+    assert "deleted" in create["responses"]["404"]["description"]
 
 
 def test_a_user_may_hold_at_most_the_configured_number_of_schedules(user_api, admin_api, settings):
