@@ -986,7 +986,13 @@ def command_up() -> int:
 
 
 def command_env() -> int:
-    """Print export lines for the recorded servers that answer."""
+    """Print export lines for the recorded servers that answer; say on stderr when none does.
+
+    With none, stdout stays empty (so ``eval "$(python -m devstack env)"`` is harmless) and
+    stderr names the state directory read: the usual cause is a ``make run`` started with
+    another ``STINT_DEVSTACK_DIR``, and a shell left without the URLs reaches the settings'
+    default database instead, silently. Exit status 0 either way.
+    """
     directory = state_dir()
     handles = []
     for cls in SERVERS:
@@ -994,6 +1000,12 @@ def command_env() -> int:
         record = read_record(server)
         if record is not None and record_live(server, record):
             handles.append(Handle(server=server, record=record))
+    if not handles:
+        logger.warning(
+            "no running dev stack in %s: nothing to export. Start one (make run, or python -m devstack up), "
+            "or give this command the STINT_DEVSTACK_DIR the running stack was started with.",
+            directory,
+        )
     sys.stdout.write(export_lines(handles))
     return 0
 

@@ -152,6 +152,17 @@ def test_up_then_run_reuses_the_same_server_and_leaves_it_running(stack_dir: Pat
     assert devstack_cmd(stack_dir, "env").stdout == ""
 
 
+def test_env_with_no_running_server_says_so_on_stderr_naming_the_directory(stack_dir: Path) -> None:
+    # `eval "$(python -m devstack env)"` in the wrong clone, or without the STINT_DEVSTACK_DIR that
+    # `make run` was given, printed nothing: the shell then went on with the settings' default
+    # database, silently. The exports stay empty (eval is harmless); stderr says why.
+    result = devstack_cmd(stack_dir, "env")
+
+    assert result.stdout == ""
+    assert f"no running dev stack in {stack_dir.resolve()}" in result.stderr
+    assert "STINT_DEVSTACK_DIR" in result.stderr
+
+
 def test_stale_record_is_replaced_without_touching_the_recorded_pid(stack_dir: Path) -> None:
     # The recorded pid now belongs to an unrelated process: it must be left alone.
     with subprocess.Popen(["sleep", "30"]) as bystander:
