@@ -72,8 +72,8 @@ def test_check_deploy_is_clean():
         ),
         ({"STINT_OUTBOX_LOCK_HOLD_SECONDS": "7"}, "must exceed the delivery timeout"),
         # A value that is not a number names its variable (a bare ValueError from int() did not).
-        ({"STINT_CLAIM_INDEX_VACUUM_PAGES": "abc"}, "STINT_CLAIM_INDEX_VACUUM_PAGES: invalid literal for int()"),
-        ({"STINT_LEASE_SECONDS": ""}, "STINT_LEASE_SECONDS: invalid literal for int()"),
+        ({"STINT_CLAIM_INDEX_VACUUM_PAGES": "abc"}, "STINT_CLAIM_INDEX_VACUUM_PAGES: 'abc' is not a whole number"),
+        ({"STINT_LEASE_SECONDS": ""}, "STINT_LEASE_SECONDS: '' is not a whole number"),
         ({"STINT_HEARTBEAT_SECONDS": "ten"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float"),
         # Aging within the priority column's range (the job_priority_range constraint, -100..100).
         ({"STINT_AGING_MAX_PRIORITY": "101"}, "STINT_AGING_MAX_PRIORITY must be from -100 to 100 (got 101)"),
@@ -134,6 +134,12 @@ def test_check_deploy_is_clean():
         ({"STINT_HEARTBEAT_SECONDS": "500ms"}, "STINT_HEARTBEAT_SECONDS: could not convert string to float: '500ms'"),
         ({"STINT_POLL_SECONDS": "0x10"}, "STINT_POLL_SECONDS: could not convert string to float: '0x10'"),
         ({"STINT_BACKOFF_BASE_SECONDS": "nan"}, "STINT_BACKOFF_BASE_SECONDS: 'nan' is not a finite number"),
+        # An integer setting given a fraction or a word said "invalid literal for int() with base 10: '1.5'".
+        (
+            {"STINT_MIN_SCHEDULE_INTERVAL_SECONDS": "1.5"},
+            "STINT_MIN_SCHEDULE_INTERVAL_SECONDS: '1.5' is not a whole number",
+        ),
+        ({"KAFKA_DELIVERY_TIMEOUT_MS": "abc"}, "KAFKA_DELIVERY_TIMEOUT_MS: 'abc' is not a whole number"),
         # A backoff the database cannot add to now() (timestamp out of range) failed every rescue of a
         # retried job, its neighbours' with it; a negative one raised in retry.backoff the same way.
         ({"STINT_BACKOFF_BASE_SECONDS": "-1"}, "STINT_BACKOFF_BASE_SECONDS must be from 0 to 604800 (got -1.0)"),
