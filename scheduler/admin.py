@@ -59,6 +59,7 @@ from scheduler.selectors import (
     LIST_DEFERRED,
     flow_name_use,
     flow_names_in_use,
+    job_cancellation,
     jobs_count_by_status,
     owners_with_jobs,
     queue_names,
@@ -327,7 +328,7 @@ class JobAdmin(OperatorAdmin):
     list_per_page = 50
     actions = ("cancel_jobs", "retry_jobs", "recover_jobs")
     inlines = (JobAttemptInline,)
-    readonly_fields = ("status_badge", "priority_label", "flow")
+    readonly_fields = ("status_badge", "priority_label", "flow", "cancellation")
     fieldsets = (
         (None, {"fields": ("id", "name", "type", "status_badge", "priority_label", "queue", "owner", "flow")}),
         ("Payload", {"fields": ("payload",)}),
@@ -348,6 +349,7 @@ class JobAdmin(OperatorAdmin):
                     "lease_token",
                     "lease_expires_at",
                     "cancel_requested",
+                    "cancellation",
                     "isolated",
                 )
             },
@@ -371,6 +373,12 @@ class JobAdmin(OperatorAdmin):
         from scheduler.flow.admin import job_flow_html
 
         return job_flow_html(job)
+
+    @admin.display(description="cancellation")
+    def cancellation(self, job: Job) -> str:
+        """What became of a requested cancel (``selectors.job_cancellation``), as the API and job page say; else "-"."""
+        outcome = job_cancellation(job)
+        return outcome["message"] if outcome else "-"
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: Job) -> str:

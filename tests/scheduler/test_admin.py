@@ -311,6 +311,14 @@ class TestJobList:
         assert html.index("JOB_CREATED") < html.index("JOB_QUEUED")  # timeline in sequence order
         assert "2 events" in html  # the audit row and its outbox twin count once
 
+    def test_the_detail_page_says_a_cancel_came_too_late(self, operator, user):
+        # The flag alone showed a tick beside a SUCCESS status; the API and the user pages explain it.
+        job = JobFactory(owner=user, succeeded=True, cancel_requested=True)
+
+        html = operator.get(f"{CHANGELIST}{job.id}/change/").content.decode()
+
+        assert "Cancellation was requested, but the job finished first (SUCCESS)" in html
+
 
 class TestJobActions:
     def test_recover_reports_changed_and_skipped(self, operator, user):
