@@ -197,6 +197,8 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "console_recovers": getattr(request.user, "is_admin", False) and request.user.is_staff,
         "waiting": waiting_reason(job),
         "cancellation": selectors.job_cancellation(job),
+        # The budget counts from attempts_base: a handed-back attempt or those before a retry are not in it.
+        "attempts_counted": job.attempts - job.attempts_base,
     }
 
 

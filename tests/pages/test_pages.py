@@ -276,6 +276,16 @@ class TestJobDetail:
         assert response.status_code == 409
         assert "A CANCELLED job cannot be cancelled." in _html(response)
 
+    def test_attempts_say_how_many_count_against_the_budget(self, signed_in, user):
+        # After a hand-back (make run's Ctrl-C) or a retry, attempts_base moved up: the page said
+        # "2 (at most 4 per run)" of a job that may still make 3 more attempts.
+        fresh = JobFactory(owner=user, succeeded=True, attempts=2, max_retries=3)
+        handed_back = JobFactory(owner=user, succeeded=True, attempts=2, attempts_base=1, max_retries=3)
+
+        assert "<dd>2 (at most 4)</dd>" in _html(signed_in.get(f"/jobs/{fresh.id}/"))
+        html = _html(signed_in.get(f"/jobs/{handed_back.id}/"))
+        assert "2 (1 counted against its budget of 4; 1 handed back or made before a retry or recovery)" in html
+
     def test_a_cancel_that_came_too_late_says_the_job_finished_first(self, signed_in, user):
         job = enqueue("DEMO_TASK", {}, owner=user)
         (claimed,) = leasing.claim_jobs(worker_id="test-host:1:abc", limit=1, queues=None)
