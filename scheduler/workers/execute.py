@@ -40,7 +40,7 @@ SELF_CANCELLED = "cancelled by the handler"
 _class_name = type.__dict__["__name__"].__get__
 
 
-def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
+def run_handler(job: Claimed, cancel_flag: CancelFlag, *, pool_slot: bool = False) -> Report:
     """Run the handler (``_run_handler``) inside the attempt's trace span when tracing is on; never raises.
 
     The tracing hook (``scheduler.tracing``): off, it adds one ``None`` check per job.
@@ -48,13 +48,18 @@ def run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
     When a handler calls ``os.fork()`` and the child returns (or raises) instead of exiting, that
     child ends here with ``os._exit(0)``, so it never goes on to run the worker's code (claim,
     record outcomes) beside its parent, with signals ignored and a database connection open.
+
+    ``pool_slot``: the caller is a pool's slot thread or pool child, which runs nothing but
+    handlers, so an ``atomic`` block still open after the handler is the handler's and is rolled
+    back (``_close_open_transactions``); False (a test calling this inside its own transaction)
+    leaves connections in an ``atomic`` block alone.
     """
     pid = os.getpid()
     try:
         if not tracing.enabled():
-            return _run_handler(job, cancel_flag)
+            return _run_handler(job, cancel_flag, pool_slot)
         with tracing.attempt_span(job) as span:
-            report = _run_handler(job, cancel_flag)
+            report = _run_handler(job, cancel_flag, pool_slot)
             tracing.record_outcome(span, report)
         return report
     finally:
@@ -100,7 +105,7 @@ def checked_result(result: Any) -> tuple[Any, str | None]:
     return value, None
 
 
-def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
+def _run_handler(job: Claimed, cancel_flag: CancelFlag, pool_slot: bool) -> Report:
     """Call the handler for ``job.type`` (``registry.resolve``) with (payload, context); never raises.
 
     Returns SUCCEEDED with the result as the JSON that was checked (plain values); CANCELLED when
@@ -166,25 +171,34 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag) -> Report:
         if opened_a_connection():
             try:
                 close_old_connections()
-                _close_open_transactions(job)
+                _close_open_transactions(job, pool_slot=pool_slot)
                 _reset_sessions()
             except Exception:  # closing a broken connection failed: the report must still be returned
                 logger.exception("job %s: closing its thread's database connection failed", job.id)
 
 
-def _close_open_transactions(job: Claimed) -> None:
+def _close_open_transactions(job: Claimed, *, pool_slot: bool) -> None:
     """Close each connection of this thread that the handler left inside a transaction, rolling it back.
 
     A raw ``BEGIN`` without its ``COMMIT`` would otherwise run the thread's next jobs inside that
     transaction, holding its locks and leaving their writes uncommitted. A connection the handler
     closed or broke under Django (psycopg's status ``UNKNOWN``) is closed too, and logged as such.
-    A connection in an ``atomic`` block belongs to the caller (a test's transaction), not to the
-    handler.
+    A connection in an ``atomic`` block is the handler's in a ``pool_slot`` (a block entered and
+    never left: ``_leave_atomic_blocks``); otherwise it belongs to the caller (a test's transaction).
     """
     for conn in connections.all(initialized_only=True):
+        if conn.in_atomic_block:
+            if pool_slot:
+                logger.warning(
+                    "job %s left an atomic block open; it was rolled back and its connection closed",
+                    job.id,
+                    extra={"job_id": str(job.id), "attempt": job.attempt},
+                )
+                _leave_atomic_blocks(conn)
+            continue
         raw = conn.connection
         info = getattr(raw, "info", None)
-        if info is None or conn.in_atomic_block or info.transaction_status == TransactionStatus.IDLE:
+        if info is None or info.transaction_status == TransactionStatus.IDLE:
             continue
         extra = {"job_id": str(job.id), "attempt": job.attempt}
         if info.transaction_status == TransactionStatus.UNKNOWN:
@@ -197,6 +211,31 @@ def _close_open_transactions(job: Claimed) -> None:
                 info.transaction_status.name,
                 extra=extra,
             )
+        conn.close()
+
+
+def _leave_atomic_blocks(conn: Any) -> None:
+    """Leave every ``atomic`` block of ``conn`` (Django's connection wrapper), rolling back, and close it.
+
+    A handler that entered ``transaction.atomic()`` without leaving it (``__enter__`` alone, a
+    generator never resumed) left the wrapper inside the block: Django's ``close_old_connections``
+    closes such a connection (its autocommit is off) but keeps it marked inside the block, so every
+    later query of the thread failed with "the connection is closed", for good. The blocks are left
+    as Django's ``TestCase`` leaves its own (``set_rollback``, then each ``__exit__``, innermost
+    first); if that fails (a block list the handler tampered with), the wrapper's transaction state
+    is reset by hand. The next query of the thread opens a new connection.
+    """
+    try:
+        conn.needs_rollback = True
+        while conn.in_atomic_block and conn.atomic_blocks:
+            conn.atomic_blocks[-1].__exit__(None, None, None)
+    except Exception:  # noqa: S110 - reset by hand below
+        pass
+    finally:
+        if conn.in_atomic_block:
+            conn.atomic_blocks, conn.savepoint_ids = [], []
+            conn.in_atomic_block = conn.needs_rollback = False
+        conn.closed_in_transaction = False
         conn.close()
 
 

@@ -275,7 +275,7 @@ class ThreadPool:
                 self._current[slot] = entry
                 self._counted[slot] = True
             try:
-                report = run_handler(entry.job, entry.cancel_flag)  # never raises: every error is an outcome
+                report = run_handler(entry.job, entry.cancel_flag, pool_slot=True)  # never raises: errors are outcomes
             finally:
                 with self._lock:
                     if self._counted[slot]:
@@ -337,7 +337,7 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
                 break
             if job is None:
                 break
-            conn.send_bytes(encode_report(run_handler(job, flag)))
+            conn.send_bytes(encode_report(run_handler(job, flag, pool_slot=True)))
     finally:
         from scheduler import tracing
 

@@ -347,12 +347,15 @@ def test_a_sigterm_to_its_group_while_its_worker_processes_start_up_is_a_clean_s
     assert "ERROR" not in worker.output() and "died" not in worker.output()
 
 
+@pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_a_handler_that_spoils_its_threads_connection_costs_the_next_job_on_that_thread_nothing(
-    hostile: Processes,
+    hostile: Processes, pool: str
 ) -> None:
-    worker = hostile.worker(concurrency=1)  # one thread: each next job gets the spoiled connection
+    # One slot: each next job gets the spoiled connection. "atomic" (a block entered, never left)
+    # failed every later job of its slot with "the connection is closed".
+    worker = hostile.worker(concurrency=1, pool=pool)
     process = worker_pid(worker)
-    hows = ["close", "raw_close", "no_autocommit", "no_autocommit_idle", "statement_timeout"]
+    hows = ["close", "raw_close", "no_autocommit", "no_autocommit_idle", "statement_timeout", "atomic"]
 
     for how in hows:
         spoiler = enqueue("HOSTILE_BREAK_CONNECTION", {"how": how})
@@ -365,6 +368,7 @@ def test_a_handler_that_spoils_its_threads_connection_costs_the_next_job_on_that
     log = worker.output()
     assert "left its database connection closed or broken; it was replaced" in log  # raw_close
     assert "(UNKNOWN)" not in log  # a closed connection is not called an open transaction
+    assert "left an atomic block open; it was rolled back and its connection closed" in log
 
 
 # -- a handler that signals its process group or forks ------------------------------------------

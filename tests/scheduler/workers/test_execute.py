@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from core import db_threads
 from scheduler import leasing
@@ -45,6 +45,16 @@ def _leaves_a_transaction(payload: Any, ctx: JobContext) -> None:
     """Open a transaction with raw SQL, write in it, and return without COMMIT."""
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
+        cursor.execute("CREATE TABLE IF NOT EXISTS test_execute_left (n int)")
+        cursor.execute("INSERT INTO test_execute_left VALUES (1)")
+
+
+@handler("TEST_EXECUTE_LEAVES_AN_ATOMIC_BLOCK")
+def _leaves_an_atomic_block(payload: Any, ctx: JobContext) -> None:
+    """Enter ``transaction.atomic()`` and a savepoint inside it, write, and return without leaving either."""
+    transaction.atomic().__enter__()
+    transaction.atomic().__enter__()
+    with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS test_execute_left (n int)")
         cursor.execute("INSERT INTO test_execute_left VALUES (1)")
 
@@ -327,6 +337,19 @@ def test_a_transaction_a_handler_left_open_is_rolled_back_before_the_threads_nex
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_atomic_block_a_handler_left_open_in_a_pool_slot_is_rolled_back_before_the_slots_next_job(caplog) -> None:
+    # Django closed the connection (its autocommit was off) but kept it inside the atomic block:
+    # every later job of that slot failed with "the connection is closed", for good.
+    reports = in_a_new_thread(
+        "TEST_EXECUTE_LEAVES_AN_ATOMIC_BLOCK", "TEST_EXECUTE_TRANSACTION_STATUS", "TEST_EXECUTE_TRANSACTION_STATUS"
+    )
+
+    assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 3, reports[1].error
+    assert [r.result for r in reports[1:]] == ["IDLE table=False"] * 2  # the handler's write was rolled back
+    assert "left an atomic block open; it was rolled back and its connection closed" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_connection_a_handler_closed_under_django_is_replaced_and_logged_as_closed_not_as_a_transaction(caplog):
     reports = in_a_new_thread("TEST_EXECUTE_CLOSES_ITS_RAW_CONNECTION", "TEST_EXECUTE_TRANSACTION_STATUS")
 
@@ -425,12 +448,13 @@ def in_a_thread(steps: Callable[[], None]) -> None:
 
 
 def in_a_new_thread(*job_types: str) -> list[Report]:
-    """Run one job of each type, in turn, in one new thread; return their reports."""
+    """Run one job of each type, in turn, in one new thread, as a pool slot does; return their reports."""
     _RESULTS["ok"] = "done"
     reports: list[Report] = []
     in_a_thread(
         lambda: reports.extend(
-            run_handler(claimed_job(job_type, payload={"key": "ok"}), threading.Event()) for job_type in job_types
+            run_handler(claimed_job(job_type, payload={"key": "ok"}), threading.Event(), pool_slot=True)
+            for job_type in job_types
         )
     )
     return reports

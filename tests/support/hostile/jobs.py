@@ -228,7 +228,8 @@ def break_connection(payload: dict[str, Any], ctx: JobContext) -> str:
 
     "close": ``connection.close()``; "raw_close": close the psycopg connection under Django;
     "no_autocommit": ``set_autocommit(False)`` and a query (a transaction left open);
-    "no_autocommit_idle": ``set_autocommit(False)`` alone; "statement_timeout": ``SET statement_timeout = 1``.
+    "no_autocommit_idle": ``set_autocommit(False)`` alone; "statement_timeout": ``SET statement_timeout = 1``;
+    "atomic": enter ``transaction.atomic()`` and a query in it, never leaving the block.
     """
     how = payload["how"]
     connection.ensure_connection()
@@ -241,6 +242,10 @@ def break_connection(payload: dict[str, Any], ctx: JobContext) -> str:
         if how == "no_autocommit":
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
+    elif how == "atomic":
+        transaction.atomic().__enter__()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
     elif how == "statement_timeout":
         with connection.cursor() as cursor:
             cursor.execute("SET statement_timeout = 1")
