@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -117,6 +118,10 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag, pool_slot: bool) -> Repo
     ``KeyboardInterrupt``, ``GeneratorExit``...): handlers are hostile, and a pool slot must keep
     serving whatever its handler raised. The error is cut to ``leasing.MAX_ERROR_CHARS`` and the
     traceback to its last ``leasing.MAX_TRACEBACK_CHARS`` here, where they are made.
+
+    What the handler sets in its context variables (``contextvars``: Django's ``timezone.activate``
+    and ``translation.activate`` among them) ends with its run, as its database session state does
+    (``_reset_sessions``): the slot's next job starts in Django's defaults.
     """
     job_id = str(job.id)
     ctx = JobContext(
@@ -130,9 +135,12 @@ def _run_handler(job: Claimed, cancel_flag: CancelFlag, pool_slot: bool) -> Repo
     )
     try:
         spec = resolve(job.type)
-        # Every line the handler logs, through any logger, carries the job id and attempt.
+        # Every line the handler logs, through any logger, carries the job id and attempt. The
+        # handler runs in a copy of the context: Django keeps the active time zone and language in
+        # context variables, and one a handler activated would otherwise hold for the slot's next
+        # jobs (a copy costs a few ns: it shares the mapping until a variable is set).
         with log_context(job_id=job_id, attempt=job.attempt):
-            result = spec.func(job.payload, ctx)
+            result = contextvars.copy_context().run(spec.func, job.payload, ctx)
         result, problem = checked_result(result)
         if problem is not None:
             return Report(job=job, outcome=Outcome.PERMANENT, error=problem)

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone, translation
 
 from core import db_threads
 from scheduler import leasing
@@ -57,6 +58,19 @@ def _leaves_an_atomic_block(payload: Any, ctx: JobContext) -> None:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS test_execute_left (n int)")
         cursor.execute("INSERT INTO test_execute_left VALUES (1)")
+
+
+@handler("TEST_EXECUTE_ACTIVATES_A_ZONE_AND_A_LANGUAGE")
+def _activates_a_zone_and_a_language(payload: Any, ctx: JobContext) -> str:
+    """Activate a time zone and a language for its thread (Django's ``activate``) and never deactivate them."""
+    timezone.activate("Asia/Kathmandu")
+    translation.activate("de")
+    return f"{timezone.get_current_timezone_name()} {translation.get_language()}"
+
+
+@handler("TEST_EXECUTE_ZONE_AND_LANGUAGE")
+def _zone_and_language(payload: Any, ctx: JobContext) -> str:
+    return f"{timezone.get_current_timezone_name()} {translation.get_language()}"
 
 
 @handler("TEST_EXECUTE_CLOSES_ITS_RAW_CONNECTION")
@@ -334,6 +348,14 @@ def test_a_transaction_a_handler_left_open_is_rolled_back_before_the_threads_nex
     assert [r.outcome for r in reports] == [Outcome.SUCCEEDED] * 2
     assert reports[1].result == "IDLE table=False"  # not inside the first job's transaction, which is gone
     assert "left a database transaction open (INTRANS)" in caplog.text
+
+
+def test_a_time_zone_and_a_language_a_handler_activated_end_with_its_run() -> None:
+    # They were the thread's own (Django keeps them per thread): every later job of that slot ran
+    # in them, its local times in another zone and its translated texts in another language.
+    reports = in_a_new_thread("TEST_EXECUTE_ACTIVATES_A_ZONE_AND_A_LANGUAGE", "TEST_EXECUTE_ZONE_AND_LANGUAGE")
+
+    assert [r.result for r in reports] == ["Asia/Kathmandu de", "UTC en-us"]
 
 
 @pytest.mark.django_db(transaction=True)
