@@ -210,14 +210,16 @@ class CronFirer:
 
         The schedule table's checks are looser than the job table's (a template edited by hand with
         a timeout of 0 or 11 retries can be stored), and one such row failed the whole batch's insert
-        on every tick: no schedule fired. A row that still fails alone is stopped as one whose
+        on every tick: no schedule fired. So did a template payload edited by hand that ``jsonb``
+        holds but Python's json cannot read (a number past 4,300 digits: ValueError; nesting past
+        the recursion limit: RecursionError). A row that still fails alone is stopped as one whose
         timetable cannot be planned is (no next fire: an edit starts it again) and logged. A
         transient error (the connection, a deadlock) is raised: the batch is tried again next tick.
         """
         try:
             with transaction.atomic():
                 return self._fire(rows, now=now, missed_before=missed_before)
-        except DatabaseError as exc:
+        except (DatabaseError, ValueError, RecursionError) as exc:
             if db_error_is_transient(exc):
                 raise
         created = 0
@@ -225,7 +227,7 @@ class CronFirer:
             try:
                 with transaction.atomic():
                     created += self._fire([row], now=now, missed_before=missed_before)
-            except DatabaseError as exc:
+            except (DatabaseError, ValueError, RecursionError) as exc:
                 if db_error_is_transient(exc):
                     raise
                 logger.exception(

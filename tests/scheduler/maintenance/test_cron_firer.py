@@ -520,3 +520,39 @@ def test_a_schedule_whose_job_the_database_refuses_stops_alone_and_the_others_fi
     assert refused in caplog.text
     # The next tick has nothing of it to fail on.
     assert CronFirer(leadership=leader).run_once(now=t0 + dt.timedelta(hours=1, seconds=1)) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("payload_sql", "why"),
+    [
+        # jsonb keeps 5,001 digits; Python reads at most 4,300 (sys.get_int_max_str_digits()).
+        ("""'{"n": 1e5000}'::jsonb""", "Exceeds the limit (4300 digits)"),
+        # jsonb nests deeper than Python's json module can read (its recursion limit).
+        ("""(repeat('[', 5000) || repeat(']', 5000))::jsonb""", "maximum recursion depth exceeded"),
+    ],
+    ids=["a number of 5001 digits", "nested 5000 deep"],
+)
+def test_a_schedule_whose_payload_python_cannot_read_stops_alone_and_the_others_fire(
+    user, leader, payload_sql, why, caplog
+):
+    """A template payload edited by hand that jsonb holds but Python cannot read failed every tick: none fired."""
+    t0 = dt.datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+    bad = due_at(schedule(user, name="bad", cron="0 * * * *"), t0)
+    good = due_at(schedule(user, name="good", cron="0 * * * *"), t0)
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"UPDATE stint_schedule SET job_payload = {payload_sql} WHERE id = %s", [bad.id])  # noqa: S608
+    leading_since(leader, t0 - dt.timedelta(hours=1))
+
+    assert CronFirer(leadership=leader).run_once(now=t0 + dt.timedelta(seconds=1)) == 1
+
+    assert fire_times_of(good) == [t0]
+    assert fire_times_of(bad) == []
+    assert list(CronSchedule.objects.filter(id__in=[bad.id, good.id]).order_by("name").values_list("next_fire_at")) == [
+        (None,),
+        (t0 + dt.timedelta(hours=1),),
+    ]
+    assert f"cron: schedule {bad.id}'s job cannot be stored; it will not fire" in caplog.text
+    assert why in caplog.text
+    # The next tick has nothing of it to fail on.
+    assert CronFirer(leadership=leader).run_once(now=t0 + dt.timedelta(hours=1, seconds=1)) == 1
