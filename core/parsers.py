@@ -70,6 +70,39 @@ def json_strings(value: Any) -> Iterator[str]:
             stack.extend(item)
 
 
+# Python's default limit on the digits of an integer read from text (CVE-2020-10735), which every
+# process that reads a job back keeps. A process may lift it (``sys.set_int_max_str_digits(0)``, a
+# handler's code say) and then write JSON that PostgreSQL stores and no other process can read.
+MAX_INT_DIGITS = sys.int_info.default_max_str_digits  # 4,300
+_FIRST_TOO_LONG = 10**MAX_INT_DIGITS  # the smallest integer of MAX_INT_DIGITS + 1 digits
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_TOO_MANY_DIGITS = b"0" * (MAX_INT_DIGITS + 1)
+
+
+def has_long_integer(text: str, value: Any) -> bool:
+    """True when JSON ``value`` holds an integer of more than ``MAX_INT_DIGITS`` digits; ``text`` is its JSON.
+
+    ``text`` (ASCII: encoded with ``ensure_ascii``) must then hold that many digits in a row: a
+    cheap test (a few ms per MB, nothing under ``MAX_INT_DIGITS`` characters) before the walk of
+    ``value``, which only a run of digits, in a number or a string, calls for. Without recursion.
+    """
+    if len(text) <= MAX_INT_DIGITS or _TOO_MANY_DIGITS not in text.encode("ascii", "replace").translate(
+        _DIGITS_AS_ZERO
+    ):
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool):
+            if abs(item) >= _FIRST_TOO_LONG:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
 def has_nul(value: Any) -> bool:
     """True when any string (key or value) inside JSON ``value`` contains U+0000 (PostgreSQL refuses it)."""
     return any("\x00" in text for text in json_strings(value))

@@ -16,7 +16,7 @@ from psycopg.pq import TransactionStatus
 
 from core.db_threads import opened_a_connection
 from core.log_context import log_context
-from core.parsers import has_lone_surrogate, has_nul
+from core.parsers import MAX_INT_DIGITS, has_lone_surrogate, has_long_integer, has_nul
 from scheduler import tracing
 from scheduler.exceptions import JobCancelled, PermanentError, RetryAfter, UnknownJobType
 from scheduler.flow.progress import writer as progress_writer
@@ -86,9 +86,12 @@ def checked_result(result: Any) -> tuple[Any, str | None]:
     recursion limit), JSON over ``MAX_RESULT_BYTES`` (ASCII-escaped), and any string (key or
     value) holding U+0000 or a lone UTF-16 surrogate, which PostgreSQL's ``jsonb`` refuses (the
     escape ``\\u0000`` is the only way the encoded text can hold one; a surrogate pair, e.g. an
-    emoji, is fine). Checked before the outcome is written, so a refusal costs this job alone,
-    not a retry of the worker's whole outcome batch (``leasing.record_batch`` still isolates
-    what PostgreSQL refuses for other reasons, e.g. nesting past its stack depth).
+    emoji, is fine), and an integer of more than ``core.parsers.MAX_INT_DIGITS`` (4,300) digits:
+    PostgreSQL stores it, but no process keeping Python's default limit can read the job back (a
+    handler can lift the limit in its own process). Checked before the outcome is written, so a
+    refusal costs this job alone, not a retry of the worker's whole outcome batch
+    (``leasing.record_batch`` still isolates what PostgreSQL refuses for other reasons, e.g.
+    nesting past its stack depth).
     """
     if result is None:
         return None, None
@@ -103,6 +106,8 @@ def checked_result(result: Any) -> tuple[Any, str | None]:
         return None, "result holds U+0000, which PostgreSQL cannot store"
     if "\\ud" in text and has_lone_surrogate(value):
         return None, "result holds a lone UTF-16 surrogate, which PostgreSQL cannot store"
+    if has_long_integer(text, value):
+        return None, f"result holds an integer of more than {MAX_INT_DIGITS:,} digits, which Python cannot read"
     return value, None
 
 

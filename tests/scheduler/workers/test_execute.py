@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -209,6 +210,51 @@ def test_a_result_postgresql_cannot_store_fails_the_run_for_good_before_it_is_wr
 
     assert (report.outcome, report.error, report.result) == (Outcome.PERMANENT, error, None)
     assert returning("pair", {"emoji": "\U0001f600", "escaped": "\\u0000"}).outcome == Outcome.SUCCEEDED
+
+
+_LONG_NUMBERS = {
+    "4301 digits": 10**4300,
+    "5001 digits, nested": {"n": [-(10**5000)]},
+    "4300 digits": 10**4299,
+    "a string of digits": "1" * 5000,
+}
+
+
+@handler("TEST_EXECUTE_LIFTS_THE_DIGIT_LIMIT")
+def _lifts_the_digit_limit(payload: Any, ctx: JobContext) -> Any:
+    """Lift its process's limit on integer digits (``sys.set_int_max_str_digits(0)``), then return a long number."""
+    sys.set_int_max_str_digits(0)
+    return _LONG_NUMBERS[payload["key"]]
+
+
+@pytest.mark.parametrize(
+    ("key", "outcome", "error"),
+    [
+        (
+            "4301 digits",
+            Outcome.PERMANENT,
+            "result holds an integer of more than 4,300 digits, which Python cannot read",
+        ),
+        (
+            "5001 digits, nested",
+            Outcome.PERMANENT,
+            "result holds an integer of more than 4,300 digits, which Python cannot read",
+        ),
+        ("4300 digits", Outcome.SUCCEEDED, ""),
+        ("a string of digits", Outcome.SUCCEEDED, ""),  # text, not a number
+    ],
+)
+def test_a_result_with_an_integer_other_processes_cannot_read_fails_the_run_for_good(key, outcome, error) -> None:
+    # PostgreSQL stored it, but every process keeping Python's default limit (4,300 digits, CVE-2020-10735)
+    # failed to read the job back: its page and its API answers were a 500, for good.
+    default = sys.get_int_max_str_digits()
+    try:
+        report = run_handler(claimed_job("TEST_EXECUTE_LIFTS_THE_DIGIT_LIMIT", payload={"key": key}), threading.Event())
+    finally:
+        sys.set_int_max_str_digits(default)
+
+    assert (report.outcome, report.error) == (outcome, error)
+    assert report.result == (_LONG_NUMBERS[key] if outcome == Outcome.SUCCEEDED else None)
 
 
 class _UnprintableError(Exception):
