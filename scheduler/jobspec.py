@@ -10,7 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.parsers import SURROGATE_MESSAGE, has_nul, is_storable_text, json_depth
+from core.parsers import MAX_INT_DIGITS, SURROGATE_MESSAGE, has_long_integer, has_nul, is_storable_text, json_depth
 from scheduler.conf import conf
 from scheduler.exceptions import InvalidJob, PayloadTooLarge
 from scheduler.models import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS
@@ -120,8 +120,10 @@ def payload_json(payload: Any) -> tuple[str, int]:
     """Return ``payload`` as compact JSON text (``,``/``:`` separators, non-ASCII kept) and its size in UTF-8 bytes.
 
     The text is what the job row stores (``JobSpec.payload_json``). Raises InvalidJob when
-    ``payload`` is no JSON (NaN included), nests deeper than ``MAX_PAYLOAD_DEPTH``, or holds a
-    string PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate). The deep walks run only
+    ``payload`` is no JSON (NaN included), nests deeper than ``MAX_PAYLOAD_DEPTH``, holds a
+    string PostgreSQL cannot store (U+0000, a lone UTF-16 surrogate), or an integer of more than
+    ``core.parsers.MAX_INT_DIGITS`` digits, which a process that lifted Python's digit limit can
+    write but no worker can read back (it failed every claim that met it). The deep walks run only
     when the text allows the fault: JSON writes U+0000 as the escape ``\\u0000`` and opens each
     level with ``[`` or ``{``, so a text with no such escape, or fewer brackets than the limit,
     cannot hold one.
@@ -138,6 +140,11 @@ def payload_json(payload: Any) -> tuple[str, int]:
         raise InvalidJob("payload must be JSON", details={"payload": [str(exc)]}) from exc
     if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and json_depth(payload) > MAX_PAYLOAD_DEPTH:
         raise too_deep
+    if has_long_integer(text, payload):
+        message = f"No integer of more than {MAX_INT_DIGITS} digits."
+        raise InvalidJob(
+            f"payload holds an integer of more than {MAX_INT_DIGITS} digits", details={"payload": [message]}
+        )
     if "\\u0000" in text and has_nul(payload):
         # PostgreSQL's jsonb (and text) cannot hold U+0000.
         raise InvalidJob("payload must not contain U+0000", details={"payload": ["Must not contain U+0000."]})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import uuid
 
 import pytest
@@ -262,6 +263,37 @@ def test_enqueue_refuses_a_payload_postgresql_cannot_store_or_too_deep(payload, 
         enqueuing.enqueue("DEMO_TASK", payload)
     assert field_message in raised.value.details["payload"][0]
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("payload", "refused"),
+    [
+        ({"n": [10**4300]}, True),  # 4,301 digits
+        ({"n": [-(10**4299)]}, False),  # 4,300 digits
+        ({"digits": "1" * 5000}, False),  # text, not a number
+    ],
+    ids=["4301-digits", "4300-digits", "a-string-of-digits"],
+)
+def test_enqueue_refuses_an_integer_no_worker_could_read_even_from_a_process_that_lifted_the_limit(payload, refused):
+    # A process that had lifted Python's digit limit (sys.set_int_max_str_digits(0): a handler, a
+    # project's start-up) stored it; every worker keeping the default then died on claiming the job,
+    # costing each job claimed beside it an attempt, until the job was dead-lettered.
+    default = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        if refused:
+            with pytest.raises(InvalidJob) as raised:
+                enqueuing.enqueue("DEMO_TASK", payload)
+        else:
+            job = enqueuing.enqueue("DEMO_TASK", payload)
+    finally:
+        sys.set_int_max_str_digits(default)
+
+    if refused:
+        assert raised.value.details == {"payload": ["No integer of more than 4300 digits."]}
+        assert not Job.objects.exists()
+    else:
+        assert Job.objects.get(id=job.id).payload == payload
 
 
 def test_enqueue_refuses_nesting_by_tuples_and_beyond_the_encoders_stack_as_too_deep():
