@@ -975,12 +975,16 @@ def claim(
         **flow_params,
     }
     rows = prepared.fetchall(sql, params)
+    try:
+        # Django's psycopg backend loads jsonb as text; decode it here once.
+        payloads = [json.loads(r[2]) if isinstance(r[2], str) else r[2] for r in rows]
+    except (ValueError, RecursionError):  # a payload Python cannot read: that job alone (UnreadablePayload)
+        payloads = [_claimed_payload(r[2]) for r in rows]
     return [
         Claimed(
             id=r[0],
             type=r[1],
-            # Django's psycopg backend loads jsonb as text; decode it here once.
-            payload=json.loads(r[2]) if isinstance(r[2], str) else r[2],
+            payload=payload,
             attempt=r[3],
             lease_token=r[4],
             timeout_seconds=r[5],
@@ -993,5 +997,30 @@ def claim(
             started_at=r[12],
             worker=worker_id,
         )
-        for r in rows
+        for r, payload in zip(rows, payloads, strict=True)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadablePayload:
+    """The payload of a claimed job that Python's json cannot read; ``why`` is the decoder's error.
+
+    ``jsonb`` holds what Python refuses to read: an integer of more than 4,300 digits
+    (``sys.get_int_max_str_digits()``), nesting past the interpreter's recursion limit. Enqueue
+    refuses both (``jobspec.payload_json``), so such a row was written by hand or by SQL. Raising
+    out of the claim, after it committed, killed the worker process on every claim that met the
+    job, and cost each job claimed beside it an attempt; the worker fails this job alone, for good,
+    without running it (``InFlight.start``).
+    """
+
+    why: str
+
+
+def _claimed_payload(value: Any) -> Any:
+    """A claimed row's payload decoded (``json.loads`` of jsonb's text), or ``UnreadablePayload`` saying why not."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        return UnreadablePayload(why=str(exc))

@@ -32,7 +32,7 @@ from typing import Protocol
 
 from scheduler import metrics
 from scheduler.leasing import Outcome, Report
-from scheduler.lifecycle import Claimed
+from scheduler.lifecycle import Claimed, UnreadablePayload
 from scheduler.workers.pool import PoolFull, Running, UnsendableJob
 from scheduler.workers.waiting_board import WaitingBoard
 
@@ -158,7 +158,8 @@ class InFlight:
 
         A job the pool cannot take is given its outcome at once: HANDED_BACK when no slot was
         free after all (``PoolFull``: a pool child died since ``free()``), PERMANENT when it
-        cannot be sent to a child process (``UnsendableJob``).
+        cannot be sent to a child process (``UnsendableJob``) or its payload cannot be read
+        (``lifecycle.UnreadablePayload``).
         """
         entries = []
         later = self._begins_later
@@ -181,6 +182,9 @@ class InFlight:
                 if self._board is not None:  # listed before any slot can begin it
                     entry.board_index = self._board.put(job.id)
             entries.append(entry)
+            if job.payload.__class__ is UnreadablePayload:  # a row edited by hand: no handler could read it
+                self._conclude(entry, Outcome.PERMANENT, f"its payload cannot be read: {job.payload.why}")
+                continue
             try:
                 self.pool.submit(entry)
             except PoolFull as exc:

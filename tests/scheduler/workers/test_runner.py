@@ -543,3 +543,55 @@ def test_a_claim_a_concurrency_limit_held_back_is_made_again_once_a_job_of_the_w
     assert sum(got) == 2
     # One claim per outcome batch at most while the limit held jobs back: no claim in a loop.
     assert len(got) <= 4, got
+
+
+@pytest.mark.parametrize(
+    "payload_sql",
+    [
+        """('{"n": 1' || repeat('0', 5000) || '}')::jsonb""",  # jsonb keeps it; Python reads 4,300 digits at most
+        """(repeat('[', 5000) || repeat(']', 5000))::jsonb""",  # deeper than Python's json can read
+    ],
+    ids=["a number of 5001 digits", "nested 5000 deep"],
+)
+def test_a_job_whose_payload_python_cannot_read_fails_alone_and_the_jobs_claimed_beside_it_run(payload_sql) -> None:
+    # A row edited by hand: decoding its payload raised out of the claim, after the claim had
+    # committed. The worker process died on every claim that met it, each job claimed beside it
+    # lost an attempt, and the job itself was only dead-lettered once its budget was spent.
+    bad = enqueue("DEMO_TASK", {}, priority="HIGH")
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE stint_job SET payload = {payload_sql} WHERE id = %s", [bad.id])  # noqa: S608
+    good = [enqueue("DEMO_TASK", {"result": n}) for n in range(3)]
+    worker = Worker(WorkerOptions(concurrency=4, poll_seconds=0.2, heartbeat_seconds=3600))
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001 - the test reports what ended the worker
+            outcome.append(exc)
+        finally:
+            connection.close()  # the test's thread plays the worker process's main thread
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(
+            lambda: (
+                outcome
+                or not Job.objects.filter(
+                    id__in=[bad.id, *(g.id for g in good)], status__in=[JobStatus.QUEUED, JobStatus.RUNNING]
+                ).exists()
+            ),
+            what="every job finished",
+        )
+    finally:
+        worker.stop()
+        thread.join(WAIT)
+
+    assert outcome == []
+    for job in good:
+        assert attempts(job) == [(1, AttemptStatus.SUCCEEDED)]
+    assert attempts(bad) == [(1, AttemptStatus.FAILED)]
+    status, error = Job.objects.values_list("status", "last_error").get(id=bad.id)  # not the payload: unreadable
+    assert status == JobStatus.FAILED
+    assert error.startswith("its payload cannot be read: ")
