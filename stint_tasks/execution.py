@@ -24,7 +24,6 @@ import contextvars
 import dataclasses
 import inspect
 import logging
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +33,7 @@ from scheduler import retry
 from scheduler.exceptions import JobCancelled, PermanentError
 from scheduler.registry import CancelFlag, JobContext
 from scheduler.states import JobStatus
-from scheduler.workers.execute import checked_result
+from scheduler.workers.execute import checked_result, exception_message, exception_traceback
 from stint_tasks.compat import (
     TaskContext,
     TaskError,
@@ -59,11 +58,22 @@ class RetriedAttemptFilter(logging.Filter):
     Django's ``log_task_finished`` logs every FAILED result with ``logger.exception``; its reference
     backends never retry, so a failure there is final. Here the job will run again: the line keeps
     its traceback, becomes a WARNING and says so ("(attempt 1 failed; it will be retried: 3 attempts
-    left)"). Installed by ``StintTasksConfig.ready``; other records pass unchanged.
+    left)"). Installed by ``StintTasksConfig.ready``; other records pass unchanged, but for their
+    traceback text.
+
+    The traceback of a record with ``exc_info`` is formatted here as the attempt stores it
+    (``execute.exception_traceback``: cut, never raising) into ``exc_text``, which logging's
+    ``Formatter`` (``LOG_FORMAT=plain``) writes instead of formatting the exception again (the
+    JSON formatter, python-json-logger, still formats ``exc_info`` itself): a task's 50 MB message was
+    otherwise logged whole at every attempt, and one whose ``__notes__`` raised made the logging
+    call itself raise (``Handler.handleError`` formats the formatting error with its context), so
+    that error replaced the task's own as the attempt's.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Downgrade the record if it is an ERROR logged during a retried attempt's ``task_finished``; keep it."""
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = exception_traceback(record.exc_info[1]).rstrip("\n")
         retried = _retried.get()
         if retried is not None and record.levelno >= logging.ERROR:
             attempt, left = retried
@@ -152,7 +162,7 @@ def task_runner(task: Any) -> Callable[[Any, JobContext], Any]:
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit from task code
             _send_failed(task, shown, exc, ctx)
-            raise TaskExited(f"{class_path(type(exc))}: {exc}") from exc
+            raise TaskExited(f"{class_path(type(exc))}: {exception_message(exc)}") from exc
         # Outside the block above: the task has returned, so its side effects have happened, and a
         # value that cannot be stored must end the job, not send it round the retries again.
         try:
@@ -227,7 +237,9 @@ def _finished(shown: Any, status: Any, *, value: Any = None, error: Any = None) 
 
 
 def _failed(shown: Any, exc: BaseException) -> Any:
-    error = TaskError(exception_class_path=class_path(type(exc)), traceback="".join(traceback.format_exception(exc)))
+    # The traceback as the attempt stores it (cut, and never raising for a hostile exception: one
+    # whose __notes__ raised replaced the task's own exception, and no task_finished was sent).
+    error = TaskError(exception_class_path=class_path(type(exc)), traceback=exception_traceback(exc))
     return _finished(shown, TaskResultStatus.FAILED, error=error)
 
 

@@ -288,7 +288,12 @@ def _reset_sessions() -> None:
 
 
 def _format_traceback() -> str:
-    """The last ``MAX_TRACEBACK_CHARS`` of the traceback being handled, each part of it cut (``_cut_part``).
+    """The traceback being handled, as ``exception_traceback`` keeps it."""
+    return exception_traceback(sys.exc_info()[1])
+
+
+def exception_traceback(exc: BaseException | None) -> str:
+    """The last ``MAX_TRACEBACK_CHARS`` of ``exc``'s traceback, each part of it cut (``_cut_part``); never raises.
 
     Cut here, in the slot thread or pool child that ran the handler, so a huge message (100 MB)
     never travels in the report: a pool child's pipe, the worker's outcome batch. Its message line
@@ -296,10 +301,10 @@ def _format_traceback() -> str:
     when it cannot be formatted (hostile): formatting reads the exception's attributes
     (``__notes__``, its chain), which a handler's exception class may turn into properties that
     raise; that error would escape ``run_handler`` and end the pool thread or pool child instead of
-    being the run's outcome.
+    being the run's outcome. ``stint_tasks`` hands the same text to ``task_finished`` receivers.
     """
     try:
-        formatted = traceback.TracebackException.from_exception(sys.exc_info()[1]).format()
+        formatted = traceback.TracebackException.from_exception(exc).format()
         return "".join(_cut_part(part) for part in formatted)[-MAX_TRACEBACK_CHARS:]
     except BaseException as failure:  # noqa: BLE001 - a handler's property may raise anything, even SystemExit
         return f"its traceback could not be formatted: {_class_name(type(failure))}"
@@ -310,6 +315,17 @@ def _cut_part(part: str) -> str:
     if len(part) <= MAX_ERROR_CHARS:
         return part
     return f"{part[:MAX_ERROR_CHARS]}... [{len(part) - MAX_ERROR_CHARS:,} characters cut]\n"
+
+
+def exception_message(exc: BaseException) -> str:
+    """The message of a handler's exception cut to ``MAX_ERROR_CHARS`` (``_message``), or why it cannot be read.
+
+    "(its message could not be read: SystemExit)" when its ``__str__`` raises; never raises.
+    """
+    try:
+        return _message(exc)[:MAX_ERROR_CHARS]
+    except BaseException as failure:  # noqa: BLE001 - a handler's __str__ may raise anything, even SystemExit
+        return f"(its message could not be read: {_class_name(type(failure))})"
 
 
 def _message(exc: BaseException) -> str:

@@ -111,3 +111,33 @@ class CustomError(Exception):
 @task
 def raises_custom() -> None:
     raise CustomError("first line\nsecond line")
+
+
+class UnreadableExit(BaseException):
+    """A ``BaseException`` whose text cannot be read: its ``__str__`` raises ``SystemExit``."""
+
+    def __str__(self) -> str:
+        raise SystemExit("no text")
+
+
+class UnformattableError(Exception):
+    """An exception whose traceback cannot be formatted: reading its ``__notes__`` raises."""
+
+    @property
+    def __notes__(self) -> list[str]:
+        raise RuntimeError("no notes")
+
+
+@task
+def exits_unreadably() -> None:
+    raise UnreadableExit
+
+
+@task
+def raises_unformattable() -> None:
+    raise UnformattableError("the message")
+
+
+@task
+def raises_huge(megabytes: int) -> None:
+    raise ValueError("x" * megabytes * 1024 * 1024)

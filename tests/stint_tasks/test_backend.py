@@ -23,7 +23,7 @@ from scheduler import leasing, lifecycle, schedules
 from scheduler.enqueuing import enqueue
 from scheduler.exceptions import UnknownJobType
 from scheduler.jobspec import MAX_RETRIES_RANGE, TIMEOUT_RANGE
-from scheduler.leasing import Outcome, Report
+from scheduler.leasing import MAX_TRACEBACK_CHARS, Outcome, Report
 from scheduler.lifecycle import Claimed, NewJob
 from scheduler.models import CronSchedule, Job
 from scheduler.registry import resolve
@@ -631,6 +631,64 @@ def test_the_worker_sends_djangos_started_and_finished_signals_and_a_raising_rec
         ("started", failing.id, TaskResultStatus.RUNNING, t.fails.module_path),
         ("finished", failing.id, TaskResultStatus.FAILED, "builtins.ValueError"),
     ]
+
+
+def test_a_task_exception_whose_text_or_traceback_cannot_be_read_is_still_the_attempts_error_and_signalled() -> None:
+    # Building the FAILED result for task_finished read the exception's text and formatted its
+    # traceback unguarded: what that raised (SystemExit, RuntimeError) replaced the task's own
+    # exception as the attempt's error, and task_finished was never sent.
+    signalled: list[str] = []
+
+    def finished(sender, task_result, **kwargs) -> None:
+        signalled.append(task_result.errors[-1].exception_class_path)
+
+    exits = t.exits_unreadably.enqueue()
+    unformattable = t.raises_unformattable.enqueue()
+    task_finished.connect(finished)
+    try:
+        reports = {str(j.id): run(j) for j in claim_all()}
+    finally:
+        task_finished.disconnect(finished)
+
+    exited = f"TaskExited: {t.UnreadableExit.__module__}.UnreadableExit: (its message could not be read: SystemExit)"
+    assert (reports[exits.id].outcome, reports[exits.id].error) == (Outcome.RETRYABLE, exited)
+    assert (reports[unformattable.id].outcome, reports[unformattable.id].error) == (
+        Outcome.RETRYABLE,
+        "UnformattableError: the message",
+    )
+    paths = [f"{t.UnreadableExit.__module__}.UnreadableExit", f"{t.UnformattableError.__module__}.UnformattableError"]
+    assert sorted(signalled) == sorted(paths)
+    assert t.exits_unreadably.get_result(exits.id).errors[0].exception_class is t.UnreadableExit
+
+
+def test_the_failed_result_a_receiver_gets_and_its_log_line_hold_the_traceback_cut_as_the_attempt_stores_it(
+    caplog,
+) -> None:
+    # A 20 MB message went whole into the TaskError handed to every task_finished receiver, and
+    # into the traceback of Django's log line of the FAILED result, at every attempt.
+    tracebacks: list[str] = []
+
+    def finished(sender, task_result, **kwargs) -> None:
+        tracebacks.append(task_result.errors[-1].traceback)
+
+    huge = t.raises_huge.enqueue(20)
+    task_finished.connect(finished)
+    try:
+        with caplog.at_level(logging.INFO, logger=TASKS_PACKAGE):
+            report = run_next()
+    finally:
+        task_finished.disconnect(finished)
+
+    assert len(caplog.text) < 2 * MAX_TRACEBACK_CHARS
+
+    assert report.outcome == Outcome.RETRYABLE
+    (signalled,) = tracebacks
+    assert len(signalled) <= MAX_TRACEBACK_CHARS
+    stored = t.raises_huge.get_result(huge.id).errors[0].traceback
+    assert stored == report.traceback
+    # Formatted while the exception was still on its way up: the same message line, fewer frames.
+    assert signalled.splitlines()[-1] == stored.splitlines()[-1]
+    assert stored.splitlines()[-1].startswith("ValueError: xxx") and stored.endswith(" characters cut]\n")
 
 
 def test_a_module_name_with_a_trailing_newline_is_refused_in_the_options():
