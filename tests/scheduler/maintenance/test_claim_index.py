@@ -30,6 +30,17 @@ def no_autovacuum_on_the_job_table():
     updates would remove the dead entries a test counts (the dev stack's PostgreSQL has it on)."""
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE stint_job SET (autovacuum_enabled = false)")
+        # One that started before (after an earlier test's updates) goes on and holds the lock a
+        # VACUUM takes: a test's own VACUUM (SKIP_LOCKED) would then be skipped. Wait it out.
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+            )
+            if cursor.fetchone()[0] == 0:
+                break
+            time.sleep(0.05)
     yield
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE stint_job RESET (autovacuum_enabled)")
