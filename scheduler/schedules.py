@@ -341,22 +341,11 @@ class ScheduleCreated:
     replayed: bool
 
 
-def schedule_create(
-    *,
-    owner: Any,
-    name: str,
-    job: Mapping[str, Any],
-    cron: str | None = None,
-    interval_seconds: int | None = None,
-    timezone: str = "UTC",
-    enabled: bool = True,
-    misfire_policy: str = MisfirePolicy.SKIP,
-    overlap_policy: str = OverlapPolicy.ALLOW,
-    trusted: bool = False,
-    actor: Any = None,
-) -> CronSchedule:
+def schedule_create(*, owner: Any, name: str, job: Mapping[str, Any], **options: Any) -> CronSchedule:
     """Create a schedule for ``owner`` (a User or user id); its first fire is the first due time after now.
 
+    ``options`` are ``schedule_create_request``'s keyword arguments (its defaults: UTC, enabled,
+    misfire SKIP, overlap ALLOW), whose schedule this returns (a replay's, with an ``idempotency_key``).
     ``cron`` (5 fields or an ``@hourly``-style macro, in IANA zone ``timezone``) or
     ``interval_seconds`` (1 s to 366 days, a grid starting now); ``job`` is the template of the
     jobs it fires (``type``, ``payload``, ``priority``, ``queue``, ``max_retries``,
@@ -365,19 +354,7 @@ def schedule_create(
     for project code) is recorded as its creator (``scheduler.action_log``) in the create's
     transaction. Raises InvalidSchedule (400) or PayloadTooLarge (413).
     """
-    return schedule_create_request(
-        owner=owner,
-        name=name,
-        job=job,
-        cron=cron,
-        interval_seconds=interval_seconds,
-        timezone=timezone,
-        enabled=enabled,
-        misfire_policy=misfire_policy,
-        overlap_policy=overlap_policy,
-        trusted=trusted,
-        actor=actor,
-    ).schedule
+    return schedule_create_request(owner=owner, name=name, job=job, **options).schedule
 
 
 def schedule_create_request(
@@ -395,7 +372,7 @@ def schedule_create_request(
     idempotency_key: str | None = None,
     actor: Any = None,
 ) -> ScheduleCreated:
-    """Create a schedule as ``schedule_create`` does (same arguments), once per ``idempotency_key``; say if it replayed.
+    """Create a schedule as ``schedule_create`` describes, once per ``idempotency_key``; say if it replayed.
 
     With ``idempotency_key`` (1-255 printable ASCII characters, unique per owner for
     ``IDEMPOTENCY_TTL_SECONDS``, shared with job creates), a repeat of the same request returns the
