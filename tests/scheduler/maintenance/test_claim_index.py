@@ -15,7 +15,7 @@ from scheduler.maintenance import claim_index, default_services
 from scheduler.maintenance.claim_index import ClaimIndexUpkeep, pages_read_by_a_claim
 from scheduler.models import Job
 from scheduler.states import JobStatus
-from tests.support.processes import WAIT
+from tests.support.processes import WAIT, wait_until
 from tests.support.subprocess_env import database_url
 
 # VACUUM cannot run inside a transaction block: these tests commit.
@@ -32,18 +32,18 @@ def no_autovacuum_on_the_job_table():
         cursor.execute("ALTER TABLE stint_job SET (autovacuum_enabled = false)")
         # One that started before (after an earlier test's updates) goes on and holds the lock a
         # VACUUM takes: a test's own VACUUM (SKIP_LOCKED) would then be skipped. Wait it out.
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
-            )
-            if cursor.fetchone()[0] == 0:
-                break
-            time.sleep(0.05)
+        wait_until(lambda: _autovacuum_workers(cursor) == 0, what="the job table's autovacuum ended")
     yield
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE stint_job RESET (autovacuum_enabled)")
+
+
+def _autovacuum_workers(cursor) -> int:
+    cursor.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+    )
+    return cursor.fetchone()[0]
 
 
 def finish_jobs(count: int, *, first: int = 0, held: bool = False) -> None:
