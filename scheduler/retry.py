@@ -52,13 +52,11 @@ def asked_delay(value: object) -> tuple[float | None, str]:
         if issubclass(kind, bool) or not issubclass(kind, numbers.Real | decimal.Decimal):
             return None, f"is of type {_class_name(kind)}, not a number of seconds"
         if issubclass(kind, int):
-            whole = int.__int__(value)  # the value it holds: a subclass's own __int__ is not called
-            if whole < 0:
-                return 0.0, "it asked for a negative delay"
-            if whole > MAX_BACKOFF_SECONDS:
-                return float(MAX_BACKOFF_SECONDS), f"it asked for more than {MAX_BACKOFF_SECONDS} s"
-            return float(whole), ""
-        seconds = float.__float__(value) if issubclass(kind, float) else float.__float__(float(value))
+            # The value it holds (a subclass's own __int__ is not called), brought within a float's
+            # range first (10**400 has none) and judged by the bounds below with the floats.
+            seconds = float(min(max(int.__int__(value), -1), MAX_BACKOFF_SECONDS + 1))
+        else:
+            seconds = float.__float__(value) if issubclass(kind, float) else float.__float__(float(value))
     except BaseException as failure:  # noqa: BLE001 - a handler's number may raise anything, even SystemExit
         return None, f"could not be read as a number ({_class_name(type(failure))})"
     if math.isnan(seconds):
