@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from core.stored_json import StoredJSONField
+
 
 class AuditEvent(models.Model):
     """One lifecycle event as received from ``job-lifecycle-events`` (unique ``event_id``)."""
@@ -18,7 +20,7 @@ class AuditEvent(models.Model):
     from_status = models.CharField(max_length=10, blank=True, default="")
     to_status = models.CharField(max_length=10, blank=True, default="")
     schema_version = models.PositiveSmallIntegerField(default=1)
-    payload = models.JSONField(default=dict, blank=True)
+    payload = StoredJSONField(default=dict, blank=True)
     occurred_at = models.DateTimeField()
     received_at = models.DateTimeField(auto_now_add=True)
 

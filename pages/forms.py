@@ -16,6 +16,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from accounts.models import User
 from core.parsers import json_text_load
+from core.stored_json import UnreadableJSON
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
 from scheduler.exceptions import StintError
 from scheduler.job_search import JobSearchField
@@ -262,7 +263,12 @@ class ScheduleForm(forms.Form):
 
     @classmethod
     def initial_from(cls, schedule: CronSchedule) -> dict[str, Any]:
-        """Return the form's initial values for an existing schedule."""
+        """Return the form's initial values for an existing schedule.
+
+        A stored payload Python cannot read (``core.stored_json.UnreadableJSON``: a row edited by
+        hand) shows as "(cannot be read: why)", which is no JSON: saving the form asks for a new one.
+        """
+        payload = schedule.job_payload
         return {
             "name": schedule.name,
             "kind": cls.KIND_CRON if schedule.cron is not None else cls.KIND_INTERVAL,
@@ -273,7 +279,7 @@ class ScheduleForm(forms.Form):
             "misfire_policy": schedule.misfire_policy,
             "overlap_policy": schedule.overlap_policy,
             "job_type": schedule.job_type,
-            "job_payload": json.dumps(schedule.job_payload),
+            "job_payload": str(payload) if isinstance(payload, UnreadableJSON) else json.dumps(payload),
             "job_priority": priority_label(schedule.job_priority),
             "job_queue": schedule.job_queue,
             "job_max_retries": schedule.job_max_retries,

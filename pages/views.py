@@ -26,6 +26,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from accounts.services import user_register
 from audit.timeline import job_timeline
+from core.stored_json import UnreadableJSON
 from pages.forms import JobFilterForm, JobForm, RegisterForm, ScheduleForm, errors_onto_form
 from pages.ratelimit import AUTH_SCOPE, limit_posts
 from scheduler import enqueuing, job_actions, schedules, selectors
@@ -199,6 +200,8 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "cancellation": selectors.job_cancellation(job),
         # The budget counts from attempts_base: a handed-back attempt or those before a retry are not in it.
         "attempts_counted": job.attempts - job.attempts_base,
+        # A progress value Python cannot read (a row edited by hand): said instead of a bar.
+        "progress_unreadable": str(job.progress) if isinstance(job.progress, UnreadableJSON) else "",
     }
 
 

@@ -16,6 +16,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import connection, models
 from django.db.models import Q
 
+from core.stored_json import StoredJSONField
 from scheduler import retry
 from scheduler.events import ENTRY_SQL, EVENTS_OF
 from scheduler.ids import new_job_id
@@ -49,7 +50,7 @@ class Job(models.Model):
     )
     name = models.CharField(max_length=200, blank=True, default="")
     type = models.CharField(max_length=100)
-    payload = models.JSONField(default=dict, blank=True)
+    payload = StoredJSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.CREATED)
     # -100..100, higher first; HIGH/MEDIUM/LOW are named points (scheduler.states.Priority).
     priority = models.SmallIntegerField(default=Priority.MEDIUM)
@@ -95,11 +96,11 @@ class Job(models.Model):
     flow_held = models.BooleanField(default=False, db_default=False)
     # The W3C trace context (``traceparent``, ``tracestate``) of the request or cron fire that
     # created the job, while tracing is on (``scheduler.tracing``); each attempt's span links to it.
-    trace_context = models.JSONField(null=True, blank=True)
+    trace_context = StoredJSONField(null=True, blank=True)
     # Flow control (scheduler.flow): the handler's last ``ctx.progress`` ({"percent", "message", "at"}),
     # and a unique job's content key with the statuses in which it blocks a duplicate (the partial
     # unique index ``job_unique_live``, created by migration 0008, is the race-free guard).
-    progress = models.JSONField(null=True, blank=True)
+    progress = StoredJSONField(null=True, blank=True)
     unique_key = models.CharField(max_length=64, null=True, blank=True)
     unique_states = ArrayField(models.CharField(max_length=10), null=True, blank=True)
     # The result: the outcome of the job's latest attempt that a worker finished (complete, fail,
@@ -110,7 +111,7 @@ class Job(models.Model):
     result_at = models.DateTimeField(null=True, blank=True)
     result_attempt = models.PositiveIntegerField(null=True, blank=True)
     result_status = models.CharField(max_length=10, choices=AttemptStatus.choices, null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)
+    result = StoredJSONField(null=True, blank=True)
 
     class Meta:
         db_table = "stint_job"
@@ -364,7 +365,7 @@ class CronSchedule(models.Model):
     interval_seconds = models.PositiveIntegerField(null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
     job_type = models.CharField(max_length=100)
-    job_payload = models.JSONField(default=dict, blank=True)
+    job_payload = StoredJSONField(default=dict, blank=True)
     job_priority = models.SmallIntegerField(default=Priority.MEDIUM)
     job_queue = models.CharField(max_length=100, default=DEFAULT_QUEUE)
     job_max_retries = models.PositiveSmallIntegerField(default=DEFAULT_MAX_RETRIES)
@@ -442,7 +443,7 @@ class OutboxBatch(models.Model):
     schema_version = models.PositiveSmallIntegerField(default=1)
     occurred_at = models.DateTimeField()
     event_count = models.PositiveIntegerField()
-    events = models.JSONField(null=True)  # the JSON form, or NULL: see the docstring
+    events = StoredJSONField(null=True)  # the JSON form, or NULL: see the docstring
     published_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -502,7 +503,7 @@ class OutboxEvent(models.Model):
     from_status = models.CharField(max_length=10, blank=True, default="")
     to_status = models.CharField(max_length=10)
     schema_version = models.PositiveSmallIntegerField(default=1)
-    payload = models.JSONField(default=dict, blank=True)
+    payload = StoredJSONField(default=dict, blank=True)
     occurred_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)
 

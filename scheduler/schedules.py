@@ -21,6 +21,7 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from core.db_clock import db_now
 from core.parsers import has_nul, is_storable_text
+from core.stored_json import UnreadableJSON
 from scheduler import idempotency, lifecycle, tracing
 from scheduler.action_log import action_record, changes_text
 from scheduler.conf import conf
@@ -227,6 +228,9 @@ def _validated_job(job: Mapping[str, Any], *, trusted: bool = False) -> dict[str
         raise InvalidSchedule("job.type is required.", details={"job": {"type": ["This field is required."]}})
     payload = job.get("payload")
     payload = {} if payload is None else payload
+    if isinstance(payload, UnreadableJSON):  # the stored template's, kept by a change that sent none
+        message = f"The stored payload {payload}: send job.payload with the change."
+        raise InvalidSchedule(message, details={"job": {"payload": [message]}})
     if has_nul(payload):  # PostgreSQL's jsonb cannot store U+0000
         raise InvalidSchedule(
             "job.payload may not contain U+0000.", details={"job": {"payload": ["Strings may not contain U+0000."]}}
@@ -583,12 +587,16 @@ def schedule_trigger(*, schedule_id: int, actor: Any = None) -> Job:
     The job carries ``schedule`` and ``fire_time`` = the database's now. It works on a disabled
     schedule too and ignores the overlap policy (an explicit request), and it leaves
     ``next_fire_at`` alone. A new fire is recorded for ``actor`` (``scheduler.action_log``) in its
-    transaction. Raises ScheduleNotFound.
+    transaction. Raises ScheduleNotFound, and InvalidSchedule when its stored payload cannot be read
+    (``core.stored_json.UnreadableJSON``).
     """
     with transaction.atomic():
         schedule = schedule_visible_to(actor=actor).filter(id=schedule_id).first()
         if schedule is None:
             raise ScheduleNotFound()
+        if isinstance(schedule.job_payload, UnreadableJSON):  # a row edited by hand: as the cron firer, no fire
+            message = f"The stored payload {schedule.job_payload}: it cannot fire until job.payload is replaced."
+            raise InvalidSchedule(message, details={"job": {"payload": [message]}})
         now = db_now()
         new = schedule_job(schedule, payload=schedule.job_payload, fire_time=now, scheduled_at=None)
         created = lifecycle.create_jobs([new])

@@ -260,7 +260,7 @@ def _span_context(carried: Any) -> Any:
     if isinstance(carried, str):
         try:
             carried = json.loads(carried)
-        except ValueError:
+        except (ValueError, RecursionError):  # a row edited by hand (core.stored_json): no link, the job runs
             return None
     if not isinstance(carried, dict):
         return None

@@ -28,11 +28,14 @@ from core.openapi import ERROR_REF
 from core.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import (
+    UNREADABLE_SCHEMA,
     AwareDateTimeField,
     JobFieldsSerializer,
     JobSerializer,
     JobStatusField,
     PriorityLabelField,
+    StoredJSONField,
+    unreadable_fields,
 )
 from scheduler.api.views import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
@@ -87,11 +90,17 @@ class ScheduleJobReadSerializer(serializers.Serializer):
     """A schedule's job template as the API shows it."""
 
     type = serializers.CharField(source="job_type")
-    payload = serializers.JSONField(source="job_payload")
+    payload = StoredJSONField(source="job_payload")
     priority = PriorityLabelField(source="job_priority_label")
     queue = serializers.CharField(source="job_queue")
     max_retries = serializers.IntegerField(source="job_max_retries")
     timeout_seconds = serializers.IntegerField(source="job_timeout_seconds")
+    unreadable = serializers.SerializerMethodField()
+
+    @extend_schema_field(UNREADABLE_SCHEMA)
+    def get_unreadable(self, schedule: CronSchedule) -> dict[str, str] | None:
+        """``payload`` when Python cannot read it (``unreadable_fields``), else None."""
+        return unreadable_fields(schedule, {"payload": "job_payload"})
 
 
 class ScheduleSerializer(serializers.ModelSerializer):

@@ -11,9 +11,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.serializers import StrictSerializer
+from core.stored_json import UnreadableJSON
 from scheduler.exceptions import UnknownJobType
 from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
-from scheduler.models import DEFAULT_QUEUE, Attempt, Job
+from scheduler.models import DEFAULT_QUEUE, Attempt, Job, JobResult
 from scheduler.registry import get_handler
 from scheduler.selectors import Cancellation, job_cancellation
 from scheduler.states import AttemptStatus, JobStatus, Priority
@@ -84,6 +85,38 @@ class AwareDateTimeField(serializers.DateTimeField):
         return super().to_internal_value(value)
 
 
+class StoredJSONField(serializers.JSONField):
+    """A stored JSON value, read only; one Python cannot read (``core.stored_json.UnreadableJSON``) shows as null.
+
+    Its serializer names it, with why, under ``unreadable`` (``unreadable_fields``).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> Any:
+        """The value, or None for an ``UnreadableJSON``."""
+        return None if isinstance(value, UnreadableJSON) else super().to_representation(value)
+
+
+UNREADABLE_SCHEMA = {
+    "type": "object",
+    "nullable": True,
+    "additionalProperties": {"type": "string"},
+    "description": "The JSON fields of this object whose stored value cannot be read (a row edited by hand to a"
+    " number past 4,300 digits or nesting past Python's limit, which PostgreSQL's jsonb holds), each with why:"
+    ' {"payload": "it holds a number of more than 4300 digits"}; such a field reads as null. Null when every'
+    " field can be read.",
+}
+
+
+def unreadable_fields(instance: Any, fields: dict[str, str]) -> dict[str, str] | None:
+    """The fields (API name: attribute of ``instance``) whose value is an ``UnreadableJSON``, with why; None if none."""
+    values = {name: getattr(instance, attr) for name, attr in fields.items()}
+    found = {name: value.why for name, value in values.items() if isinstance(value, UnreadableJSON)}
+    return found or None
+
+
 class JobFieldsSerializer(StrictSerializer):
     """The job fields of DESIGN.md that a job request and a schedule's job template share."""
 
@@ -137,10 +170,10 @@ class JobSerializer(serializers.ModelSerializer):
     priority = PriorityLabelField(source="priority_name")
     owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
     schedule = serializers.IntegerField(source="schedule_id", read_only=True, allow_null=True)
-    progress = serializers.JSONField(
-        read_only=True, help_text="The handler's last ctx.progress: {percent, message, at}; null if none."
-    )
+    payload = StoredJSONField()
+    progress = StoredJSONField(help_text="The handler's last ctx.progress: {percent, message, at}; null if none.")
     waiting = serializers.SerializerMethodField()
+    unreadable = serializers.SerializerMethodField()
     cancellation = serializers.SerializerMethodField()
 
     class Meta:
@@ -169,8 +202,14 @@ class JobSerializer(serializers.ModelSerializer):
             "last_error",
             "progress",
             "waiting",
+            "unreadable",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(UNREADABLE_SCHEMA)
+    def get_unreadable(self, job: Job) -> dict[str, str] | None:
+        """``payload`` and ``progress`` when Python cannot read them (``unreadable_fields``), else None."""
+        return unreadable_fields(job, {"payload": "payload", "progress": "progress"})
 
     @extend_schema_field(
         {
@@ -221,6 +260,12 @@ class JobResultSerializer(serializers.Serializer):
     # model, so each field is declared here for the OpenAPI schema.
 
     status = AttemptStatusField()
-    result = serializers.JSONField(read_only=True, allow_null=True)
+    result = StoredJSONField(allow_null=True)
     attempt = serializers.IntegerField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
+    unreadable = serializers.SerializerMethodField()
+
+    @extend_schema_field(UNREADABLE_SCHEMA)
+    def get_unreadable(self, result: JobResult) -> dict[str, str] | None:
+        """``result`` when Python cannot read it (``unreadable_fields``), else None."""
+        return unreadable_fields(result, {"result": "result"})

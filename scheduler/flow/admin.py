@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from core.stored_json import UnreadableJSON
 from scheduler import selectors
 from scheduler.admin import OperatorAdmin, badge
 from scheduler.exceptions import InvalidLimit
@@ -180,7 +181,9 @@ def job_flow_html(job: Any) -> Any:
     from scheduler.flow.explain import waiting_reason
 
     parts = []
-    if job.progress:
+    if isinstance(job.progress, UnreadableJSON):  # a row edited by hand
+        parts.append(format_html("<p>Progress {}</p>", job.progress))
+    elif job.progress:
         parts.append(
             format_html(
                 '<progress max="100" value="{}"></progress> {}% {}',

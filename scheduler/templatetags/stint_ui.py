@@ -16,6 +16,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from core.stored_json import UnreadableJSON
 from scheduler.ids import short_job_id
 from scheduler.states import JobStatus, priority_label
 
@@ -84,7 +85,13 @@ def in_zone(when: dt.datetime | None, zone: str) -> str:
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Render a JSON value as indented JSON text (escaped by the template like any string)."""
+    """Render a JSON value as indented JSON text (escaped by the template like any string).
+
+    A stored value Python cannot read (``core.stored_json.UnreadableJSON``) renders as
+    "(cannot be read: why)".
+    """
+    if isinstance(value, UnreadableJSON):
+        return str(value)
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -90,6 +91,22 @@ def test_a_failed_attempt_span_says_so_and_counts_its_attempt(user, spans):
     (attempt,) = named(spans, "stint.job")
     assert attempt.attributes["stint.outcome"] == "RETRYABLE"
     assert attempt.status.status_code == StatusCode.ERROR
+    assert attempt.links == ()
+
+
+def test_a_trace_context_python_cannot_read_costs_the_attempt_its_link_only(user, spans):
+    """A ``trace_context`` edited by hand to nest past Python's limit raised RecursionError out of the span."""
+    job = enqueue("DEMO_TASK", {}, owner=user)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE stint_job SET trace_context = (repeat('[', 5000) || repeat(']', 5000))::jsonb WHERE id = %s",
+            [job.id],
+        )
+
+    report = run_handler(claim_one(), threading.Event())
+
+    assert report.outcome == "SUCCEEDED"
+    (attempt,) = named(spans, "stint.job")
     assert attempt.links == ()
 
 
