@@ -6,7 +6,7 @@ Ownership is enforced by the services (``actor``): someone else's schedule is a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db.models import QuerySet
 from django.urls import reverse
@@ -28,14 +28,13 @@ from core.openapi import ERROR_REF
 from core.pagination import KeysetPagination
 from scheduler import schedules
 from scheduler.api.serializers import (
-    UNREADABLE_SCHEMA,
     AwareDateTimeField,
     JobFieldsSerializer,
     JobSerializer,
     JobStatusField,
     PriorityLabelField,
+    ReportsUnreadable,
     StoredJSONField,
-    unreadable_fields,
 )
 from scheduler.api.views import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 from scheduler.cron import MAX_INTERVAL_SECONDS, MISFIRE_POLICIES
@@ -86,7 +85,7 @@ class SchedulePreviewSerializer(StrictSerializer):
 # -- response shapes --------------------------------------------------------------------------
 
 
-class ScheduleJobReadSerializer(serializers.Serializer):
+class ScheduleJobReadSerializer(ReportsUnreadable, serializers.Serializer):
     """A schedule's job template as the API shows it."""
 
     type = serializers.CharField(source="job_type")
@@ -95,12 +94,7 @@ class ScheduleJobReadSerializer(serializers.Serializer):
     queue = serializers.CharField(source="job_queue")
     max_retries = serializers.IntegerField(source="job_max_retries")
     timeout_seconds = serializers.IntegerField(source="job_timeout_seconds")
-    unreadable = serializers.SerializerMethodField()
-
-    @extend_schema_field(UNREADABLE_SCHEMA)
-    def get_unreadable(self, schedule: CronSchedule) -> dict[str, str] | None:
-        """``payload`` when Python cannot read it (``unreadable_fields``), else None."""
-        return unreadable_fields(schedule, {"payload": "job_payload"})
+    unreadable_sources: ClassVar[dict[str, str]] = {"payload": "job_payload"}
 
 
 class ScheduleSerializer(serializers.ModelSerializer):

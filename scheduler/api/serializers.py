@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, ClassVar
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -14,7 +14,7 @@ from accounts.serializers import StrictSerializer
 from core.stored_json import UnreadableJSON
 from scheduler.exceptions import UnknownJobType
 from scheduler.jobspec import MAX_RETRIES_RANGE, QUEUE_NAME, TIMEOUT_RANGE
-from scheduler.models import DEFAULT_QUEUE, Attempt, Job, JobResult
+from scheduler.models import DEFAULT_QUEUE, Attempt, Job
 from scheduler.registry import get_handler
 from scheduler.selectors import Cancellation, job_cancellation
 from scheduler.states import AttemptStatus, JobStatus, Priority
@@ -85,13 +85,21 @@ class AwareDateTimeField(serializers.DateTimeField):
         return super().to_internal_value(value)
 
 
+UNREADABLE_NOTE = (
+    ' Null, and named with why in an extra `unreadable` object of this object ({"payload": "it holds a number'
+    ' of more than 4300 digits"}, present only then), when the stored value cannot be read: a row edited by hand'
+    " to a number past 4,300 digits or nesting past Python's limit, which PostgreSQL's jsonb holds."
+)
+
+
 class StoredJSONField(serializers.JSONField):
     """A stored JSON value, read only; one Python cannot read (``core.stored_json.UnreadableJSON``) shows as null.
 
-    Its serializer names it, with why, under ``unreadable`` (``unreadable_fields``).
+    Its serializer (``ReportsUnreadable``) names it, with why, under ``unreadable``.
     """
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs["help_text"] = kwargs.get("help_text", "") + UNREADABLE_NOTE
         super().__init__(read_only=True, **kwargs)
 
     def to_representation(self, value: Any) -> Any:
@@ -99,22 +107,30 @@ class StoredJSONField(serializers.JSONField):
         return None if isinstance(value, UnreadableJSON) else super().to_representation(value)
 
 
-UNREADABLE_SCHEMA = {
-    "type": "object",
-    "nullable": True,
-    "additionalProperties": {"type": "string"},
-    "description": "The JSON fields of this object whose stored value cannot be read (a row edited by hand to a"
-    " number past 4,300 digits or nesting past Python's limit, which PostgreSQL's jsonb holds), each with why:"
-    ' {"payload": "it holds a number of more than 4300 digits"}; such a field reads as null. Null when every'
-    " field can be read.",
-}
-
-
 def unreadable_fields(instance: Any, fields: dict[str, str]) -> dict[str, str] | None:
     """The fields (API name: attribute of ``instance``) whose value is an ``UnreadableJSON``, with why; None if none."""
     values = {name: getattr(instance, attr) for name, attr in fields.items()}
     found = {name: value.why for name, value in values.items() if isinstance(value, UnreadableJSON)}
     return found or None
+
+
+class ReportsUnreadable:
+    """Serializer mixin: ``unreadable`` (API name: why) is added only when a stored JSON field cannot be read.
+
+    Only then: the documented shapes (DESIGN.md) stay exact for every readable row, and a
+    schedule's job template read back can be sent back as it is (its serializer refuses unknown
+    fields). ``unreadable_sources`` maps each API name to the instance attribute it reads.
+    """
+
+    unreadable_sources: ClassVar[dict[str, str]] = {}
+
+    def to_representation(self, instance: Any) -> Any:
+        """The representation, with ``unreadable`` when ``unreadable_fields`` finds any."""
+        data = super().to_representation(instance)  # type: ignore[misc]
+        found = unreadable_fields(instance, self.unreadable_sources)
+        if found:
+            data["unreadable"] = found
+        return data
 
 
 class JobFieldsSerializer(StrictSerializer):
@@ -163,7 +179,7 @@ class JobCreateSerializer(JobFieldsSerializer):
         return value
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(ReportsUnreadable, serializers.ModelSerializer):
     """A job as the API shows it: priority by name, owner and schedule by id."""
 
     status = JobStatusField()
@@ -173,8 +189,8 @@ class JobSerializer(serializers.ModelSerializer):
     payload = StoredJSONField()
     progress = StoredJSONField(help_text="The handler's last ctx.progress: {percent, message, at}; null if none.")
     waiting = serializers.SerializerMethodField()
-    unreadable = serializers.SerializerMethodField()
     cancellation = serializers.SerializerMethodField()
+    unreadable_sources: ClassVar[dict[str, str]] = {"payload": "payload", "progress": "progress"}
 
     class Meta:
         model = Job
@@ -202,14 +218,8 @@ class JobSerializer(serializers.ModelSerializer):
             "last_error",
             "progress",
             "waiting",
-            "unreadable",
         ]
         read_only_fields = fields
-
-    @extend_schema_field(UNREADABLE_SCHEMA)
-    def get_unreadable(self, job: Job) -> dict[str, str] | None:
-        """``payload`` and ``progress`` when Python cannot read them (``unreadable_fields``), else None."""
-        return unreadable_fields(job, {"payload": "payload", "progress": "progress"})
 
     @extend_schema_field(
         {
@@ -253,7 +263,7 @@ class JobAttemptSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class JobResultSerializer(serializers.Serializer):
+class JobResultSerializer(ReportsUnreadable, serializers.Serializer):
     """The outcome of a job's latest finished attempt."""
 
     # Serializes a ``scheduler.models.JobResult``, a value read from the job row rather than a
@@ -263,9 +273,4 @@ class JobResultSerializer(serializers.Serializer):
     result = StoredJSONField(allow_null=True)
     attempt = serializers.IntegerField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
-    unreadable = serializers.SerializerMethodField()
-
-    @extend_schema_field(UNREADABLE_SCHEMA)
-    def get_unreadable(self, result: JobResult) -> dict[str, str] | None:
-        """``result`` when Python cannot read it (``unreadable_fields``), else None."""
-        return unreadable_fields(result, {"result": "result"})
+    unreadable_sources: ClassVar[dict[str, str]] = {"result": "result"}
