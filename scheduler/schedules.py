@@ -463,14 +463,18 @@ def _check_quota(owner_id: int) -> None:
 
     Each schedule is a standing source of jobs that no per-request rate limit covers, so the
     number a user may hold is bounded. The owner's row is locked so concurrent creates count
-    one after another. Raises InvalidSchedule (400).
+    one after another, until the create's transaction ends. The lock is ``FOR NO KEY UPDATE``,
+    not ``FOR UPDATE``: it conflicts with itself, which is all the count needs, but not with the
+    ``FOR KEY SHARE`` that PostgreSQL's foreign-key check takes on the user row, so the owner's
+    other writes that reference it (jobs, idempotency records, tokens) do not wait for the
+    create. Raises InvalidSchedule (400).
     """
     from accounts.models import Role, User
 
     limit = conf().max_schedules_per_user
     if not limit:
         return
-    role = User.objects.select_for_update().filter(pk=owner_id).values_list("role", flat=True).first()
+    role = User.objects.select_for_update(no_key=True).filter(pk=owner_id).values_list("role", flat=True).first()
     if role == Role.ADMIN:
         return
     if CronSchedule.objects.filter(owner_id=owner_id).count() >= limit:

@@ -541,8 +541,6 @@ def test_a_second_request_waits_for_the_uncommitted_first_of_its_key(live_server
     # schedule but not committed; the second blocks on the key's unique index, then replays the
     # first's schedule, or, when the first rolls back, makes its own.
     inside, release = threading.Event(), threading.Event()
-    # Minted before the first request starts: a token's row references the user, whose row the
-    # first request's create holds locked (the schedule quota) until it ends.
     token = bearer(user)
 
     def first() -> int | None:
