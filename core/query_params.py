@@ -1,20 +1,26 @@
-"""Refuse query parameters a list endpoint does not know, instead of silently ignoring them.
+"""Refuse query parameters a list endpoint does not know, or cannot read as sent, instead of silently ignoring them.
 
 A misspelt or unsupported filter (``?statuss=DEAD``, ``?owner=`` on a USER's list) would
 otherwise answer the whole, unfiltered list: a client could not tell "no such filter" from "everything
 matches". Every list of the API pages by key (``core.pagination.KeysetPagination``), which
 calls ``check_known`` first, so the rule holds for every list without a line in any view.
+
+A value whose bytes are not UTF-8 (a lone surrogate's ``%ED%A0%80``, Latin-1's ``%E9``) is
+read by Django as U+FFFD: a filter would then match text the client did not send, so it is
+refused too. ``core.failsafe`` refuses NUL before any view.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from rest_framework import serializers
 from rest_framework.request import Request
 
 UNKNOWN_MESSAGE = "Unknown query parameter."
+NOT_UTF8_MESSAGE = "Not UTF-8 text (a lone surrogate's bytes, or another encoding's), so it cannot match as sent."
 
 
 def known_query_params(view: Any, *, paging: Iterable[str]) -> frozenset[str]:
@@ -46,3 +52,27 @@ def check_known(request: Request, view: Any, *, paging: Iterable[str]) -> None:
     if unknown:
         hint = f"{UNKNOWN_MESSAGE} Known: {', '.join(sorted(known))}."
         raise serializers.ValidationError({name[:100]: [hint] for name in unknown})
+    unreadable = not_utf8_query_params(request)
+    if unreadable:
+        raise serializers.ValidationError({name[:100]: [NOT_UTF8_MESSAGE] for name in unreadable})
+
+
+def not_utf8_query_params(request: Any) -> list[str]:
+    """Return the names (as Django reads them) of the query parameters whose name or value is not UTF-8.
+
+    Reads the raw query string (``QUERY_STRING``: the bytes as Latin-1 text, under WSGI and in
+    Django's test client), percent-decoded pair by pair, as ``QueryDict`` splits it.
+    """
+    try:
+        raw = request.META.get("QUERY_STRING", "").encode("iso-8859-1")
+    except UnicodeEncodeError:  # a server that passed decoded text: nothing was replaced
+        return []
+    names = []
+    for pair in raw.split(b"&"):
+        name, _, value = (unquote_to_bytes(part.replace(b"+", b" ")) for part in pair.partition(b"="))
+        try:
+            name.decode("utf-8")
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            names.append(name.decode("utf-8", "replace"))
+    return names

@@ -607,6 +607,25 @@ def test_an_unknown_query_parameter_is_a_400_naming_it(user_api, admin_api, user
     assert client.get(f"{url}?{known}").status_code == 200
 
 
+@pytest.mark.parametrize("path", [JOBS, "/api/admin/jobs"])
+@pytest.mark.parametrize("value", ["caf%ED%A0%80", "caf%E9"], ids=["lone-surrogate-bytes", "latin-1"])
+def test_a_search_that_is_not_utf8_is_a_400_not_a_search_for_replacement_characters(
+    user_api, admin_api, user, path, value
+):
+    # Django reads such bytes as U+FFFD: the search looked for text the client never sent.
+    job = enqueuing.enqueue("DEMO_TASK", owner=user, name="caf\ufffd")
+    client = admin_api if path.startswith("/api/admin") else user_api
+
+    resp = client.get(f"{path}?search={value}")
+
+    assert resp.status_code == 400, resp.content
+    error = _error(resp)
+    assert error["code"] == "validation_error"
+    assert set(error["details"]) == {"search"}
+    # The same character sent as UTF-8 is searched for like any other.
+    assert [j["id"] for j in client.get(f"{path}?search=caf%EF%BF%BD").json()["results"]] == [str(job.id)]
+
+
 @pytest.mark.parametrize("query", ["status=BOGUS", "priority=URGENT", "priority=101", "created_after=yesterday"])
 def test_a_bad_filter_value_is_400_not_ignored(user_api, user, query):
     enqueuing.enqueue("DEMO_TASK", owner=user)
