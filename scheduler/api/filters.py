@@ -1,4 +1,4 @@
-"""Query-string filters of the job lists (django-filter); a bad value is a 400, never ignored."""
+"""Query-string filters of the job and schedule lists (django-filter); a bad value is a 400, never ignored."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from scheduler.job_search import (
     JobSearchField,
     jobs_filter_by_list_search,
 )
-from scheduler.models import Job
+from scheduler.models import CronSchedule, Job
+from scheduler.schedules import NAME_MAX
 from scheduler.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus, priority_value
 
 _DECIMAL = re.compile(r"-?[0-9]{1,3}")
@@ -153,3 +154,59 @@ class AdminJobFilter(JobFilter):
 
     class Meta(JobFilter.Meta):
         fields = [*JobFilter.Meta.fields, "owner"]
+
+
+class StrictBooleanField(forms.Field):
+    """``true`` or ``false``, in any letter case; anything else is a 400.
+
+    django-filter's own ``BooleanFilter`` reads a value it does not know (``enabled=maybe``) as no
+    filter at all, and so answers the whole list.
+    """
+
+    def to_python(self, value: object) -> bool | None:
+        """Return True or False (None when empty: no filter); raise ValidationError (400) otherwise."""
+        if value in (None, ""):
+            return None
+        text = str(value).lower()
+        if text not in ("true", "false"):
+            raise ValidationError("Use true or false.", code="invalid")
+        return text == "true"
+
+
+# The schema's description is the override's: drf-spectacular reads no help_text beside one.
+@extend_schema_field({"type": "boolean", "description": "`true` or `false`, in any letter case."})
+class StrictBooleanFilter(filters.Filter):
+    """A boolean column matched by ``true`` or ``false`` (``StrictBooleanField``)."""
+
+    field_class = StrictBooleanField
+
+
+JOB_TYPE_MAX = CronSchedule._meta.get_field("job_type").max_length  # characters
+
+
+class ScheduleFilter(filters.FilterSet):
+    """Filters of GET /api/schedules, on the schedules the list shows (a USER's own; an ADMIN's: all).
+
+    ``name`` matches the whole name exactly, letter case and spaces included: a name is a label,
+    not a key (README, Schedules), so it may match several schedules. A value longer than any
+    stored one is a 400, as is an ``enabled`` other than true or false; any other query
+    parameter is a 400 too (``core.query_params``).
+    """
+
+    name = filters.CharFilter(
+        field_name="name",
+        max_length=NAME_MAX,
+        strip=False,
+        help_text=f"Only the schedules of this exact name (at most {NAME_MAX} characters; names are not unique).",
+    )
+    enabled = StrictBooleanFilter(field_name="enabled")
+    job_type = filters.CharFilter(
+        field_name="job_type",
+        max_length=JOB_TYPE_MAX,
+        strip=False,
+        help_text=f"Only the schedules whose job template has this type (at most {JOB_TYPE_MAX} characters).",
+    )
+
+    class Meta:
+        model = CronSchedule
+        fields = ["name", "enabled", "job_type"]

@@ -27,6 +27,7 @@ from accounts.serializers import StrictSerializer
 from core.openapi import ERROR_REF
 from core.pagination import KeysetPagination
 from scheduler import schedules
+from scheduler.api.filters import ScheduleFilter
 from scheduler.api.serializers import (
     AwareDateTimeField,
     JobFieldsSerializer,
@@ -185,14 +186,24 @@ class SchedulePagination(KeysetPagination):
 
 
 @extend_schema_view(
-    get=extend_schema(operation_id="schedules_list", summary="List schedules", tags=["schedules"]),
+    get=extend_schema(
+        operation_id="schedules_list",
+        summary="List schedules",
+        description=(
+            "Your schedules (an ADMIN's: everyone's), by id. `name` finds schedules by their exact name "
+            "(a label, not a key: it may match several), as a Celery beat user looks an entry up; "
+            "`enabled=true` or `false` and `job_type` (the type of the jobs it fires) narrow the list further. "
+            "A bad filter value, or a query parameter this list does not know, is a 400 that names it."
+        ),
+        tags=["schedules"],
+    ),
 )
 class ScheduleListCreateView(generics.ListAPIView):
-    """GET /api/schedules: the caller's schedules (an ADMIN's: everyone's), by id. POST: create one."""
+    """GET /api/schedules: the caller's schedules (an ADMIN's: everyone's), by id, filtered. POST: create one."""
 
     serializer_class = ScheduleSerializer
     pagination_class = SchedulePagination
-    filter_backends: list = []
+    filterset_class = ScheduleFilter
 
     def get_queryset(self) -> QuerySet[CronSchedule]:
         """Schedules the caller may see, by id."""

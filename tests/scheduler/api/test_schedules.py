@@ -175,6 +175,94 @@ def test_users_see_only_their_own_schedules_and_admins_see_all(user_api, other_a
     assert admin_api.patch(f"/api/schedules/{mine['id']}", {"enabled": False}, format="json").status_code == 200
 
 
+def _ids(resp) -> list[int]:
+    assert resp.status_code == 200, resp.content
+    return [s["id"] for s in resp.json()["results"]]
+
+
+def test_the_list_finds_schedules_by_exact_name_enabled_and_job_type(user_api, other_api, admin_api):
+    # A Celery beat user looks an entry up by name; a name is a label, so it may list several.
+    nightly = create(user_api)
+    again = create(user_api)
+    off = create(user_api, {**NIGHTLY, "name": "Nightly Report", "enabled": False})
+    tick = create(user_api, {"name": "tick", "interval_seconds": 60, "job": {"type": "DEMO_TASK"}})
+    theirs = create(other_api)
+
+    assert _ids(user_api.get("/api/schedules", {"name": "nightly report"})) == [nightly["id"], again["id"]]
+    assert _ids(user_api.get("/api/schedules", {"name": "Nightly Report"})) == [off["id"]]  # letter case counts
+    for near in ("nightly", "nightly report ", " nightly report", "nightly%", "NIGHTLY REPORT"):
+        assert _ids(user_api.get("/api/schedules", {"name": near})) == [], near
+    assert _ids(user_api.get("/api/schedules", {"enabled": "false"})) == [off["id"]]
+    assert _ids(user_api.get("/api/schedules", {"enabled": "True"})) == [nightly["id"], again["id"], tick["id"]]
+    assert _ids(user_api.get("/api/schedules", {"job_type": "DEMO_TASK"})) == [tick["id"]]
+    assert _ids(user_api.get("/api/schedules", {"job_type": "REPORT", "enabled": "true"})) == [
+        nightly["id"],
+        again["id"],
+    ]
+    assert _ids(user_api.get("/api/schedules", {"name": "nightly report", "enabled": "false"})) == []
+    # A USER's filter looks at their own schedules only; an ADMIN's at everyone's.
+    assert _ids(admin_api.get("/api/schedules", {"name": "nightly report"})) == [
+        nightly["id"],
+        again["id"],
+        theirs["id"],
+    ]
+    # Blank values filter nothing, as on GET /api/jobs.
+    assert len(_ids(user_api.get("/api/schedules", {"name": "", "enabled": "", "job_type": ""}))) == 4
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("enabled=maybe", "enabled"),
+        ("enabled=yes", "enabled"),
+        ("enabled=1", "enabled"),
+        ("name=" + "n" * 10_240, "name"),
+        ("job_type=" + "t" * 10_240, "job_type"),
+        ("name=" + "%C3%A4" * 201, "name"),  # 201 characters (402 bytes)
+        ("name=%ED%A0%80", "name"),  # a lone surrogate's bytes: Django would read U+FFFD
+        ("job_type=%FF%FE", "job_type"),
+        ("enabled=%ED%A0%80", "enabled"),
+        ("nme=nightly", "nme"),
+        ("owner=1", "owner"),
+    ],
+)
+def test_a_bad_list_filter_is_a_400_naming_it(user_api, query, field):
+    create(user_api)
+
+    resp = user_api.get(f"/api/schedules?{query}")
+
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["code"] == "validation_error"
+    assert set(error["details"]) == {field}
+    assert error["message"].startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize("query", ["name=a%00b", "job_type=%00", "enabled=true%00"])
+def test_a_nul_in_a_list_filter_is_a_400(user_api, query):
+    resp = user_api.get(f"/api/schedules?{query}")
+
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["code"] == "validation_error"
+
+
+def test_a_name_of_the_longest_storable_length_is_a_filter_not_an_error(user_api):
+    longest = create(user_api, {**NIGHTLY, "name": "ä" * 200})
+
+    assert _ids(user_api.get("/api/schedules", {"name": "ä" * 200})) == [longest["id"]]
+
+
+def test_the_schema_documents_the_list_filters(api):
+    schema = api.get("/api/schema/?format=json").json()
+    params = {p["name"]: p for p in schema["paths"]["/api/schedules"]["get"]["parameters"]}
+
+    assert {"name", "enabled", "job_type", "cursor", "page_size"} <= set(params)
+    assert params["enabled"]["schema"]["type"] == "boolean"
+    assert params["name"]["schema"]["type"] == params["job_type"]["schema"]["type"] == "string"
+    assert "exact name" in params["name"]["description"]
+    assert "`true`" in params["enabled"]["description"]
+
+
 def test_anonymous_requests_are_401(api):
     assert api.get("/api/schedules").status_code == 401
     assert api.post("/api/schedules/preview", {"cron": "* * * * *"}, format="json").status_code == 401

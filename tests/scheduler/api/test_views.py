@@ -580,7 +580,7 @@ def test_the_schedule_filter_lists_the_jobs_one_schedule_fired(user_api, user):
         (JOBS, "owner=1", "owner"),  # an ADMIN-only filter is unknown on a USER's own list
         (JOBS, "status=QUEUED&sort=name&page=2", "page"),
         ("/api/admin/jobs", "search=x&nope=1", "nope"),
-        ("/api/schedules", "enabled=true", "enabled"),
+        ("/api/schedules", "enabled=true&owner=1", "owner"),
         ("/api/jobs/{job}/attempts", "status=FAILED", "status"),
         ("/api/jobs/{job}/events", "event_type=JOB_CREATED", "event_type"),
         ("/api/schedules/{schedule}/runs", "schedule=1", "schedule"),
