@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,11 +57,20 @@ sys.exit(1)
 
 
 @pytest.fixture
-def stack_dir(tmp_path: Path) -> Iterator[Path]:
-    """Yield a private devstack state dir; stop whatever was left in it afterwards."""
-    directory = tmp_path / "devstack"
+def stack_dir() -> Iterator[Path]:
+    """Yield a private devstack state dir; stop whatever was left in it afterwards, then remove it.
+
+    Not under pytest's ``tmp_path``: as root, devstack grants o+x on each ancestor of the data
+    directory so that PostgreSQL's own user can reach it, and every pytest session that starts
+    (``make test`` runs the Django 6 session beside the main one) takes those bits off its
+    ``/tmp/pytest-of-<user>`` again; PostgreSQL starting in between could not stat its data
+    directory ("Permission denied", seen in CI). A directory of its own under the system's temp
+    directory keeps the grant.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="stint-devstack-test-")) / "devstack"
     yield directory
     devstack_cmd(directory, "down", check=False)
+    shutil.rmtree(directory.parent, ignore_errors=True)
 
 
 def stack_env(directory: Path, *, only: tuple[str, ...] = ("REDIS_URL",)) -> dict[str, str]:
