@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import connection
 
+from core.stored_json import UnreadableJSON, unreadable_why
 from scheduler.states import AttemptStatus, JobStatus
 from stint_tasks import registry
 from stint_tasks.compat import InvalidTask, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
@@ -88,8 +89,26 @@ def exception_class_path(*, attempt_status: str, error: str, traceback: str) -> 
     return "builtins.Exception"
 
 
-def _aware(value: str | None) -> dt.datetime | None:
-    return dt.datetime.fromisoformat(value) if value else None
+def _aware(value: Any) -> dt.datetime | None:
+    """``value`` read as an ISO 8601 datetime; None when it is none (a payload edited by hand: not text, not ISO)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _stored(text: str) -> Any:
+    """A stored document's jsonb text decoded, or an ``UnreadableJSON`` when Python's json cannot read it.
+
+    jsonb holds numbers past 4,300 digits and nesting past the recursion limit (rows edited by
+    hand, ``core.stored_json``); raising here made ``get_result`` fail for such a job.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return UnreadableJSON(why=unreadable_why(exc), text=text)
 
 
 def task_result(*, job_id: str, backend_alias: str, task: Any = None, attempt: int | None = None) -> Any:
@@ -102,6 +121,8 @@ def task_result(*, job_id: str, backend_alias: str, task: Any = None, attempt: i
     attempt's start, ``last_attempted_at`` = the latest one's; ``finished_at`` once finished;
     ``worker_ids`` = each attempt's worker; ``errors`` = one ``TaskError`` per attempt that did
     not succeed and was not handed back; ``return_value`` = the stored result when SUCCESSFUL.
+    A stored payload or result Python's json cannot read (``core.stored_json``) reads as no args
+    and as an ``UnreadableJSON`` return value; a ``run_after`` that is not ISO text as none.
     """
     try:
         key = uuid.UUID(str(job_id))
@@ -116,8 +137,8 @@ def task_result(*, job_id: str, backend_alias: str, task: Any = None, attempt: i
     base = task if task is not None else registry.get_task(job_type)
     if base is None or base.module_path != job_type:
         raise TaskResultDoesNotExist(job_id)
-    payload = json.loads(payload_text) if payload_text else {}
-    payload = payload if isinstance(payload, dict) else {}
+    payload = _stored(payload_text) if payload_text else {}
+    payload = payload if isinstance(payload, dict) else {}  # an unreadable one too: no args, as the worker runs none
     run_after = _aware(payload.get("run_after"))
     try:
         shown = base.using(priority=priority, queue_name=queue, run_after=run_after, backend=backend_alias)
@@ -151,5 +172,5 @@ def task_result(*, job_id: str, backend_alias: str, task: Any = None, attempt: i
         worker_ids=worker_ids,
     )
     if status == JobStatus.SUCCESS and result_text is not None:
-        object.__setattr__(result, "_return_value", json.loads(result_text))
+        object.__setattr__(result, "_return_value", _stored(result_text))
     return result

@@ -430,6 +430,33 @@ def test_get_result_refuses_unknown_ids_and_jobs_that_are_not_tasks() -> None:
             backend.get_result(bad)
 
 
+def test_get_result_reads_a_task_job_whose_stored_documents_python_cannot_read() -> None:
+    # Rows edited by hand (as tests/config/test_unreadable_json.py does): jsonb holds a number of
+    # 5,000 digits and a run_after that is not ISO text; json.loads and fromisoformat raised out of
+    # get_result, where every other reader shows core.stored_json.UnreadableJSON.
+    big = """('{"n": ' || repeat('9', 5000) || '}')::jsonb"""
+    unreadable_payload, odd_run_after, unreadable_result = (t.add.enqueue(1, 2) for _ in range(3))
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE stint_job SET payload = {big} WHERE id = %s", [unreadable_payload.id])  # noqa: S608
+        cursor.execute(
+            """UPDATE stint_job SET payload = '{"args": [1, 2], "kwargs": {}, "run_after": 5}' WHERE id = %s""",
+            [odd_run_after.id],
+        )
+        cursor.execute(
+            f"UPDATE stint_job SET status = 'SUCCESS', result = {big}, result_attempt = 1,"  # noqa: S608
+            " result_status = 'SUCCEEDED', result_at = now() WHERE id = %s",
+            [unreadable_result.id],
+        )
+
+    read = t.add.get_result(unreadable_payload.id)
+    assert (read.status, read.args, read.kwargs) == (TaskResultStatus.READY, [], {})  # as a payload of no object
+    odd = t.add.get_result(odd_run_after.id)
+    assert (odd.task.run_after, odd.args) == (None, [1, 2])
+    done = t.add.get_result(unreadable_result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert str(done.return_value) == "(cannot be read: it holds a number of more than 4300 digits)"
+
+
 def test_enqueue_is_part_of_the_callers_transaction() -> None:
     from django.db import transaction
 
