@@ -81,7 +81,7 @@ def _scalar(text: str) -> Any:
         return json.loads(text)
     try:
         number = json.loads(text)
-    except ValueError:  # not JSON, or an integer past Python's digit limit
+    except (ValueError, RecursionError):  # not JSON, an integer past Python's digit limit, nesting past the stack
         return None
     if isinstance(number, bool) or not isinstance(number, int | float):
         return None
