@@ -20,6 +20,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 
 UNKNOWN_MESSAGE = "Unknown query parameter."
+TAKES_NONE = "This endpoint takes none."  # a read that neither pages nor filters (the limits list): not "Known: ."
 NOT_UTF8_MESSAGE = "Not UTF-8 text (a lone surrogate's bytes, or another encoding's), so it cannot match as sent."
 
 
@@ -42,6 +43,7 @@ def check_known(request: Request, view: Any, *, paging: Iterable[str]) -> None:
     """Raise a DRF ``ValidationError`` (400) naming each query parameter ``view`` does not know.
 
     The error's ``details`` map each unknown name to ``["Unknown query parameter. Known: a, b."]``
+    (``"... This endpoint takes none."`` when ``view`` knows none)
     and its message starts with the first unknown name (``core.errors``). Does nothing when
     ``view`` is None (a paginator used outside a view).
     """
@@ -50,7 +52,7 @@ def check_known(request: Request, view: Any, *, paging: Iterable[str]) -> None:
     known = known_query_params(view, paging=paging)
     unknown = sorted(set(request.query_params) - known)
     if unknown:
-        hint = f"{UNKNOWN_MESSAGE} Known: {', '.join(sorted(known))}."
+        hint = f"{UNKNOWN_MESSAGE} Known: {', '.join(sorted(known))}." if known else f"{UNKNOWN_MESSAGE} {TAKES_NONE}"
         raise serializers.ValidationError({name[:100]: [hint] for name in unknown})
     unreadable = not_utf8_query_params(request)
     if unreadable:
