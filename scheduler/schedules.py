@@ -483,6 +483,12 @@ def _check_quota(owner_id: int) -> None:
         )
 
 
+# Every column ``schedule_update`` may write but the template's payload (see there).
+_FIELDS_BUT_PAYLOAD = tuple(
+    f.name for f in CronSchedule._meta.concrete_fields if not f.primary_key and f.name != "job_payload"
+)
+
+
 def schedule_update(
     *, schedule_id: int, actor: Any = None, changes: Mapping[str, Any], trusted: bool = False
 ) -> CronSchedule:
@@ -525,7 +531,11 @@ def schedule_update(
             # Checked only when the timing changes: an older schedule can still be renamed or disabled.
             _check_min_interval(schedule, now=now)
             schedule.next_fire_at = _next_fire_at(schedule, now=now)
-        schedule.save()
+        payload_sent = isinstance(changes.get("job"), Mapping) and "payload" in changes["job"]
+        # A change that sends no payload leaves the stored one as it is: jsonb keeps numbers
+        # exactly, Python reads 0.10000000000000000001 as 0.1 (and 1e-400 as 0.0), and writing
+        # that back would alter the template on a rename or a disable.
+        schedule.save(update_fields=None if payload_sent else _FIELDS_BUT_PAYLOAD)
         message = _update_message(recorded, schedule)
         if message:  # saving the values it had is no change to record
             action_record(actor=actor, objects=[schedule], flag=CHANGE, message=message)

@@ -664,3 +664,29 @@ def test_preview_of_a_day_of_week_reaching_7_includes_sunday_and_an_ambiguous_st
     ambiguous = user_api.post("/api/schedules/preview", {"cron": "0 0 * * 1/2"}, format="json")
     assert ambiguous.status_code == 400, ambiguous.content
     assert "write 1-7/2 to include Sunday, or 1-6/2" in ambiguous.json()["error"]["details"]["cron"][0]
+
+
+def test_a_change_that_sends_no_payload_keeps_the_stored_payload_s_numbers_exactly(user_api, user):
+    # jsonb keeps a number exactly; Python reads 0.10000000000000000001 as 0.1 and 1e-400 as 0.0.
+    # Disabling, renaming or a template change without a payload wrote the payload back as read.
+    schedule = CronSchedule.objects.create(owner=user, name="exact", cron="0 * * * *", job_type="DEMO_TASK")
+
+    def stored() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT job_payload::text FROM stint_schedule WHERE id = %s", [schedule.id])
+            return cursor.fetchone()[0]
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """UPDATE stint_schedule SET job_payload = '{"a": 0.10000000000000000001, "b": 1e-400}' WHERE id = %s""",
+            [schedule.id],
+        )
+    before = stored()
+    url = f"/api/schedules/{schedule.id}"
+
+    for change in ({"enabled": False}, {"name": "renamed"}, {"cron": "5 * * * *"}, {"job": {"priority": "HIGH"}}):
+        response = user_api.patch(url, change, format="json")
+        assert response.status_code == 200, (change, response.content)
+        assert stored() == before, change
+    assert user_api.patch(url, {"job": {"payload": {"a": 1}}}, format="json").status_code == 200
+    assert stored() == '{"a": 1}'
