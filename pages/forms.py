@@ -51,9 +51,15 @@ class JSONTextField(forms.CharField):
         kwargs.setdefault("widget", forms.Textarea(attrs={"rows": PAYLOAD_ROWS, "spellcheck": "false"}))
         super().__init__(**kwargs)
 
+    #: A stored value Python cannot read (``UnreadableJSON``), shown as its "(cannot be read: why)"
+    #: text: that text sent back unchanged cleans to it, so saving the form as shown keeps it.
+    kept: UnreadableJSON | None = None
+
     def clean(self, value: Any) -> Any:
-        """Parse the text as JSON (``core.parsers.json_text_load``); empty means ``{}``."""
+        """Parse the text as JSON (``core.parsers.json_text_load``); empty means ``{}``; ``kept``'s text is it."""
         text = super().clean(value)
+        if self.kept is not None and text and text.strip() == str(self.kept):
+            return self.kept
         if not text or not text.strip():
             return {}
         try:
@@ -257,16 +263,25 @@ class ScheduleForm(forms.Form):
         label="Job timeout (seconds)", min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], required=False
     )
 
+    #: The job template's fields besides its payload, as the form names them.
+    JOB_FIELDS = ("job_type", "job_priority", "job_queue", "job_max_retries", "job_timeout_seconds")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["job_type"].choices = _type_choices()
+        stored = self.initial.get("job_payload")
+        if isinstance(stored, UnreadableJSON):
+            self.fields["job_payload"].kept = stored
 
     @classmethod
     def initial_from(cls, schedule: CronSchedule) -> dict[str, Any]:
         """Return the form's initial values for an existing schedule.
 
         A stored payload Python cannot read (``core.stored_json.UnreadableJSON``: a row edited by
-        hand) shows as "(cannot be read: why)", which is no JSON: saving the form asks for a new one.
+        hand) shows as "(cannot be read: why)". Saved with that text unchanged, the form keeps the
+        stored payload when the rest of the job is unchanged too (a rename, a disable), as the
+        API's PATCH without ``job``; a change of the job with it is the service's 400 asking for a
+        new payload, on the payload field.
         """
         payload = schedule.job_payload
         return {
@@ -279,7 +294,7 @@ class ScheduleForm(forms.Form):
             "misfire_policy": schedule.misfire_policy,
             "overlap_policy": schedule.overlap_policy,
             "job_type": schedule.job_type,
-            "job_payload": str(payload) if isinstance(payload, UnreadableJSON) else json.dumps(payload),
+            "job_payload": payload if isinstance(payload, UnreadableJSON) else json.dumps(payload),
             "job_priority": priority_label(schedule.job_priority),
             "job_queue": schedule.job_queue,
             "job_max_retries": schedule.job_max_retries,
@@ -322,7 +337,7 @@ class ScheduleForm(forms.Form):
             job["max_retries"] = data["job_max_retries"]
         if data.get("job_timeout_seconds") is not None:
             job["timeout_seconds"] = data["job_timeout_seconds"]
-        return {
+        fields = {
             "name": data["name"],
             **self.timing(),
             "enabled": bool(data.get("enabled")),
@@ -330,3 +345,8 @@ class ScheduleForm(forms.Form):
             "overlap_policy": data["overlap_policy"],
             "job": job,
         }
+        if isinstance(job["payload"], UnreadableJSON):  # the stored one, sent back as shown
+            del job["payload"]  # a change of the rest of the job: the service asks for a new payload
+            if not any(name in self.changed_data for name in self.JOB_FIELDS):
+                del fields["job"]  # the job unchanged: the stored template stays as it is
+        return fields

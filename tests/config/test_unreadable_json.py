@@ -195,6 +195,47 @@ def test_the_user_pages_show_the_placeholder_and_the_rest(client, user, bad_job,
     assert CronSchedule.objects.values_list("enabled", flat=True).get(id=bad_schedule.id) is False
 
 
+def _edit_form(client, path: str, **changes: str) -> dict[str, str]:
+    """The schedule edit form's fields as a browser posts them unchanged (``changes`` applied)."""
+    form = client.get(path).context["form"]
+    data = {name: form[name].value() for name in form.fields}
+    data = {name: "" if value is None else str(value) for name, value in data.items() if value is not False}
+    if form["enabled"].value():
+        data["enabled"] = "on"
+    return {**data, **changes}
+
+
+@pytest.mark.parametrize("path", ["/schedules/{id}/edit/", "/admin/scheduler/cronschedule/{id}/edit/"])
+def test_the_schedule_edit_form_saved_as_shown_keeps_an_unreadable_payload(client, admin_user, bad_schedule, path):
+    """Renaming or disabling in the form keeps the stored payload (as the API's PATCH without ``job``);
+    a change of the job that keeps it is a 400 on the payload field that says why, not "Not valid JSON"."""
+    bad_schedule.owner = admin_user
+    bad_schedule.save(update_fields=["owner"])
+    client.force_login(admin_user)
+    path = path.format(id=bad_schedule.id)
+    before = _text_of("stint_schedule", "job_payload", bad_schedule.id)
+
+    data = _edit_form(client, path, name="renamed")
+    data.pop("enabled")  # unticked: disabled
+    saved = client.post(path, data)
+    assert saved.status_code == 302, saved.content.decode()[-3000:]
+    row = CronSchedule.objects.get(id=bad_schedule.id)
+    assert (row.name, row.enabled) == ("renamed", False)
+    assert _text_of("stint_schedule", "job_payload", bad_schedule.id) == before  # kept as stored
+
+    previewed = client.post(path, {**_edit_form(client, path), "preview": "1"})
+    assert previewed.status_code == 200, previewed.content.decode()[-3000:]
+
+    changed = client.post(path, _edit_form(client, path, job_priority="HIGH"))
+    assert changed.status_code == 400
+    assert f"The stored payload (cannot be read: {BIG_WHY})" in " ".join(changed.context["form"].errors["job_payload"])
+    assert _text_of("stint_schedule", "job_payload", bad_schedule.id) == before
+
+    replaced = client.post(path, _edit_form(client, path, job_payload='{"ok": true}'))
+    assert replaced.status_code == 302, replaced.content.decode()[-3000:]
+    assert CronSchedule.objects.get(id=bad_schedule.id).job_payload == {"ok": True}
+
+
 # -- the operator console ------------------------------------------------------------------------
 
 
