@@ -5,6 +5,10 @@ otherwise answer the whole, unfiltered list: a client could not tell "no such fi
 matches". Every list of the API pages by key (``core.pagination.KeysetPagination``), which
 calls ``check_known`` first, so the rule holds for every list without a line in any view.
 
+A parameter given more than once is refused too, unless its filter takes several values (the
+jobs' ``status``): QueryDict would read its last value alone (``enabled=true&enabled=false``
+would list the disabled schedules), dropping the others silently.
+
 A value whose bytes are not UTF-8 (a lone surrogate's ``%ED%A0%80``, Latin-1's ``%E9``) is
 read by Django as U+FFFD: a filter would then match text the client did not send, so it is
 refused too. ``core.failsafe`` refuses NUL before any view.
@@ -16,11 +20,13 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from django import forms
 from rest_framework import serializers
 from rest_framework.request import Request
 
 UNKNOWN_MESSAGE = "Unknown query parameter."
 TAKES_NONE = "This endpoint takes none."  # a read that neither pages nor filters (the limits list): not "Known: ."
+REPEATED_MESSAGE = "Given {count} times; this parameter takes one value."
 NOT_UTF8_MESSAGE = "Not UTF-8 text (a lone surrogate's bytes, or another encoding's), so it cannot match as sent."
 
 
@@ -54,9 +60,29 @@ def check_known(request: Request, view: Any, *, paging: Iterable[str]) -> None:
     if unknown:
         hint = f"{UNKNOWN_MESSAGE} Known: {', '.join(sorted(known))}." if known else f"{UNKNOWN_MESSAGE} {TAKES_NONE}"
         raise serializers.ValidationError({name[:100]: [hint] for name in unknown})
+    multiple = multi_valued_query_params(view)
+    repeated = {
+        name: len(values) for name, values in request.query_params.lists() if len(values) > 1 and name not in multiple
+    }
+    if repeated:
+        raise serializers.ValidationError(
+            {name[:100]: [REPEATED_MESSAGE.format(count=count)] for name, count in sorted(repeated.items())}
+        )
     unreadable = not_utf8_query_params(request)
     if unreadable:
         raise serializers.ValidationError({name[:100]: [NOT_UTF8_MESSAGE] for name in unreadable})
+
+
+def multi_valued_query_params(view: Any) -> frozenset[str]:
+    """Return the names of ``view``'s filters that take several values (a ``MultipleChoiceField``: ``status``)."""
+    filterset = getattr(view, "filterset_class", None)
+    if filterset is None or not view.filter_backends:
+        return frozenset()
+    return frozenset(
+        name
+        for name, declared in filterset.base_filters.items()
+        if issubclass(declared.field_class, forms.MultipleChoiceField)
+    )
 
 
 def not_utf8_query_params(request: Any) -> list[str]:

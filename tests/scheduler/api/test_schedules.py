@@ -690,3 +690,25 @@ def test_a_change_that_sends_no_payload_keeps_the_stored_payload_s_numbers_exact
         assert stored() == before, change
     assert user_api.patch(url, {"job": {"payload": {"a": 1}}}, format="json").status_code == 200
     assert stored() == '{"a": 1}'
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("enabled=true&enabled=false", "enabled"),
+        ("name=nightly&name=other", "name"),
+        ("job_type=REPORT&job_type=DEMO_TASK", "job_type"),
+        ("page_size=1&page_size=2", "page_size"),
+    ],
+)
+def test_a_filter_given_twice_is_a_400_naming_it_not_its_last_value(user_api, query, field):
+    """A filter takes one value: the second one was read alone (enabled=true&enabled=false listed the disabled)."""
+    create(user_api)
+
+    resp = user_api.get(f"/api/schedules?{query}")
+
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["code"] == "validation_error"
+    assert set(error["details"]) == {field}
+    assert error["message"].startswith(f"{field}: Given 2 times")

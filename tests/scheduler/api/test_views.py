@@ -1079,3 +1079,21 @@ def test_a_schedules_job_that_is_no_json_object_says_so(user_api):
 
     assert resp.status_code == 400, resp.content
     assert resp.json()["error"]["details"]["job"] == {"non_field_errors": ["A JSON object is expected, not a number."]}
+
+
+@pytest.mark.parametrize(
+    ("query", "named"), [("type=A&type=B", "type"), ("queue=a&queue=default", "queue"), ("search=a&search=b", "search")]
+)
+def test_a_single_valued_filter_given_twice_is_a_400_naming_it(user_api, user, query, named):
+    enqueuing.enqueue("DEMO_TASK", owner=user)
+
+    resp = user_api.get(f"{JOBS}?{query}")
+
+    assert resp.status_code == 400, resp.content
+    assert _error(resp)["message"].startswith(f"{named}: Given 2 times")
+
+
+def test_status_may_be_repeated_as_documented(user_api, user):
+    enqueuing.enqueue("DEMO_TASK", owner=user)
+
+    assert user_api.get(f"{JOBS}?status=QUEUED&status=FAILED").status_code == 200
