@@ -39,6 +39,7 @@ from typing import Any
 from django.db import connection
 from psycopg.types.json import Jsonb
 
+from core.stored_json import unreadable_why
 from scheduler import metrics, prepared, retry
 from scheduler.exceptions import IllegalTransition
 from scheduler.notify import CHANNEL, PAYLOAD_TOKEN_SQL
@@ -1003,7 +1004,7 @@ def claim(
 
 @dataclass(frozen=True, slots=True)
 class UnreadablePayload:
-    """The payload of a claimed job that Python's json cannot read; ``why`` is the decoder's error.
+    """The payload of a claimed job that Python's json cannot read; ``why`` says why (``stored_json.unreadable_why``).
 
     ``jsonb`` holds what Python refuses to read: an integer of more than 4,300 digits
     (``sys.get_int_max_str_digits()``), nesting past the interpreter's recursion limit. Enqueue
@@ -1023,4 +1024,4 @@ def _claimed_payload(value: Any) -> Any:
     try:
         return json.loads(value)
     except (ValueError, RecursionError) as exc:
-        return UnreadablePayload(why=str(exc))
+        return UnreadablePayload(why=unreadable_why(exc))  # the words the API's ``unreadable`` and the pages use
