@@ -13,6 +13,7 @@ from django.db import DatabaseError, connection, transaction
 
 from core.db_clock import db_now
 from core.dberrors import db_error_is_transient
+from core.stored_json import unreadable_why
 from scheduler import lifecycle, metrics, tracing
 from scheduler.cron import FirePlan, plan_fires, spec_of
 from scheduler.exceptions import InvalidSchedule
@@ -230,8 +231,14 @@ class CronFirer:
             except (DatabaseError, ValueError, RecursionError) as exc:
                 if db_error_is_transient(exc):
                     raise
+                # ValueError and RecursionError: its payload, read by json, in the words the API and pages use.
+                what = (
+                    "job cannot be stored"
+                    if isinstance(exc, DatabaseError)
+                    else f"job payload cannot be read ({unreadable_why(exc)})"
+                )
                 logger.exception(
-                    "cron: schedule %s's job cannot be stored; it will not fire", row.id, extra={"schedule_id": row.id}
+                    "cron: schedule %s's %s; it will not fire", row.id, what, extra={"schedule_id": row.id}
                 )
                 with connection.cursor() as cursor:
                     cursor.execute("UPDATE stint_schedule SET next_fire_at = NULL WHERE id = %s", [row.id])
