@@ -153,15 +153,17 @@ def _not_authenticated(context: dict[str, Any]) -> tuple[str, str]:
     return "bad_authorization_header", message
 
 
-def json_or_page(request: HttpRequest, status_code: int, message: str, default: Any) -> HttpResponse:
-    """Answer ``status_code`` with the JSON error envelope under /api/, and with ``default`` elsewhere.
+def json_or_page(
+    request: HttpRequest, status_code: int, message: str, default: Any, *, details: Any = None
+) -> HttpResponse:
+    """Answer ``status_code`` with the JSON error envelope (and ``details``) under /api/, ``default`` elsewhere.
 
     The envelope's code follows the status (``_CODES_BY_STATUS``, e.g. 400 ``validation_error``,
     503 ``service_unavailable``; ``server_error`` for any other).
     """
     if request.path.startswith("/api/"):
         code = _CODES_BY_STATUS.get(status_code, "server_error")
-        return JsonResponse(error_body(code=code, message=message), status=status_code)
+        return JsonResponse(error_body(code=code, message=message, details=details), status=status_code)
     return default
 
 

@@ -54,13 +54,27 @@ UNAVAILABLE_MESSAGE = (
 )
 
 
-def _answer(request: HttpRequest, *, status: int, message: str) -> HttpResponse:
+def _answer(
+    request: HttpRequest, *, status: int, message: str, details: dict[str, list[str]] | None = None
+) -> HttpResponse:
+    """``message`` as a plain-text page, or under /api/ as the error envelope; ``details`` names the fields."""
     page = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    return json_or_page(request, status, message, page)
+    if details:
+        message = f"{next(iter(details))}: {message}"
+    return json_or_page(request, status, message, page, details=details)
 
 
-def _bad(items: QueryDict) -> bool:
-    return any("\x00" in text or has_lone_surrogate(text) for key, values in items.lists() for text in (key, *values))
+def _is_bad(text: str) -> bool:
+    return "\x00" in text or has_lone_surrogate(text)
+
+
+def _bad(items: QueryDict) -> list[str]:
+    """The names in ``items`` whose name or a value holds a NUL or a lone surrogate, printable (``\\x00``)."""
+    return [
+        key.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:100]
+        for key, values in items.lists()
+        if any(_is_bad(text) for text in (key, *values))
+    ]
 
 
 class BadTextMiddleware:
@@ -71,8 +85,12 @@ class BadTextMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         form = request.content_type == "application/x-www-form-urlencoded" and request.method == "POST"
-        if _bad(request.GET) or (form and _bad(request.POST)):
-            return _answer(request, status=400, message=BAD_TEXT_MESSAGE)
+        names = _bad(request.GET) or (_bad(request.POST) if form else [])
+        if names:
+            # The API's 400 names them, as its other 400s do: "status: ..." and details {"status": [...]}.
+            return _answer(
+                request, status=400, message=BAD_TEXT_MESSAGE, details={name: [BAD_TEXT_MESSAGE] for name in names}
+            )
         return self.get_response(request)
 
 

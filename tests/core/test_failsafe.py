@@ -89,3 +89,16 @@ def test_a_nul_in_an_api_query_string_is_a_json_400(client, query):
     response = client.get(f"/api/jobs?{query}")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [("status=%00", "status"), ("a%00=1", "a\\x00"), ("search=ab%00&type=x", "search")],
+)
+def test_a_nul_or_lone_surrogate_400_names_the_parameter_in_its_details(client, query, named):
+    """The 400 says which parameter holds the NUL or the surrogate, as every other 400 of the API does."""
+    response = client.get(f"/api/jobs?{query}")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["message"].startswith(f"{named}: ")
+    assert list(error["details"]) == [named]
