@@ -112,11 +112,17 @@ def test_a_wait_reads_the_notifications_on_the_listen_connection_in_the_waiting_
         waker.close()
 
 
-def listen_backends() -> list[int]:
+def listen_backends(*, listening: bool = False) -> list[int]:
+    """The pids of the worker's LISTEN sessions; ``listening``: only those whose LISTEN has finished.
+
+    A session shows in ``pg_stat_activity`` once connected, before its ``LISTEN`` ran: killed
+    then, the worker logs "cannot LISTEN", not "LISTEN connection lost" (seen once in CI).
+    """
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()",
-            [application_name_for("listen")],
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()"
+            " AND (NOT %s OR (state = 'idle' AND query LIKE 'LISTEN %%'))",
+            [application_name_for("listen"), listening],
         )
         return [row[0] for row in cursor.fetchall()]
 
@@ -129,7 +135,7 @@ def test_a_worker_whose_listen_connection_was_killed_listens_again_and_picks_up_
     thread = start_in_a_thread(worker)
     try:
         assert ready.wait(WAIT)
-        wait_until(lambda: len(listen_backends()) == 1, what="LISTEN connection open")
+        wait_until(lambda: len(listen_backends(listening=True)) == 1, what="LISTEN connection open and listening")
         (first,) = listen_backends()
         with caplog.at_level(logging.WARNING, logger="scheduler.workers.wakeup"):
             with connection.cursor() as cursor:
