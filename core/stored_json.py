@@ -13,6 +13,7 @@ itself (``lifecycle.UnreadablePayload``): this field is not on that path.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,18 @@ def unreadable_why(exc: BaseException) -> str:
     if "digits" in str(exc):
         return f"it holds a number of more than {sys.get_int_max_str_digits()} digits"
     return str(exc)[:200]
+
+
+def read_stored(text: str) -> Any:
+    """``text`` (jsonb as PostgreSQL prints it) decoded by json, or an ``UnreadableJSON`` saying why not.
+
+    For readers that fetch jsonb as text outside the ORM (raw SQL); ``StoredJSONField`` does the
+    same for model fields.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return UnreadableJSON(why=unreadable_why(exc), text=text)
 
 
 def _as_is(text: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connection
 
-from core.stored_json import UnreadableJSON, unreadable_why
+from core.stored_json import read_stored
 from scheduler.states import AttemptStatus, JobStatus
 from stint_tasks import registry
 from stint_tasks.compat import InvalidTask, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
@@ -99,18 +99,6 @@ def _aware(value: Any) -> dt.datetime | None:
         return None
 
 
-def _stored(text: str) -> Any:
-    """A stored document's jsonb text decoded, or an ``UnreadableJSON`` when Python's json cannot read it.
-
-    jsonb holds numbers past 4,300 digits and nesting past the recursion limit (rows edited by
-    hand, ``core.stored_json``); raising here made ``get_result`` fail for such a job.
-    """
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return UnreadableJSON(why=unreadable_why(exc), text=text)
-
-
 def task_result(*, job_id: str, backend_alias: str, task: Any = None, attempt: int | None = None) -> Any:
     """Return the ``TaskResult`` of task job ``job_id`` (a UUID string) as backend ``backend_alias`` shows it.
 
@@ -137,7 +125,7 @@ def task_result(*, job_id: str, backend_alias: str, task: Any = None, attempt: i
     base = task if task is not None else registry.get_task(job_type)
     if base is None or base.module_path != job_type:
         raise TaskResultDoesNotExist(job_id)
-    payload = _stored(payload_text) if payload_text else {}
+    payload = read_stored(payload_text) if payload_text else {}
     payload = payload if isinstance(payload, dict) else {}  # an unreadable one too: no args, as the worker runs none
     run_after = _aware(payload.get("run_after"))
     try:
@@ -172,5 +160,5 @@ def task_result(*, job_id: str, backend_alias: str, task: Any = None, attempt: i
         worker_ids=worker_ids,
     )
     if status == JobStatus.SUCCESS and result_text is not None:
-        object.__setattr__(result, "_return_value", _stored(result_text))
+        object.__setattr__(result, "_return_value", read_stored(result_text))
     return result
